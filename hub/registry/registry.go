@@ -1,0 +1,169 @@
+// Package registry describes every kind the hub serves: its names for
+// discovery, its defaults, its validation, its selectable fields, its
+// server-side table columns and its update rules.
+//
+// The API server in hub/apiserver is generic; everything that differs from one
+// kind to another lives here, one [Kind] value per served resource. A kind
+// that is not in [All] is not served and does not appear in discovery.
+//
+// Hooks receive typed objects from k8s.io/api (for example *corev1.Pod); they
+// may modify the object they are given but never the old object passed for
+// comparison. Hooks are called concurrently and must not keep state between
+// calls unless they guard it.
+package registry
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Kind describes one served resource.
+type Kind struct {
+	// GVK is the kind's group, version and kind, e.g. apps/v1 Deployment.
+	GVK schema.GroupVersionKind
+	// Resource is the lower-case plural, e.g. "deployments".
+	Resource string
+	// Singular is the lower-case singular, e.g. "deployment".
+	Singular string
+	// Namespaced is true for namespace-scoped kinds.
+	Namespaced bool
+	// ShortNames and Categories go to discovery ("deploy"; "all").
+	ShortNames []string
+	Categories []string
+
+	// HasStatus: the kind has a /status subresource. Writes to the main
+	// resource then keep the stored status, writes to /status keep
+	// everything but status (and metadata the kind does not let /status
+	// change), and create clears status unless StatusOnCreate is set.
+	HasStatus bool
+	// StatusOnCreate keeps a status given on create (Events, Nodes keep
+	// theirs upstream only for some fields; most kinds clear it).
+	StatusOnCreate bool
+	// HasSpec: the kind has metadata.generation, set to 1 on create and
+	// bumped when spec changes (see GenerationChanged).
+	HasSpec bool
+	// Scale, when set, serves a /scale subresource (autoscaling/v1 Scale).
+	Scale *ScaleAccess
+	// Verbs lists the verbs served on the main resource; nil means all of
+	// create, delete, deletecollection, get, list, patch, update, watch.
+	Verbs []string
+	// DefaultGC is the propagation policy applied when a delete names none:
+	// "" means Background (most kinds); batch/v1 Job uses Orphan.
+	DefaultGC metav1.DeletionPropagation
+
+	// Default sets defaults on an object about to be created or updated,
+	// before validation, as upstream's SetObjectDefaults does.
+	Default func(obj runtime.Object)
+	// PrepareForCreate clears or sets server-owned fields on create beyond
+	// what the generic code does (status, generation, uid, timestamps).
+	PrepareForCreate func(obj runtime.Object)
+	// PrepareForUpdate adjusts an update given the stored object, beyond the
+	// generic status/spec split.
+	PrepareForUpdate func(obj, old runtime.Object)
+	// GenerationChanged reports whether an update bumps generation. If nil,
+	// and HasSpec, generation bumps when the "spec" field differs.
+	GenerationChanged func(obj, old runtime.Object) bool
+	// Validate checks an object about to be created. ObjectMeta is already
+	// checked by the generic code (name rules per NameRule, labels,
+	// annotations); Validate checks the rest, with field paths rooted at
+	// the object (field.NewPath("spec")...).
+	Validate func(obj runtime.Object) field.ErrorList
+	// ValidateUpdate checks an update against the stored object: immutable
+	// fields and the same rules as Validate. If nil, Validate is used.
+	ValidateUpdate func(obj, old runtime.Object) field.ErrorList
+	// ValidateStatusUpdate checks a write to /status. If nil, nothing beyond
+	// the generic metadata checks.
+	ValidateStatusUpdate func(obj, old runtime.Object) field.ErrorList
+	// NameRule validates metadata.name; nil means DNS subdomain (RFC 1123),
+	// the upstream default. Return messages as upstream does.
+	NameRule func(name string, prefix bool) []string
+	// Admit runs after validation on create and update (old is nil on
+	// create) and may change the object: allocating a Service's cluster IP
+	// and node ports, for example. Lister reads what is stored now.
+	Admit func(ctx context.Context, l Lister, obj, old runtime.Object) error
+	// Release undoes what Admit reserved when the write does not happen or
+	// the object is deleted. May be nil.
+	Release func(obj runtime.Object)
+
+	// Fields returns the kind-specific selectable fields (field selectors),
+	// e.g. "spec.nodeName" and "status.phase" for pods. metadata.name and
+	// metadata.namespace are added by the generic code and need not be here.
+	// Fields not in the returned set are rejected with
+	// "field label not supported: X". May be nil.
+	Fields func(obj runtime.Object) fields.Set
+	// FieldLabels lists the keys Fields returns (for rejecting unsupported
+	// labels before any object is read), plus aliases: a map from a
+	// legacy label (e.g. "spec.host") to the field it stands for.
+	FieldLabels  []string
+	FieldAliases map[string]string
+
+	// Columns and Cells make the server-side table kubectl prints. Columns
+	// must start with the "Name" column (format "name"); Cells returns one
+	// value per column (string, int64, bool, float64 or
+	// metav1.Time-rendered strings), computing ages against now.
+	Columns []metav1.TableColumnDefinition
+	Cells   func(obj runtime.Object, now time.Time) []any
+
+	// GracefulDelete decides how long a delete waits. requested is the
+	// gracePeriodSeconds the client asked for (nil: none). It returns the
+	// grace period to use; graceful false means delete at once. Nil means
+	// every delete is immediate (unless finalizers hold the object).
+	GracefulDelete func(obj runtime.Object, requested *int64) (grace int64, graceful bool)
+}
+
+// ScaleAccess reads and writes the replica count behind /scale.
+type ScaleAccess struct {
+	// Replicas returns spec.replicas, status.replicas and the label
+	// selector as a string (status.selector of autoscaling/v1 Scale).
+	Get func(obj runtime.Object) (specReplicas, statusReplicas int32, selector string)
+	// Set writes spec.replicas.
+	Set func(obj runtime.Object, replicas int32)
+}
+
+// Lister reads stored objects for admission decisions.
+type Lister interface {
+	// List returns all objects of a group-qualified resource ("services",
+	// "pods") in a namespace ("" for all), decoded.
+	List(ctx context.Context, resource, namespace string) ([]runtime.Object, error)
+}
+
+// QualifiedResource returns the group-qualified resource name the store
+// keys on: "pods", "deployments.apps".
+func (k *Kind) QualifiedResource() string {
+	if k.GVK.Group == "" {
+		return k.Resource
+	}
+	return k.Resource + "." + k.GVK.Group
+}
+
+// GroupResource returns the kind's group and resource.
+func (k *Kind) GroupResource() schema.GroupResource {
+	return schema.GroupResource{Group: k.GVK.Group, Resource: k.Resource}
+}
+
+// GroupVersionResource returns the kind's group, version and resource.
+func (k *Kind) GroupVersionResource() schema.GroupVersionResource {
+	return k.GVK.GroupVersion().WithResource(k.Resource)
+}
+
+// All returns every served kind, core/v1 first, then the other groups in
+// discovery order. The slice is shared; callers must not modify it.
+func All() []*Kind { return all }
+
+var all = append(coreKinds(), groupKinds()...)
+
+// Lookup returns the kind serving a group, version and resource, or nil.
+func Lookup(gvr schema.GroupVersionResource) *Kind {
+	for _, k := range all {
+		if k.GroupVersionResource() == gvr {
+			return k
+		}
+	}
+	return nil
+}
