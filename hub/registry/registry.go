@@ -53,6 +53,14 @@ type Kind struct {
 	// Verbs lists the verbs served on the main resource; nil means all of
 	// create, delete, deletecollection, get, list, patch, update, watch.
 	Verbs []string
+	// StoredAs, when set, makes this kind a view of another kind's objects,
+	// as events.k8s.io/v1 Event is a view of core/v1 Event upstream: keys
+	// use the stored kind's resource, objects are converted with ToStorage
+	// before writing and with FromStorage after reading, and watches of
+	// either kind see writes made through the other.
+	StoredAs    schema.GroupVersionKind
+	ToStorage   func(obj runtime.Object) (runtime.Object, error)
+	FromStorage func(obj runtime.Object) (runtime.Object, error)
 	// DefaultGC is the propagation policy applied when a delete names none:
 	// "" means Background (most kinds); batch/v1 Job uses Orphan.
 	DefaultGC metav1.DeletionPropagation
