@@ -1,0 +1,190 @@
+package storebench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// metric is one row of the comparison table.
+type metric struct {
+	label string
+	// higher says whether a bigger value is better.
+	higher bool
+	get    func(Result) (float64, bool)
+}
+
+func metrics(rs []Result) []metric {
+	var ws []int
+	for _, r := range rs {
+		for _, p := range r.Phases {
+			if !slices.Contains(ws, p.Writers) {
+				ws = append(ws, p.Writers)
+			}
+		}
+	}
+	slices.Sort(ws)
+	var ms []metric
+	for _, w := range ws {
+		ms = append(ms, metric{fmt.Sprintf("creates/s, %d writers", w), true, func(r Result) (float64, bool) {
+			p, ok := r.Phase(w)
+			return p.CreatesPerSec, ok
+		}})
+	}
+	for _, w := range ws {
+		ms = append(ms, metric{fmt.Sprintf("updates/s, %d writers", w), true, func(r Result) (float64, bool) {
+			p, ok := r.Phase(w)
+			return p.UpdatesPerSec, ok
+		}})
+	}
+	return append(ms,
+		metric{"list p50 ms", false, func(r Result) (float64, bool) { return r.ListP50ms, r.ListObjects > 0 }},
+		metric{"list p99 ms", false, func(r Result) (float64, bool) { return r.ListP99ms, r.ListObjects > 0 }},
+		metric{"size on disk MB", false, func(r Result) (float64, bool) { return float64(r.SizeBytes) / 1e6, r.SizeBytes > 0 }},
+	)
+}
+
+// WriteTable prints the results side by side, one column per result, then
+// one ratio column base/peer for every other result. Ratios above 1 mean
+// base is ahead for throughput and behind for latency and size; the last
+// column of each row says which way is better.
+func WriteTable(w io.Writer, base Result, peers ...Result) error {
+	all := append([]Result{base}, peers...)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"metric"}
+	for _, r := range all {
+		head = append(head, r.Name)
+	}
+	for _, p := range peers {
+		head = append(head, base.Name+"/"+p.Name)
+	}
+	head = append(head, "better")
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, m := range metrics(all) {
+		row := []string{m.label}
+		for _, r := range all {
+			v, ok := m.get(r)
+			row = append(row, format(v, ok))
+		}
+		bv, bok := m.get(base)
+		for _, p := range peers {
+			pv, pok := m.get(p)
+			if bok && pok && pv > 0 {
+				row = append(row, fmt.Sprintf("%.2f×", bv/pv))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		if m.higher {
+			row = append(row, "higher")
+		} else {
+			row = append(row, "lower")
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	fmt.Fprintf(tw, "objects per phase: %d, value %d bytes\t\n", base.Objects, base.ValueBytes)
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+func format(v float64, ok bool) string {
+	switch {
+	case !ok:
+		return "-"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// Goal is one target tether's store must meet against a peer.
+type Goal struct {
+	Name string
+	Want float64
+	Got  float64
+	// Higher says Got must be at least Want; otherwise at most Want.
+	Higher bool
+}
+
+// Pass reports whether the goal is met.
+func (g Goal) Pass() bool {
+	if g.Higher {
+		return g.Got >= g.Want
+	}
+	return g.Got <= g.Want
+}
+
+func (g Goal) String() string {
+	verdict, op := "FAIL", "≤"
+	if g.Pass() {
+		verdict = "pass"
+	}
+	if g.Higher {
+		op = "≥"
+	}
+	return fmt.Sprintf("%s  %s: %.2f× (want %s %.2f×)", verdict, g.Name, g.Got, op, g.Want)
+}
+
+// Goals returns tether's targets as ratios against etcd and kine with its
+// default DSN: at least etcd's creates/s with 1 and 16 writers, at least
+// 1.2× etcd and 3× kine with 64 writers, and a list p50 no slower than
+// etcd's.
+func Goals(tether, etcd, kine Result) []Goal {
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	creates := func(r Result, w int) float64 {
+		p, _ := r.Phase(w)
+		return p.CreatesPerSec
+	}
+	var gs []Goal
+	for _, w := range []int{1, 16} {
+		gs = append(gs, Goal{fmt.Sprintf("creates/s with %d writers vs etcd", w), 1,
+			ratio(creates(tether, w), creates(etcd, w)), true})
+	}
+	return append(gs,
+		Goal{"creates/s with 64 writers vs etcd", 1.2, ratio(creates(tether, 64), creates(etcd, 64)), true},
+		Goal{"creates/s with 64 writers vs " + kine.Name, 3, ratio(creates(tether, 64), creates(kine, 64)), true},
+		Goal{"list p50 vs etcd", 1, ratio(tether.ListP50ms, etcd.ListP50ms), false},
+	)
+}
+
+// Median returns, metric by metric, the median of several results of the
+// same target; the name and shape come from the first.
+func Median(rs []Result) Result {
+	if len(rs) == 0 {
+		return Result{}
+	}
+	out := rs[0]
+	out.Phases = slices.Clone(rs[0].Phases)
+	med := func(get func(Result) float64) float64 {
+		vs := make([]float64, len(rs))
+		for i, r := range rs {
+			vs[i] = get(r)
+		}
+		slices.Sort(vs)
+		if len(vs)%2 == 1 {
+			return vs[len(vs)/2]
+		}
+		return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+	}
+	for i := range out.Phases {
+		w := out.Phases[i].Writers
+		out.Phases[i].CreatesPerSec = med(func(r Result) float64 { p, _ := r.Phase(w); return p.CreatesPerSec })
+		out.Phases[i].UpdatesPerSec = med(func(r Result) float64 { p, _ := r.Phase(w); return p.UpdatesPerSec })
+	}
+	out.ListP50ms = med(func(r Result) float64 { return r.ListP50ms })
+	out.ListP99ms = med(func(r Result) float64 { return r.ListP99ms })
+	out.SizeBytes = int64(med(func(r Result) float64 { return float64(r.SizeBytes) }))
+	return out
+}
