@@ -111,8 +111,9 @@ type Kind struct {
 	FieldLabels  []string
 	FieldAliases map[string]string
 
-	// Columns and Cells make the server-side table kubectl prints. Columns
-	// must start with the "Name" column (format "name"); Cells returns one
+	// Columns and Cells make the server-side table kubectl prints. Exactly
+	// one column has format "name" (usually the first; events show it last,
+	// as a wide column, as upstream does); Cells returns one
 	// value per column (string, int64, bool, float64 or
 	// metav1.Time-rendered strings), computing ages against now.
 	Columns []metav1.TableColumnDefinition

@@ -1,0 +1,200 @@
+package registry
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// eventsV1Kind serves events.k8s.io/v1 Events as a view of core/v1 Events.
+var eventsV1Kind = &Kind{
+	GVK:        eventsv1.SchemeGroupVersion.WithKind("Event"),
+	Resource:   "events",
+	Singular:   "event",
+	Namespaced: true,
+	ShortNames: []string{"ev"},
+	StoredAs:   corev1.SchemeGroupVersion.WithKind("Event"),
+	ToStorage: func(obj runtime.Object) (runtime.Object, error) {
+		switch e := obj.(type) {
+		case *eventsv1.Event:
+			return eventToCore(e), nil
+		case *corev1.Event:
+			return e, nil
+		}
+		return nil, fmt.Errorf("convert %T to a core/v1 Event: unexpected type", obj)
+	},
+	FromStorage: func(obj runtime.Object) (runtime.Object, error) {
+		switch e := obj.(type) {
+		case *corev1.Event:
+			return eventFromCore(e), nil
+		case *eventsv1.Event:
+			return e, nil
+		}
+		return nil, fmt.Errorf("convert %T to an events.k8s.io/v1 Event: unexpected type", obj)
+	},
+	Validate: func(obj runtime.Object) field.ErrorList { return validateEventsV1(asEventsV1(obj), true) },
+	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
+		return validateEventsV1(asEventsV1(obj), false)
+	},
+	Fields: func(obj runtime.Object) fields.Set {
+		e := asCoreEvent(obj)
+		return fields.Set{
+			"involvedObject.kind":            e.InvolvedObject.Kind,
+			"involvedObject.namespace":       e.InvolvedObject.Namespace,
+			"involvedObject.name":            e.InvolvedObject.Name,
+			"involvedObject.uid":             string(e.InvolvedObject.UID),
+			"involvedObject.apiVersion":      e.InvolvedObject.APIVersion,
+			"involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
+			"involvedObject.fieldPath":       e.InvolvedObject.FieldPath,
+			"reason":                         e.Reason,
+			"reportingComponent":             e.ReportingController,
+			"source":                         e.Source.Component,
+			"type":                           e.Type,
+		}
+	},
+	FieldLabels: []string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
+		"involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
+		"reportingComponent", "source", "type"},
+	FieldAliases: map[string]string{
+		"regarding.kind":            "involvedObject.kind",
+		"regarding.namespace":       "involvedObject.namespace",
+		"regarding.name":            "involvedObject.name",
+		"regarding.uid":             "involvedObject.uid",
+		"regarding.apiVersion":      "involvedObject.apiVersion",
+		"regarding.resourceVersion": "involvedObject.resourceVersion",
+		"regarding.fieldPath":       "involvedObject.fieldPath",
+		"reportingController":       "reportingComponent",
+	},
+	// The table is the core/v1 Event table.
+	Columns: eventKind.Columns,
+	Cells: func(obj runtime.Object, now time.Time) []any {
+		return eventCells(asCoreEvent(obj), now)
+	},
+}
+
+// eventToCore maps an events.k8s.io/v1 Event onto core/v1 fields.
+func eventToCore(in *eventsv1.Event) *corev1.Event {
+	out := &corev1.Event{
+		TypeMeta:            metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+		ObjectMeta:          *in.ObjectMeta.DeepCopy(),
+		InvolvedObject:      in.Regarding,
+		Reason:              in.Reason,
+		Message:             in.Note,
+		Source:              in.DeprecatedSource,
+		FirstTimestamp:      in.DeprecatedFirstTimestamp,
+		LastTimestamp:       in.DeprecatedLastTimestamp,
+		Count:               in.DeprecatedCount,
+		Type:                in.Type,
+		EventTime:           in.EventTime,
+		Action:              in.Action,
+		ReportingController: in.ReportingController,
+		ReportingInstance:   in.ReportingInstance,
+	}
+	if in.Related != nil {
+		out.Related = in.Related.DeepCopy()
+	}
+	if in.Series != nil {
+		out.Series = &corev1.EventSeries{Count: in.Series.Count, LastObservedTime: in.Series.LastObservedTime}
+	}
+	return out
+}
+
+// eventFromCore maps a core/v1 Event onto events.k8s.io/v1 fields.
+func eventFromCore(in *corev1.Event) *eventsv1.Event {
+	out := &eventsv1.Event{
+		TypeMeta:                 metav1.TypeMeta{APIVersion: eventsv1.SchemeGroupVersion.String(), Kind: "Event"},
+		ObjectMeta:               *in.ObjectMeta.DeepCopy(),
+		EventTime:                in.EventTime,
+		ReportingController:      in.ReportingController,
+		ReportingInstance:        in.ReportingInstance,
+		Action:                   in.Action,
+		Reason:                   in.Reason,
+		Regarding:                in.InvolvedObject,
+		Note:                     in.Message,
+		Type:                     in.Type,
+		DeprecatedSource:         in.Source,
+		DeprecatedFirstTimestamp: in.FirstTimestamp,
+		DeprecatedLastTimestamp:  in.LastTimestamp,
+		DeprecatedCount:          in.Count,
+	}
+	if in.Related != nil {
+		out.Related = in.Related.DeepCopy()
+	}
+	if in.Series != nil {
+		out.Series = &eventsv1.EventSeries{Count: in.Series.Count, LastObservedTime: in.Series.LastObservedTime}
+	}
+	return out
+}
+
+func asEventsV1(obj runtime.Object) *eventsv1.Event {
+	if e, ok := obj.(*corev1.Event); ok {
+		return eventFromCore(e)
+	}
+	return obj.(*eventsv1.Event)
+}
+
+func asCoreEvent(obj runtime.Object) *corev1.Event {
+	if e, ok := obj.(*eventsv1.Event); ok {
+		return eventToCore(e)
+	}
+	return obj.(*corev1.Event)
+}
+
+// validateEventsV1 checks an Event written through events.k8s.io/v1.
+// On create the deprecated fields must be unset.
+func validateEventsV1(e *eventsv1.Event, create bool) field.ErrorList {
+	var errs field.ErrorList
+	if e.EventTime.IsZero() {
+		errs = append(errs, field.Required(field.NewPath("eventTime"), ""))
+	}
+	if e.Type != corev1.EventTypeNormal && e.Type != corev1.EventTypeWarning {
+		errs = append(errs, field.Invalid(field.NewPath("type"), "", fmt.Sprintf("has invalid value: %v", e.Type)))
+	}
+	if create {
+		if !e.DeprecatedFirstTimestamp.IsZero() {
+			errs = append(errs, field.Invalid(field.NewPath("deprecatedFirstTimestamp"), "", "needs to be unset"))
+		}
+		if !e.DeprecatedLastTimestamp.IsZero() {
+			errs = append(errs, field.Invalid(field.NewPath("deprecatedLastTimestamp"), "", "needs to be unset"))
+		}
+		if e.DeprecatedCount != 0 {
+			errs = append(errs, field.Invalid(field.NewPath("deprecatedCount"), "", "needs to be unset"))
+		}
+		if e.DeprecatedSource.Component != "" || e.DeprecatedSource.Host != "" {
+			errs = append(errs, field.Invalid(field.NewPath("deprecatedSource"), "", "needs to be unset"))
+		}
+	}
+	if e.ReportingController == "" {
+		errs = append(errs, field.Required(field.NewPath("reportingController"), ""))
+	} else {
+		for _, m := range validation.IsQualifiedName(e.ReportingController) {
+			errs = append(errs, field.Invalid(field.NewPath("reportingController"), e.ReportingController, m))
+		}
+	}
+	for name, v := range map[string]string{"reportingInstance": e.ReportingInstance, "action": e.Action, "reason": e.Reason} {
+		if v == "" {
+			errs = append(errs, field.Required(field.NewPath(name), ""))
+		} else if len(v) > 128 {
+			errs = append(errs, field.Invalid(field.NewPath(name), "", "can have at most 128 characters"))
+		}
+	}
+	if len(e.Note) > 1024 {
+		errs = append(errs, field.Invalid(field.NewPath("note"), "", "can have at most 1024 characters"))
+	}
+	if e.Series != nil {
+		if e.Series.Count < 2 {
+			errs = append(errs, field.Invalid(field.NewPath("series", "count"), "", "should be at least 2"))
+		}
+		if e.Series.LastObservedTime.IsZero() {
+			errs = append(errs, field.Required(field.NewPath("series", "lastObservedTime"), ""))
+		}
+	}
+	return errs
+}
