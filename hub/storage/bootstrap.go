@@ -1,0 +1,157 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// BootstrapConfig describes the objects every cluster starts with.
+type BootstrapConfig struct {
+	// AdvertiseAddress is the IP the kubernetes Service's endpoints point
+	// to; required.
+	AdvertiseAddress string
+	// Port is the port the API server listens on; zero means 6443.
+	Port int32
+	// ServiceIP is the cluster IP of the kubernetes Service; empty means
+	// 10.96.0.1.
+	ServiceIP string
+}
+
+// bootstrapManager is the field manager recorded for bootstrap writes.
+const bootstrapManager = "kube-apiserver"
+
+// Bootstrap creates the namespaces, the kubernetes Service with its
+// Endpoints and EndpointSlice, and the system PriorityClasses if they are
+// missing, and points the endpoints at the configured address. It is safe
+// to call at every start.
+func (s *Storage) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
+	ip := net.ParseIP(cfg.AdvertiseAddress)
+	if ip == nil {
+		return fmt.Errorf("bootstrap: advertise address %q is not an IP", cfg.AdvertiseAddress)
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 6443
+	}
+	if cfg.ServiceIP == "" {
+		cfg.ServiceIP = "10.96.0.1"
+	}
+	for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease} {
+		if err := s.ensure(ctx, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, nil); err != nil {
+			return err
+		}
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
+		Spec: corev1.ServiceSpec{
+			Type:            corev1.ServiceTypeClusterIP,
+			ClusterIP:       cfg.ServiceIP,
+			ClusterIPs:      []string{cfg.ServiceIP},
+			SessionAffinity: corev1.ServiceAffinityNone,
+			Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443,
+				TargetPort: intstr.FromInt32(cfg.Port)}},
+		},
+	}
+	if err := s.ensure(ctx, metav1.NamespaceDefault, svc, nil); err != nil {
+		return err
+	}
+	family := discoveryv1.AddressTypeIPv4
+	if ip.To4() == nil {
+		family = discoveryv1.AddressTypeIPv6
+	}
+	addr := ip.String()
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: addr}},
+			Ports:     []corev1.EndpointPort{{Name: "https", Port: cfg.Port, Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	if err := s.ensure(ctx, metav1.NamespaceDefault, ep, func(cur runtime.Object) bool {
+		c := cur.(*corev1.Endpoints)
+		if apiequality.Semantic.DeepEqual(c.Subsets, ep.Subsets) {
+			return false
+		}
+		c.Subsets = ep.Subsets
+		return true
+	}); err != nil {
+		return err
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "tether-hub"}},
+		AddressType: family,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(cfg.Port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if err := s.ensure(ctx, metav1.NamespaceDefault, slice, func(cur runtime.Object) bool {
+		c := cur.(*discoveryv1.EndpointSlice)
+		if c.AddressType == slice.AddressType && apiequality.Semantic.DeepEqual(c.Endpoints, slice.Endpoints) &&
+			apiequality.Semantic.DeepEqual(c.Ports, slice.Ports) {
+			return false
+		}
+		c.AddressType, c.Endpoints, c.Ports = slice.AddressType, slice.Endpoints, slice.Ports
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, pc := range []*schedulingv1.PriorityClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "system-cluster-critical"}, Value: 2000000000,
+			Description: "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary."},
+		{ObjectMeta: metav1.ObjectMeta{Name: "system-node-critical"}, Value: 2000001000,
+			Description: "Used for system critical pods that must not be moved from their current node."},
+	} {
+		if err := s.ensure(ctx, "", pc, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensure creates obj unless it exists; if it exists and fix is set, fix
+// edits the stored object and reports whether it changed.
+func (s *Storage) ensure(ctx context.Context, namespace string, obj runtime.Object, fix func(cur runtime.Object) bool) error {
+	gvks, _, err := s.scheme.ObjectKinds(obj)
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	k := s.byGVK[gvks[0]]
+	if k == nil {
+		s.log.Warn("bootstrap object of a kind that is not served", "kind", gvks[0].String())
+		return nil
+	}
+	obj.GetObjectKind().SetGroupVersionKind(k.GVK)
+	name := obj.(metav1.Object).GetName()
+	_, err = s.Create(ctx, k, namespace, obj.DeepCopyObject(), Options{FieldManager: bootstrapManager})
+	if err == nil {
+		s.log.Info("bootstrap created", "kind", k.GVK.Kind, "namespace", namespace, "name", name)
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("bootstrap %s %s: %w", k.Resource, name, err)
+	}
+	if fix == nil {
+		return nil
+	}
+	_, err = s.GuaranteedUpdate(ctx, k, namespace, name, Options{FieldManager: bootstrapManager}, func(cur runtime.Object) (runtime.Object, error) {
+		fix(cur)
+		return cur, nil
+	})
+	if err != nil {
+		return fmt.Errorf("bootstrap update %s %s: %w", k.Resource, name, err)
+	}
+	return nil
+}

@@ -1,0 +1,445 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/applyconfigurations"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/store"
+)
+
+// Config configures a Storage.
+type Config struct {
+	// Store keeps the objects; required.
+	Store store.Store
+	// Kinds are the kinds served; nil means registry.All().
+	Kinds []*registry.Kind
+	// Logger receives diagnostics; nil means slog.Default().
+	Logger *slog.Logger
+	// BookmarkInterval is how often an idle watch that allows bookmarks
+	// gets one; zero means 45 seconds.
+	BookmarkInterval time.Duration
+	// FutureWait is how long a read at a resourceVersion the store has
+	// not reached waits for it before failing; zero means 3 seconds.
+	FutureWait time.Duration
+}
+
+// Storage implements API and registry.Lister on a store.Store.
+type Storage struct {
+	st     store.Store
+	kinds  []*registry.Kind
+	byGVK  map[schema.GroupVersionKind]*registry.Kind
+	byRes  map[string]*registry.Kind // qualified resource → kind stored there
+	log    *slog.Logger
+	scheme *runtime.Scheme
+	bmk    time.Duration
+	wait   time.Duration
+
+	tcOnce sync.Once
+	tc     managedfields.TypeConverter
+	mu     sync.Mutex
+	fms    map[fmKey]*managedfields.FieldManager
+}
+
+var (
+	_ API             = (*Storage)(nil)
+	_ registry.Lister = lister{}
+)
+
+// New returns a Storage over cfg.Store.
+func New(cfg Config) (*Storage, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("create storage: no store configured")
+	}
+	kinds := cfg.Kinds
+	if kinds == nil {
+		kinds = registry.All()
+	}
+	s := &Storage{
+		st:     cfg.Store,
+		kinds:  kinds,
+		byGVK:  map[schema.GroupVersionKind]*registry.Kind{},
+		byRes:  map[string]*registry.Kind{},
+		log:    cfg.Logger,
+		scheme: scheme.Scheme,
+		bmk:    cfg.BookmarkInterval,
+		wait:   cfg.FutureWait,
+		fms:    map[fmKey]*managedfields.FieldManager{},
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.bmk <= 0 {
+		s.bmk = 45 * time.Second
+	}
+	if s.wait <= 0 {
+		s.wait = 3 * time.Second
+	}
+	for _, k := range kinds {
+		if !s.scheme.Recognizes(k.GVK) {
+			return nil, fmt.Errorf("create storage: kind %s is not in the scheme", k.GVK)
+		}
+		s.byGVK[k.GVK] = k
+	}
+	for _, k := range kinds {
+		if k.StoredAs.Empty() {
+			s.byRes[k.QualifiedResource()] = k
+		}
+	}
+	for _, k := range kinds {
+		if !k.StoredAs.Empty() {
+			if s.byGVK[k.StoredAs] == nil {
+				return nil, fmt.Errorf("create storage: kind %s is stored as %s, which is not served", k.GVK, k.StoredAs)
+			}
+			if k.ToStorage == nil || k.FromStorage == nil {
+				return nil, fmt.Errorf("create storage: kind %s is stored as %s without conversions", k.GVK, k.StoredAs)
+			}
+		}
+	}
+	return s, nil
+}
+
+// storedKind returns the kind whose objects the store holds for k.
+func (s *Storage) storedKind(k *registry.Kind) *registry.Kind {
+	if k.StoredAs.Empty() {
+		return k
+	}
+	return s.byGVK[k.StoredAs]
+}
+
+// resource returns the store resource for k.
+func (s *Storage) resource(k *registry.Kind) string {
+	return s.storedKind(k).QualifiedResource()
+}
+
+func (s *Storage) key(k *registry.Kind, namespace, name string) store.Key {
+	if !k.Namespaced {
+		namespace = ""
+	}
+	return store.Key{Resource: s.resource(k), Namespace: namespace, Name: name}
+}
+
+// newObject returns an empty typed object of the kind with its type set.
+func (s *Storage) newObject(gvk schema.GroupVersionKind) (runtime.Object, error) {
+	obj, err := s.scheme.New(gvk)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("create %s: %w", gvk.Kind, err))
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	return obj, nil
+}
+
+// decode turns a stored object into a typed object of kind k (converting
+// from the stored kind when k is a view), with resourceVersion set.
+func (s *Storage) decode(k *registry.Kind, o store.Object) (runtime.Object, error) {
+	sk := s.storedKind(k)
+	obj, err := s.newObject(sk.GVK)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(o.Value, obj); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("decode %s: %w", o.Key, err))
+	}
+	obj.GetObjectKind().SetGroupVersionKind(sk.GVK)
+	if sk != k {
+		if obj, err = k.FromStorage(obj); err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", o.Key, err))
+		}
+		obj.GetObjectKind().SetGroupVersionKind(k.GVK)
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	m.SetResourceVersion(strconv.FormatInt(o.Revision, 10))
+	return obj, nil
+}
+
+// encode turns a typed object of kind k into a store object (converting to
+// the stored kind when k is a view), without resourceVersion.
+func (s *Storage) encode(k *registry.Kind, obj runtime.Object) (store.Object, error) {
+	sk := s.storedKind(k)
+	obj = obj.DeepCopyObject()
+	if sk != k {
+		var err error
+		if obj, err = k.ToStorage(obj); err != nil {
+			return store.Object{}, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
+		}
+	}
+	obj.GetObjectKind().SetGroupVersionKind(sk.GVK)
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return store.Object{}, apierrors.NewInternalError(err)
+	}
+	m.SetResourceVersion("")
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return store.Object{}, apierrors.NewInternalError(fmt.Errorf("encode %s: %w", k.GVK.Kind, err))
+	}
+	f := fields.Set{"metadata.name": m.GetName()}
+	if sk.Namespaced {
+		f["metadata.namespace"] = m.GetNamespace()
+	}
+	if sk.Fields != nil {
+		for key, v := range sk.Fields(obj) {
+			f[key] = v
+		}
+	}
+	return store.Object{
+		Key:    store.Key{Resource: sk.QualifiedResource(), Namespace: m.GetNamespace(), Name: m.GetName()},
+		Value:  b,
+		Labels: m.GetLabels(),
+		Fields: f,
+	}, nil
+}
+
+// withType sets apiVersion and kind on an object.
+func withType(k *registry.Kind, obj runtime.Object) runtime.Object {
+	obj.GetObjectKind().SetGroupVersionKind(k.GVK)
+	return obj
+}
+
+// fieldSelector checks and translates a field selector for kind k.
+func (s *Storage) fieldSelector(k *registry.Kind, sel fields.Selector) (fields.Selector, error) {
+	if sel == nil || sel.Empty() {
+		return nil, nil
+	}
+	allowed := map[string]bool{"metadata.name": true}
+	if k.Namespaced {
+		allowed["metadata.namespace"] = true
+	}
+	for _, f := range k.FieldLabels {
+		allowed[f] = true
+	}
+	out, err := sel.Transform(func(field, value string) (string, string, error) {
+		if a, ok := k.FieldAliases[field]; ok {
+			field = a
+		}
+		if !allowed[field] {
+			return "", "", apierrors.NewBadRequest(fmt.Sprintf("field label not supported: %s", field))
+		}
+		return field, value, nil
+	})
+	if err != nil {
+		var se *apierrors.StatusError
+		if errors.As(err, &se) {
+			return nil, se
+		}
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return out, nil
+}
+
+// newList returns an empty typed list for the kind.
+func (s *Storage) newList(k *registry.Kind) (runtime.Object, error) {
+	lgvk := k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List")
+	return s.newObject(lgvk)
+}
+
+// Get implements API.
+func (s *Storage) Get(ctx context.Context, k *registry.Kind, namespace, name string) (runtime.Object, error) {
+	o, err := s.st.Get(ctx, s.key(k, namespace, name))
+	if err != nil {
+		return nil, storeError(err, k.GroupResource(), name)
+	}
+	return s.decode(k, o)
+}
+
+// parseRV parses a resourceVersion parameter.
+func parseRV(rv string) (int64, error) {
+	if rv == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n < 0 {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version: %q", rv))
+	}
+	return n, nil
+}
+
+// waitFor waits until the store reaches revision rv, or fails with 504.
+func (s *Storage) waitFor(ctx context.Context, rv int64) error {
+	if rv <= s.st.Revision() {
+		return nil
+	}
+	deadline := time.NewTimer(s.wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return apierrors.NewTimeoutError(ctx.Err().Error(), 1)
+		case <-deadline.C:
+			return tooLargeRV(rv, s.st.Revision())
+		case <-tick.C:
+			if rv <= s.st.Revision() {
+				return nil
+			}
+		}
+	}
+}
+
+// List implements API.
+func (s *Storage) List(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (runtime.Object, error) {
+	fsel, err := s.fieldSelector(k, opts.Field)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := parseRV(opts.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Continue != "" && opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
+		return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+	}
+	exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
+		(opts.Limit > 0 && opts.Continue == "" && rv > 0 && opts.ResourceVersionMatch == "")
+	switch opts.ResourceVersionMatch {
+	case "", metav1.ResourceVersionMatchExact, metav1.ResourceVersionMatchNotOlderThan:
+	default:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("unsupported resourceVersionMatch %q", opts.ResourceVersionMatch))
+	}
+	if opts.ResourceVersionMatch != "" && opts.ResourceVersion == "" {
+		return nil, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
+	}
+	if rv > 0 {
+		if exact && rv <= s.st.CompactedRevision() {
+			return nil, expired(rv, s.st.CompactedRevision())
+		}
+		if err := s.waitFor(ctx, rv); err != nil {
+			return nil, err
+		}
+		if exact && rv != s.st.Revision() {
+			// The store serves current state only; an exact read of an
+			// older revision cannot be answered consistently.
+			return nil, expired(rv, s.st.Revision())
+		}
+	}
+	if !k.Namespaced {
+		namespace = ""
+	}
+	res, err := s.st.List(ctx, store.ListOptions{
+		Resource: s.resource(k), Namespace: namespace,
+		Label: opts.Label, Field: fsel, Limit: opts.Limit, Continue: opts.Continue,
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrCompacted) {
+			return nil, apierrors.NewResourceExpired(continueExpiredMessage)
+		}
+		if opts.Continue != "" && !errors.Is(err, store.ErrClosed) {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
+		}
+		return nil, storeError(err, k.GroupResource(), "")
+	}
+	items := make([]runtime.Object, 0, len(res.Objects))
+	for _, o := range res.Objects {
+		obj, err := s.decode(k, o)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, obj)
+	}
+	return s.makeList(k, items, res.Revision, res.Continue, res.Remaining)
+}
+
+// makeList builds a typed list holding items.
+func (s *Storage) makeList(k *registry.Kind, items []runtime.Object, rev int64, cont string, remaining int64) (runtime.Object, error) {
+	list, err := s.newList(k)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range items {
+		it.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	}
+	if err := setItems(list, items); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	lm.SetResourceVersion(strconv.FormatInt(rev, 10))
+	lm.SetContinue(cont)
+	if cont != "" && remaining > 0 {
+		r := remaining
+		lm.SetRemainingItemCount(&r)
+	}
+	list.GetObjectKind().SetGroupVersionKind(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
+	return list, nil
+}
+
+// setItems fills the Items slice of a typed list, never leaving it nil.
+func setItems(list runtime.Object, items []runtime.Object) error {
+	v := reflect.ValueOf(list).Elem().FieldByName("Items")
+	if !v.IsValid() || v.Kind() != reflect.Slice {
+		return fmt.Errorf("set items: %T has no Items slice", list)
+	}
+	sl := reflect.MakeSlice(v.Type(), 0, len(items))
+	for _, it := range items {
+		iv := reflect.ValueOf(it)
+		if v.Type().Elem().Kind() != reflect.Pointer {
+			iv = iv.Elem()
+		}
+		if !iv.Type().AssignableTo(v.Type().Elem()) {
+			return fmt.Errorf("set items: %T does not fit %s", it, v.Type())
+		}
+		sl = reflect.Append(sl, iv)
+	}
+	v.Set(sl)
+	return nil
+}
+
+// Lister returns a registry.Lister reading this Storage (the method set of
+// API already has a List with another signature).
+func (s *Storage) Lister() registry.Lister { return lister{s} }
+
+type lister struct{ s *Storage }
+
+// List implements registry.Lister.
+func (l lister) List(ctx context.Context, resource, namespace string) ([]runtime.Object, error) {
+	return l.s.listRaw(ctx, resource, namespace)
+}
+
+func (s *Storage) listRaw(ctx context.Context, resource, namespace string) ([]runtime.Object, error) {
+	k := s.byRes[resource]
+	if k == nil {
+		return nil, fmt.Errorf("list %s: resource not served", resource)
+	}
+	res, err := s.st.List(ctx, store.ListOptions{Resource: resource, Namespace: namespace})
+	if err != nil {
+		return nil, storeError(err, k.GroupResource(), "")
+	}
+	out := make([]runtime.Object, 0, len(res.Objects))
+	for _, o := range res.Objects {
+		obj, err := s.decode(k, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, obj)
+	}
+	return out, nil
+}
+
+// typeConverter builds the shared type converter lazily.
+func (s *Storage) typeConverter() managedfields.TypeConverter {
+	s.tcOnce.Do(func() { s.tc = applyconfigurations.NewTypeConverter(s.scheme) })
+	return s.tc
+}

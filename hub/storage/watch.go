@@ -1,0 +1,172 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/store"
+)
+
+// Watch implements API.
+func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string, opts WatchOptions) (watch.Interface, error) {
+	fsel, err := s.fieldSelector(k, opts.Field)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := parseRV(opts.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	if !k.Namespaced {
+		namespace = ""
+	}
+	w := &watcher{out: make(chan watch.Event), done: make(chan struct{})}
+	ctx, w.cancel = context.WithCancel(ctx)
+	var initial []watch.Event
+	if rv == 0 {
+		// Synthetic ADDED events for the current state, then changes from
+		// the list's revision.
+		// One unpaged read, so that the synthetic events and the
+		// revision the watch starts from describe the same state.
+		res, err := s.st.List(ctx, store.ListOptions{Resource: s.resource(k), Namespace: namespace,
+			Label: opts.Label, Field: fsel})
+		if err != nil {
+			w.cancel()
+			return nil, storeError(err, k.GroupResource(), "")
+		}
+		rv = res.Revision
+		for _, o := range res.Objects {
+			obj, err := s.decode(k, o)
+			if err != nil {
+				w.cancel()
+				return nil, err
+			}
+			initial = append(initial, watch.Event{Type: watch.Added, Object: obj})
+		}
+	} else {
+		if err := s.waitFor(ctx, rv); err != nil {
+			w.cancel()
+			return nil, err
+		}
+	}
+	sw, err := s.st.Watch(ctx, store.WatchOptions{Resource: s.resource(k), Namespace: namespace,
+		Label: opts.Label, Field: fsel, Revision: rv})
+	if errors.Is(err, store.ErrCompacted) {
+		// Past authentication and admission: report as an ERROR event.
+		st := expired(rv, s.st.CompactedRevision()).ErrStatus
+		go func() {
+			defer close(w.out)
+			select {
+			case w.out <- watch.Event{Type: watch.Error, Object: &st}:
+			case <-ctx.Done():
+			case <-w.done:
+			}
+			w.cancel()
+		}()
+		return w, nil
+	}
+	if err != nil {
+		w.cancel()
+		return nil, storeError(err, k.GroupResource(), "")
+	}
+	go s.run(ctx, k, w, sw, initial, rv, opts.AllowBookmarks)
+	return w, nil
+}
+
+// run forwards store events as typed watch events.
+func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw store.Watcher, initial []watch.Event, rv int64, bookmarks bool) {
+	defer close(w.out)
+	defer w.cancel()
+	defer sw.Stop()
+	send := func(ev watch.Event) bool {
+		select {
+		case w.out <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-w.done:
+			return false
+		}
+	}
+	for _, ev := range initial {
+		if !send(ev) {
+			return
+		}
+	}
+	var tick <-chan time.Time
+	if bookmarks {
+		t := time.NewTicker(s.bmk)
+		defer t.Stop()
+		tick = t.C
+	}
+	last := rv
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.done:
+			return
+		case <-tick:
+			obj, err := s.newObject(k.GVK)
+			if err != nil {
+				continue
+			}
+			m, _ := meta.Accessor(obj)
+			m.SetResourceVersion(strconv.FormatInt(last, 10))
+			if !send(watch.Event{Type: watch.Bookmark, Object: obj}) {
+				return
+			}
+		case ev, ok := <-sw.Events():
+			if !ok {
+				if err := sw.Err(); err != nil && !errors.Is(err, store.ErrWatchOverflow) && !errors.Is(err, context.Canceled) {
+					s.log.Warn("watch ended", "resource", k.QualifiedResource(), "err", err)
+				}
+				return
+			}
+			obj, err := s.decode(k, ev.Object)
+			if err != nil {
+				s.log.Error("decode watch event", "key", ev.Object.Key.String(), "err", err)
+				return
+			}
+			var t watch.EventType
+			switch ev.Type {
+			case store.Added:
+				t = watch.Added
+			case store.Modified:
+				t = watch.Modified
+			case store.Deleted:
+				t = watch.Deleted
+			default:
+				continue
+			}
+			last = ev.Object.Revision
+			if !send(watch.Event{Type: t, Object: obj}) {
+				return
+			}
+		}
+	}
+}
+
+// watcher is the watch.Interface handed to callers.
+type watcher struct {
+	out    chan watch.Event
+	done   chan struct{}
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (w *watcher) Stop() {
+	w.once.Do(func() {
+		close(w.done)
+		w.cancel()
+	})
+}
+
+func (w *watcher) ResultChan() <-chan watch.Event { return w.out }

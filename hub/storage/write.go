@@ -1,0 +1,711 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metavalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/store"
+)
+
+// maxRetries bounds the read-modify-write loop of unconditional updates.
+const maxRetries = 16
+
+var namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
+
+type fmKey struct {
+	gvk schema.GroupVersionKind
+	sub string
+}
+
+// fieldManager returns the cached field manager of a kind and subresource.
+func (s *Storage) fieldManager(k *registry.Kind, sub string) (*managedfields.FieldManager, error) {
+	if sub == "finalize" {
+		sub = ""
+	}
+	key := fmKey{k.GVK, sub}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fm := s.fms[key]; fm != nil {
+		return fm, nil
+	}
+	var reset map[fieldpath.APIVersion]fieldpath.Filter
+	if k.HasStatus {
+		p := "status"
+		if sub == "status" {
+			p = "spec"
+		}
+		reset = map[fieldpath.APIVersion]fieldpath.Filter{
+			fieldpath.APIVersion(k.GVK.GroupVersion().String()): fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie(p))),
+		}
+	}
+	fm, err := managedfields.NewDefaultFieldManager(s.typeConverter(), s.scheme, s.scheme, s.scheme,
+		k.GVK, k.GVK.GroupVersion(), sub, reset)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("build field manager for %s: %w", k.GVK, err))
+	}
+	s.fms[key] = fm
+	return fm, nil
+}
+
+// recordUpdate records an Update entry for the manager in obj's
+// managedFields.
+func (s *Storage) recordUpdate(k *registry.Kind, sub string, live, obj runtime.Object, manager string) (runtime.Object, error) {
+	if manager == "" {
+		if m, err := meta.Accessor(obj); err == nil && len(m.GetManagedFields()) == 0 && live != nil {
+			if lm, err := meta.Accessor(live); err == nil {
+				m.SetManagedFields(lm.GetManagedFields())
+			}
+		}
+		return obj, nil
+	}
+	fm, err := s.fieldManager(k, sub)
+	if err != nil {
+		return nil, err
+	}
+	withType(k, obj)
+	withType(k, live)
+	return fm.UpdateNoErrors(live, obj, manager), nil
+}
+
+func accessor(obj runtime.Object) (metav1.Object, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("object has no metadata: %v", err))
+	}
+	return m, nil
+}
+
+// checkNamespace resolves the object's namespace against the URL's.
+func checkNamespace(k *registry.Kind, m metav1.Object, namespace string) error {
+	if !k.Namespaced {
+		m.SetNamespace("")
+		return nil
+	}
+	switch m.GetNamespace() {
+	case "":
+		m.SetNamespace(namespace)
+	case namespace:
+	default:
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	if m.GetNamespace() == "" {
+		return apierrors.NewBadRequest("a namespace is required for " + k.Resource)
+	}
+	return nil
+}
+
+// namespaceAdmits enforces the namespace lifecycle on create.
+func (s *Storage) namespaceAdmits(ctx context.Context, k *registry.Kind, name, namespace string) error {
+	o, err := s.st.Get(ctx, store.Key{Resource: "namespaces", Name: namespace})
+	if errors.Is(err, store.ErrNotFound) {
+		return apierrors.NewNotFound(corev1.Resource("namespaces"), namespace)
+	}
+	if err != nil {
+		return storeError(err, corev1.Resource("namespaces"), namespace)
+	}
+	var ns corev1.Namespace
+	if err := json.Unmarshal(o.Value, &ns); err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("decode namespace %s: %w", namespace, err))
+	}
+	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		return apierrors.NewForbidden(k.GroupResource(), name,
+			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
+	}
+	return nil
+}
+
+// clearStatus resets the Status field of a typed object.
+func clearStatus(obj runtime.Object) {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer {
+		return
+	}
+	f := v.Elem().FieldByName("Status")
+	if f.IsValid() && f.CanSet() {
+		f.Set(reflect.Zero(f.Type()))
+	}
+}
+
+func nameRule(k *registry.Kind) metavalidation.ValidateNameFunc {
+	if k.NameRule != nil {
+		return k.NameRule
+	}
+	return metavalidation.NameIsDNSSubdomain
+}
+
+func invalid(k *registry.Kind, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(k.GVK.GroupKind(), name, errs)
+}
+
+// Create implements API.
+func (s *Storage) Create(ctx context.Context, k *registry.Kind, namespace string, obj runtime.Object, opts Options) (runtime.Object, error) {
+	return s.create(ctx, k, namespace, obj, opts, true)
+}
+
+func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string, obj runtime.Object, opts Options, record bool) (runtime.Object, error) {
+	m, err := accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNamespace(k, m, namespace); err != nil {
+		return nil, err
+	}
+	generated := m.GetName() == "" && m.GetGenerateName() != ""
+	if generated {
+		m.SetName(m.GetGenerateName() + utilrand.String(5))
+	}
+	if k.Namespaced {
+		if err := s.namespaceAdmits(ctx, k, m.GetName(), m.GetNamespace()); err != nil {
+			return nil, err
+		}
+	}
+	m.SetUID(uuid.NewUUID())
+	m.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
+	m.SetDeletionTimestamp(nil)
+	m.SetDeletionGracePeriodSeconds(nil)
+	m.SetResourceVersion("")
+	m.SetSelfLink("")
+	m.SetGeneration(0)
+	if k.HasSpec {
+		m.SetGeneration(1)
+	}
+	if k.Default != nil {
+		k.Default(obj)
+	}
+	if k.HasStatus && !k.StatusOnCreate {
+		clearStatus(obj)
+	}
+	if k.PrepareForCreate != nil {
+		k.PrepareForCreate(obj)
+	}
+	errs := metavalidation.ValidateObjectMetaAccessor(m, k.Namespaced, nameRule(k), field.NewPath("metadata"))
+	if k.Validate != nil {
+		errs = append(errs, k.Validate(obj)...)
+	}
+	if err := invalid(k, m.GetName(), errs); err != nil {
+		return nil, err
+	}
+	if k.Admit != nil {
+		if err := k.Admit(ctx, s.Lister(), obj, nil); err != nil {
+			return nil, admitError(err)
+		}
+	}
+	release := func() {
+		if k.Release != nil {
+			k.Release(obj)
+		}
+	}
+	if record {
+		empty, err := s.newObject(k.GVK)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		if obj, err = s.recordUpdate(k, "", empty, obj, opts.FieldManager); err != nil {
+			release()
+			return nil, err
+		}
+		m, _ = accessor(obj)
+	}
+	for attempt := 0; ; attempt++ {
+		enc, err := s.encode(k, obj)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		var rev int64
+		if opts.DryRun {
+			_, err = s.st.Get(ctx, enc.Key)
+			switch {
+			case err == nil:
+				err = store.ErrExists
+			case errors.Is(err, store.ErrNotFound):
+				err = nil
+				rev = s.st.Revision()
+			}
+		} else {
+			rev, err = s.st.Create(ctx, enc)
+		}
+		if errors.Is(err, store.ErrExists) && generated && attempt < 8 {
+			m.SetName(m.GetGenerateName() + utilrand.String(5))
+			continue
+		}
+		if err != nil {
+			release()
+			if errors.Is(err, store.ErrExists) {
+				return nil, s.alreadyExists(ctx, k, enc.Key)
+			}
+			return nil, storeError(err, k.GroupResource(), m.GetName())
+		}
+		if opts.DryRun {
+			release()
+		}
+		enc.Revision = rev
+		return s.decode(k, enc)
+	}
+}
+
+// alreadyExists builds the 409 for a create of an existing key.
+func (s *Storage) alreadyExists(ctx context.Context, k *registry.Kind, key store.Key) error {
+	err := apierrors.NewAlreadyExists(k.GroupResource(), key.Name)
+	if o, gerr := s.st.Get(ctx, key); gerr == nil {
+		if cur, derr := s.decode(s.storedKind(k), o); derr == nil {
+			if m, merr := meta.Accessor(cur); merr == nil && m.GetDeletionTimestamp() != nil {
+				err.ErrStatus.Message = "object is being deleted: " + err.ErrStatus.Message
+			}
+		}
+	}
+	return err
+}
+
+// admitError keeps API errors from admission and wraps anything else.
+func admitError(err error) error {
+	var se *apierrors.StatusError
+	if errors.As(err, &se) {
+		return se
+	}
+	return apierrors.NewInternalError(fmt.Errorf("admit: %w", err))
+}
+
+// Update implements API.
+func (s *Storage) Update(ctx context.Context, k *registry.Kind, namespace, name string, obj runtime.Object, opts Options) (runtime.Object, error) {
+	m, err := accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	if m.GetName() == "" {
+		m.SetName(name)
+	}
+	if m.GetName() != name {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), name))
+	}
+	if err := checkNamespace(k, m, namespace); err != nil {
+		return nil, err
+	}
+	if _, err := parseRV(m.GetResourceVersion()); err != nil {
+		return nil, err
+	}
+	return s.update(ctx, k, namespace, name, opts, record, func(runtime.Object) (runtime.Object, error) {
+		return obj.DeepCopyObject(), nil
+	})
+}
+
+// GuaranteedUpdate implements API.
+func (s *Storage) GuaranteedUpdate(ctx context.Context, k *registry.Kind, namespace, name string, opts Options, tryUpdate func(current runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
+	return s.update(ctx, k, namespace, name, opts, record, tryUpdate)
+}
+
+// updateMode selects what update does beyond storing the result.
+type updateMode int
+
+const (
+	// record: full update processing, recording an Update managedFields
+	// entry.
+	record updateMode = iota
+	// applied: full update processing; managedFields were set by apply.
+	applied
+	// raw: store what tryUpdate returns, recording managedFields only
+	// (pods/binding, which upstream writes without the pod's update
+	// validation).
+	raw
+)
+
+// update is the read-modify-write loop behind every update.
+func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name string, opts Options, mode updateMode, tryUpdate func(runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
+	key := s.key(k, namespace, name)
+	for attempt := 0; ; attempt++ {
+		o, err := s.st.Get(ctx, key)
+		if err != nil {
+			return nil, storeError(err, k.GroupResource(), name)
+		}
+		cur, err := s.decode(k, o)
+		if err != nil {
+			return nil, err
+		}
+		obj, err := tryUpdate(cur.DeepCopyObject())
+		if err != nil {
+			return nil, err
+		}
+		m, err := accessor(obj)
+		if err != nil {
+			return nil, err
+		}
+		pinned := m.GetResourceVersion() != ""
+		if pinned && m.GetResourceVersion() != strconv.FormatInt(o.Revision, 10) {
+			return nil, conflictError(k.GroupResource(), name)
+		}
+		out := obj
+		if mode == raw {
+			if out, err = s.recordUpdate(k, opts.Subresource, cur.DeepCopyObject(), obj, opts.FieldManager); err != nil {
+				return nil, err
+			}
+		} else if out, err = s.prepareUpdate(ctx, k, cur, obj, opts, mode == record); err != nil {
+			return nil, err
+		}
+		enc, err := s.encode(k, out)
+		if err != nil {
+			s.releaseNew(k, out, cur)
+			return nil, err
+		}
+		// An update that changes nothing, or only the timestamps of
+		// managedFields entries, is not written.
+		same := out.DeepCopyObject()
+		keepManagedFieldsTimes(same, cur)
+		cmpNew, err := s.encode(k, same)
+		if err != nil {
+			return nil, err
+		}
+		cmpOld, err := s.encode(k, cur)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(cmpNew.Value, cmpOld.Value) && reflect.DeepEqual(cmpNew.Fields, cmpOld.Fields) {
+			return cur, nil
+		}
+		if opts.DryRun {
+			if shouldDeleteDuringUpdate(out) {
+				return out, nil
+			}
+			enc.Revision = o.Revision
+			return s.decode(k, enc)
+		}
+		if shouldDeleteDuringUpdate(out) {
+			gone, err := s.st.Delete(ctx, key, o.Revision)
+			if errors.Is(err, store.ErrConflict) && attempt < maxRetries {
+				continue
+			}
+			if err != nil {
+				return nil, storeError(err, k.GroupResource(), name)
+			}
+			if k.Release != nil {
+				k.Release(cur)
+			}
+			return s.decode(k, gone)
+		}
+		rev, err := s.st.Update(ctx, enc, o.Revision)
+		if errors.Is(err, store.ErrConflict) && attempt < maxRetries {
+			s.releaseNew(k, out, cur)
+			continue
+		}
+		if err != nil {
+			s.releaseNew(k, out, cur)
+			return nil, storeError(err, k.GroupResource(), name)
+		}
+		enc.Revision = rev
+		return s.decode(k, enc)
+	}
+}
+
+// releaseNew is a no-op hook point: Release undoes reservations for a whole
+// object, which an update that fails must not do for the stored one.
+func (s *Storage) releaseNew(*registry.Kind, runtime.Object, runtime.Object) {}
+
+// shouldDeleteDuringUpdate reports whether an update removed the last
+// finalizer of an object being deleted without grace.
+func shouldDeleteDuringUpdate(obj runtime.Object) bool {
+	m, err := meta.Accessor(obj)
+	if err != nil || m.GetDeletionTimestamp() == nil || len(m.GetFinalizers()) > 0 {
+		return false
+	}
+	if g := m.GetDeletionGracePeriodSeconds(); g != nil && *g != 0 {
+		return false
+	}
+	if ns, ok := obj.(*corev1.Namespace); ok && len(ns.Spec.Finalizers) > 0 {
+		return false
+	}
+	return true
+}
+
+// prepareUpdate turns the requested object into the one to store.
+func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj runtime.Object, opts Options, recordFields bool) (runtime.Object, error) {
+	m, err := accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	om, _ := meta.Accessor(cur)
+	if m.GetName() != om.GetName() {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), om.GetName()))
+	}
+	if k.Namespaced && m.GetNamespace() != om.GetNamespace() {
+		if m.GetNamespace() != "" {
+			return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+	}
+	m.SetNamespace(om.GetNamespace())
+	if m.GetUID() == "" {
+		m.SetUID(om.GetUID())
+	} else if m.GetUID() != om.GetUID() {
+		return nil, apierrors.NewConflict(k.GroupResource(), om.GetName(),
+			fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", m.GetUID(), om.GetUID()))
+	}
+	if m.GetResourceVersion() == "" {
+		m.SetResourceVersion(om.GetResourceVersion())
+	}
+	m.SetCreationTimestamp(om.GetCreationTimestamp())
+	m.SetDeletionTimestamp(om.GetDeletionTimestamp())
+	m.SetDeletionGracePeriodSeconds(om.GetDeletionGracePeriodSeconds())
+	m.SetGeneration(om.GetGeneration())
+	m.SetSelfLink("")
+
+	switch opts.Subresource {
+	case "":
+		if k.HasStatus {
+			if obj, err = s.copyTop(k, obj, cur, func(dst, src map[string]any) {
+				setOrDelete(dst, "status", src)
+			}); err != nil {
+				return nil, err
+			}
+		}
+	case "status":
+		if !k.HasStatus {
+			return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
+		}
+		if obj, err = s.copyTop(k, obj, cur, func(dst, src map[string]any) {
+			for key := range dst {
+				if key != "status" && key != "metadata" {
+					delete(dst, key)
+				}
+			}
+			for key, v := range src {
+				if key != "status" && key != "metadata" {
+					dst[key] = v
+				}
+			}
+		}); err != nil {
+			return nil, err
+		}
+	case "finalize":
+		if k.GVK != namespaceGVK {
+			return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
+		}
+		ns := obj.(*corev1.Namespace)
+		fin := ns.Spec.Finalizers
+		obj = cur.DeepCopyObject()
+		obj.(*corev1.Namespace).Spec.Finalizers = fin
+	default:
+		return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
+	}
+	m, _ = meta.Accessor(obj)
+	if k.Default != nil {
+		k.Default(obj)
+	}
+	if opts.Subresource == "" && k.PrepareForUpdate != nil {
+		k.PrepareForUpdate(obj, cur)
+	}
+	if k.HasSpec && opts.Subresource == "" {
+		var changed bool
+		if k.GenerationChanged != nil {
+			changed = k.GenerationChanged(obj, cur)
+		} else {
+			changed = specChanged(obj, cur)
+		}
+		if changed {
+			m.SetGeneration(om.GetGeneration() + 1)
+		}
+	}
+	path := field.NewPath("metadata")
+	errs := metavalidation.ValidateObjectMetaAccessor(m, k.Namespaced, nameRule(k), path)
+	errs = append(errs, metavalidation.ValidateObjectMetaAccessorUpdate(m, om, path)...)
+	switch opts.Subresource {
+	case "status":
+		if k.ValidateStatusUpdate != nil {
+			errs = append(errs, k.ValidateStatusUpdate(obj, cur)...)
+		}
+	default:
+		if k.ValidateUpdate != nil {
+			errs = append(errs, k.ValidateUpdate(obj, cur)...)
+		} else if k.Validate != nil {
+			errs = append(errs, k.Validate(obj)...)
+		}
+	}
+	if err := invalid(k, m.GetName(), errs); err != nil {
+		return nil, err
+	}
+	if k.Admit != nil {
+		if err := k.Admit(ctx, s.Lister(), obj, cur); err != nil {
+			return nil, admitError(err)
+		}
+	}
+	if recordFields {
+		if obj, err = s.recordUpdate(k, opts.Subresource, cur.DeepCopyObject(), obj, opts.FieldManager); err != nil {
+			return nil, err
+		}
+	}
+	return obj, nil
+}
+
+// keepManagedFieldsTimes gives managedFields entries that only changed
+// their timestamp the stored timestamp back, so that such an update is a
+// no-op.
+func keepManagedFieldsTimes(obj, cur runtime.Object) {
+	m, err1 := meta.Accessor(obj)
+	om, err2 := meta.Accessor(cur)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	nf, of := m.GetManagedFields(), om.GetManagedFields()
+	if len(nf) != len(of) {
+		return
+	}
+	for i := range nf {
+		a, b := nf[i], of[i]
+		a.Time, b.Time = nil, nil
+		if !apiequality.Semantic.DeepEqual(a, b) {
+			return
+		}
+	}
+	m.SetManagedFields(of)
+}
+
+func setOrDelete(dst map[string]any, key string, src map[string]any) {
+	if v, ok := src[key]; ok {
+		dst[key] = v
+	} else {
+		delete(dst, key)
+	}
+}
+
+// copyTop edits the unstructured form of obj with values from cur and
+// returns the typed result.
+func (s *Storage) copyTop(k *registry.Kind, obj, cur runtime.Object, edit func(dst, src map[string]any)) (runtime.Object, error) {
+	dst, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
+	}
+	src, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cur)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
+	}
+	edit(dst, src)
+	out, err := s.newObject(k.GVK)
+	if err != nil {
+		return nil, err
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(dst, out); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
+	}
+	return withType(k, out), nil
+}
+
+// specChanged compares the "spec" fields of two objects.
+func specChanged(obj, old runtime.Object) bool {
+	a := reflect.ValueOf(obj).Elem().FieldByName("Spec")
+	b := reflect.ValueOf(old).Elem().FieldByName("Spec")
+	if !a.IsValid() || !b.IsValid() {
+		return false
+	}
+	return !apiequality.Semantic.DeepEqual(a.Interface(), b.Interface())
+}
+
+// Apply implements API.
+func (s *Storage) Apply(ctx context.Context, k *registry.Kind, namespace, name string, patch []byte, opts Options) (runtime.Object, bool, error) {
+	if opts.FieldManager == "" {
+		return nil, false, apierrors.NewBadRequest("PATCH /apply requires fieldManager to be set")
+	}
+	var pm map[string]any
+	if err := yaml.Unmarshal(patch, &pm); err != nil {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+	}
+	if pm == nil {
+		return nil, false, apierrors.NewBadRequest("the apply patch is empty")
+	}
+	po := &unstructured.Unstructured{Object: pm}
+	if po.GetAPIVersion() != k.GVK.GroupVersion().String() || po.GetKind() != k.GVK.Kind {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the apply patch has apiVersion %q and kind %q, expected %q and %q",
+			po.GetAPIVersion(), po.GetKind(), k.GVK.GroupVersion().String(), k.GVK.Kind))
+	}
+	if po.GetName() != "" && po.GetName() != name {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", po.GetName(), name))
+	}
+	if k.Namespaced && po.GetNamespace() != "" && po.GetNamespace() != namespace {
+		return nil, false, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	fm, err := s.fieldManager(k, opts.Subresource)
+	if err != nil {
+		return nil, false, err
+	}
+	_, err = s.st.Get(ctx, s.key(k, namespace, name))
+	if errors.Is(err, store.ErrNotFound) {
+		if opts.Subresource != "" {
+			return nil, false, apierrors.NewNotFound(k.GroupResource(), name)
+		}
+		live, err := s.newObject(k.GVK)
+		if err != nil {
+			return nil, false, err
+		}
+		lm, _ := meta.Accessor(live)
+		lm.SetName(name)
+		if k.Namespaced {
+			lm.SetNamespace(namespace)
+		}
+		obj, err := fm.Apply(live, po.DeepCopy(), opts.FieldManager, opts.Force)
+		if err != nil {
+			return nil, false, applyError(err)
+		}
+		out, err := s.create(ctx, k, namespace, obj, opts, false)
+		if apierrors.IsAlreadyExists(err) {
+			// Created concurrently: apply to what is there now.
+			out, err = s.applyUpdate(ctx, k, namespace, name, po, fm, opts)
+			return out, false, err
+		}
+		return out, err == nil, err
+	}
+	if err != nil {
+		return nil, false, storeError(err, k.GroupResource(), name)
+	}
+	out, err := s.applyUpdate(ctx, k, namespace, name, po, fm, opts)
+	return out, false, err
+}
+
+func (s *Storage) applyUpdate(ctx context.Context, k *registry.Kind, namespace, name string, po *unstructured.Unstructured, fm *managedfields.FieldManager, opts Options) (runtime.Object, error) {
+	return s.update(ctx, k, namespace, name, opts, applied, func(cur runtime.Object) (runtime.Object, error) {
+		obj, err := fm.Apply(withType(k, cur), po.DeepCopy(), opts.FieldManager, opts.Force)
+		if err != nil {
+			return nil, applyError(err)
+		}
+		if po.GetResourceVersion() == "" {
+			if m, err := meta.Accessor(obj); err == nil {
+				m.SetResourceVersion("")
+			}
+		}
+		return obj, nil
+	})
+}
+
+func applyError(err error) error {
+	var se *apierrors.StatusError
+	if errors.As(err, &se) {
+		return se
+	}
+	var ae apierrors.APIStatus
+	if errors.As(err, &ae) {
+		return &apierrors.StatusError{ErrStatus: ae.Status()}
+	}
+	return apierrors.NewBadRequest(err.Error())
+}
