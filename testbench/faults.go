@@ -1,0 +1,166 @@
+package testbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// inNetns locks the calling goroutine's thread, enters the namespace and
+// runs fn. It never unlocks the thread, so the caller must run it on a
+// goroutine of its own that ends afterwards.
+func inNetns(path string, fn func() error) error {
+	runtime.LockOSThread()
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open netns: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter netns: %w", err)
+	}
+	return fn()
+}
+
+func (l *Lab) site(name string) (*site, error) {
+	s := l.sites[name]
+	if s == nil {
+		return nil, fmt.Errorf("no site %q", name)
+	}
+	return s, nil
+}
+
+// Direction selects which way a partition cuts.
+type Direction int
+
+const (
+	// Both cuts traffic both ways.
+	Both Direction = iota
+	// Upstream cuts traffic from the site to the hub.
+	Upstream
+	// Downstream cuts traffic from the hub to the site.
+	Downstream
+)
+
+// Partition cuts a site's uplink in the given direction, including packets
+// already queued on it. It takes effect before it returns.
+func (l *Lab) Partition(siteName string, d Direction) error {
+	s, err := l.site(siteName)
+	if err != nil {
+		return fmt.Errorf("partition: %w", err)
+	}
+	if d == Both || d == Upstream {
+		s.relay.blockUp.Store(true)
+	}
+	if d == Both || d == Downstream {
+		s.relay.blockDown.Store(true)
+	}
+	l.log.Info("partitioned", "site", siteName, "direction", d)
+	return nil
+}
+
+// Heal undoes every partition of a site.
+func (l *Lab) Heal(siteName string) error {
+	s, err := l.site(siteName)
+	if err != nil {
+		return fmt.Errorf("heal: %w", err)
+	}
+	s.relay.blockUp.Store(false)
+	s.relay.blockDown.Store(false)
+	l.log.Info("healed", "site", siteName)
+	return nil
+}
+
+// Shape replaces the impairment of a site's uplink.
+func (l *Lab) Shape(siteName string, p LinkParams) error {
+	s, err := l.site(siteName)
+	if err != nil {
+		return fmt.Errorf("shape: %w", err)
+	}
+	s.relay.set(p)
+	l.log.Info("shaped", "site", siteName, "params", p)
+	return nil
+}
+
+// Link returns a site's current impairment.
+func (l *Lab) Link(siteName string) (LinkParams, error) {
+	s, err := l.site(siteName)
+	if err != nil {
+		return LinkParams{}, fmt.Errorf("get link: %w", err)
+	}
+	return *s.relay.params.Load(), nil
+}
+
+// Rebind changes the site's public NAT mapping: the router moves to a new
+// source port range and forgets its connection tracking, so every flow of
+// the site, existing ones included, appears at the hub from a new port.
+func (l *Lab) Rebind(ctx context.Context, siteName string) error {
+	s, err := l.site(siteName)
+	if err != nil {
+		return fmt.Errorf("rebind: %w", err)
+	}
+	s.rebind++
+	if err := l.setNAT(ctx, s, s.rebind); err != nil {
+		return fmt.Errorf("rebind: %w", err)
+	}
+	// conntrack -F exits 0 with an empty table too.
+	if err := nsRun(ctx, s.router.Netns, "conntrack", "-F"); err != nil {
+		return fmt.Errorf("rebind: %w", err)
+	}
+	l.log.Info("rebound", "site", siteName, "generation", s.rebind)
+	return nil
+}
+
+// FillDisk fills a node's data dir until it is full, leaving free bytes
+// unused (0 fills it completely). Remove the file at the returned path to
+// free the space again.
+func (l *Lab) FillDisk(node string, free int64) (string, error) {
+	h := l.hosts[node]
+	if h == nil || h.DataDir == "" {
+		return "", fmt.Errorf("fill disk: no node %q", node)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(h.DataDir, &st); err != nil {
+		return "", fmt.Errorf("fill disk: %w", err)
+	}
+	avail := int64(st.Bavail)*st.Bsize - free
+	path := filepath.Join(h.DataDir, ".tether-lab-fill")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("fill disk: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for avail > 0 {
+		n := int64(len(buf))
+		if n > avail {
+			n = avail
+		}
+		w, err := f.Write(buf[:n])
+		avail -= int64(w)
+		if errors.Is(err, syscall.ENOSPC) {
+			break
+		}
+		if err != nil {
+			return path, fmt.Errorf("fill disk: %w", err)
+		}
+	}
+	return path, nil
+}
+
+// ErrSlowDiskUnsupported is returned by SlowDisk. Node data dirs are tmpfs;
+// the usual way to slow a disk, a device-mapper delay target over a loop
+// device, needs CONFIG_BLK_DEV_DM, which tether's CI kernel lacks. A FUSE
+// pass-through with injected latency would work there but is not built.
+var ErrSlowDiskUnsupported = errors.New("slow disk is not supported: no device-mapper in this kernel and no FUSE delay layer in the lab")
+
+// SlowDisk would add latency to a node's disk; see ErrSlowDiskUnsupported.
+func (l *Lab) SlowDisk(node string, _ int) error {
+	return fmt.Errorf("slow disk of %s: %w", node, ErrSlowDiskUnsupported)
+}
