@@ -1,0 +1,285 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Media types the server reads and writes.
+const (
+	mediaJSON     = "application/json"
+	mediaYAML     = "application/yaml"
+	mediaProtobuf = "application/vnd.kubernetes.protobuf"
+)
+
+// output is what a response should look like.
+type output struct {
+	info runtime.SerializerInfo
+	// as is "", "Table", "PartialObjectMetadata" or
+	// "PartialObjectMetadataList"; asVersion the meta.k8s.io version.
+	as        string
+	asVersion string
+}
+
+// toStatus turns any error into a *apierrors.StatusError.
+func toStatus(err error) *apierrors.StatusError {
+	var se *apierrors.StatusError
+	if errors.As(err, &se) {
+		return se
+	}
+	var as apierrors.APIStatus
+	if errors.As(err, &as) {
+		return &apierrors.StatusError{ErrStatus: as.Status()}
+	}
+	return apierrors.NewInternalError(err)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	st := toStatus(err).ErrStatus
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	if st.Status == "" {
+		st.Status = metav1.StatusFailure
+	}
+	code := int(st.Code)
+	if code == 0 {
+		code = http.StatusInternalServerError
+		st.Code = int32(code)
+	}
+	if st.Reason == metav1.StatusReasonTooManyRequests && st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(st.Details.RetryAfterSeconds))
+	}
+	s.writeRawJSON(w, code, &st)
+}
+
+func (s *Server) writeRawJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code = http.StatusInternalServerError
+		b = []byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"encode response","reason":"InternalError","code":500}`)
+	}
+	w.Header().Set("Content-Type", mediaJSON)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+	_, _ = w.Write([]byte("\n"))
+}
+
+// serializerFor returns the serializer for a bare media type.
+func (s *Server) serializerFor(media string) (runtime.SerializerInfo, bool) {
+	for _, info := range s.codecs.SupportedMediaTypes() {
+		if info.MediaType == media {
+			return info, true
+		}
+	}
+	return runtime.SerializerInfo{}, false
+}
+
+// negotiate picks the response format from the Accept header. allowAs
+// lists which "as=" transformations the endpoint can produce.
+func (s *Server) negotiate(r *http.Request, allowAs ...string) (output, error) {
+	accept := r.Header.Get("Accept")
+	if strings.TrimSpace(accept) == "" {
+		info, _ := s.serializerFor(mediaJSON)
+		return output{info: info}, nil
+	}
+	for _, part := range strings.Split(accept, ",") {
+		media, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch media {
+		case "*/*", "application/*":
+			media = mediaJSON
+		case mediaJSON, mediaYAML, mediaProtobuf:
+		default:
+			continue
+		}
+		info, ok := s.serializerFor(media)
+		if !ok {
+			continue
+		}
+		as := params["as"]
+		if as == "" {
+			return output{info: info}, nil
+		}
+		if params["g"] != metav1.GroupName || (params["v"] != "v1" && params["v"] != "v1beta1") {
+			continue
+		}
+		for _, a := range allowAs {
+			if a == as {
+				return output{info: info, as: as, asVersion: params["v"]}, nil
+			}
+		}
+	}
+	return output{}, statusErr(http.StatusNotAcceptable, fmt.Sprintf("only the following media types are accepted: %s", strings.Join(s.acceptedTypes(), ", ")))
+}
+
+func (s *Server) acceptedTypes() []string {
+	var out []string
+	for _, info := range s.codecs.SupportedMediaTypes() {
+		out = append(out, info.MediaType)
+	}
+	return out
+}
+
+// setKind fills obj's TypeMeta from the scheme, preferring gv.
+func (s *Server) setKind(obj runtime.Object, gv schema.GroupVersion) error {
+	gvks, _, err := s.scheme.ObjectKinds(obj)
+	if err != nil {
+		return fmt.Errorf("find kind of %T: %w", obj, err)
+	}
+	pick := gvks[0]
+	for _, g := range gvks {
+		if g.GroupVersion() == gv {
+			pick = g
+			break
+		}
+	}
+	obj.GetObjectKind().SetGroupVersionKind(pick)
+	return nil
+}
+
+// encode serializes obj with the output's serializer after setting its
+// TypeMeta.
+func (s *Server) encode(out output, obj runtime.Object, gv schema.GroupVersion, w io.Writer) error {
+	if err := s.setKind(obj, gv); err != nil {
+		return err
+	}
+	return out.info.Serializer.Encode(obj, w)
+}
+
+// writeObject writes obj with status code under the negotiated format.
+func (s *Server) writeObject(w http.ResponseWriter, code int, out output, obj runtime.Object, gv schema.GroupVersion) {
+	var buf strings.Builder
+	if err := s.encode(out, obj, gv, &buf); err != nil {
+		s.writeError(w, apierrors.NewInternalError(fmt.Errorf("encode response: %w", err)))
+		return
+	}
+	w.Header().Set("Content-Type", out.info.MediaType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, buf.String())
+}
+
+// readBody reads a request body up to the size limit.
+func (s *Server) readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil {
+		return nil, nil
+	}
+	if r.ContentLength > s.maxBody {
+		return nil, tooLarge(s.maxBody)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, s.maxBody+1))
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("read request body: %v", err))
+	}
+	if int64(len(b)) > s.maxBody {
+		return nil, tooLarge(s.maxBody)
+	}
+	return b, nil
+}
+
+func tooLarge(limit int64) error {
+	return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit))
+}
+
+// bodySerializer returns the serializer for the request's Content-Type.
+func (s *Server) bodySerializer(r *http.Request) (runtime.SerializerInfo, error) {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		ct = mediaJSON
+	}
+	media, _, err := mime.ParseMediaType(ct)
+	if err == nil {
+		if info, ok := s.serializerFor(media); ok {
+			return info, nil
+		}
+	}
+	return runtime.SerializerInfo{}, unsupportedMedia(ct, s.acceptedTypes())
+}
+
+// decodeBody decodes a request body into a new object of gvk, honouring
+// fieldValidation. It returns warnings for fieldValidation=Warn.
+func (s *Server) decodeBody(r *http.Request, body []byte, gvk schema.GroupVersionKind, validation string) (runtime.Object, []string, error) {
+	info, err := s.bodySerializer(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	into, err := s.scheme.New(gvk)
+	if err != nil {
+		return nil, nil, apierrors.NewInternalError(fmt.Errorf("create %s: %w", gvk, err))
+	}
+	return s.decodeWith(info, body, gvk, into, validation)
+}
+
+func (s *Server) decodeWith(info runtime.SerializerInfo, body []byte, gvk schema.GroupVersionKind, into runtime.Object, validation string) (runtime.Object, []string, error) {
+	if len(body) == 0 {
+		return nil, nil, apierrors.NewBadRequest("the body of the request was empty")
+	}
+	dec := info.Serializer
+	if validation != metav1.FieldValidationIgnore && info.StrictSerializer != nil {
+		dec = info.StrictSerializer
+	}
+	obj, actual, err := dec.Decode(body, &gvk, into)
+	var warnings []string
+	if err != nil {
+		if strict, ok := runtime.AsStrictDecodingError(err); ok && obj != nil {
+			switch validation {
+			case metav1.FieldValidationStrict:
+				return nil, nil, apierrors.NewBadRequest(err.Error())
+			case metav1.FieldValidationWarn:
+				for _, e := range strict.Errors() {
+					warnings = append(warnings, e.Error())
+				}
+			}
+		} else {
+			return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding %s: %v", strings.ToUpper(strings.TrimPrefix(info.MediaType, "application/")), err))
+		}
+	}
+	if actual != nil && actual.GroupVersion() != gvk.GroupVersion() {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", actual.GroupVersion(), gvk.GroupVersion()))
+	}
+	if actual != nil && actual.Kind != gvk.Kind {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the kind in the data (%s) does not match the expected kind (%s)", actual.Kind, gvk.Kind))
+	}
+	return obj, warnings, nil
+}
+
+// addWarnings sets HTTP Warning headers as upstream does (code 299).
+func addWarnings(w http.ResponseWriter, warnings []string) {
+	for _, m := range warnings {
+		w.Header().Add("Warning", fmt.Sprintf("299 - %q", m))
+	}
+}
+
+func unsupportedMedia(ct string, accepted []string) error {
+	return statusErr(http.StatusUnsupportedMediaType, fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s", strings.Join(accepted, ", ")))
+}
+
+// statusErr builds a failure Status with the reason upstream uses for code.
+func statusErr(code int, message string) *apierrors.StatusError {
+	reason := metav1.StatusReasonUnknown
+	switch code {
+	case http.StatusNotFound:
+		reason = metav1.StatusReasonNotFound
+	case http.StatusNotAcceptable:
+		reason = metav1.StatusReasonNotAcceptable
+	case http.StatusUnsupportedMediaType:
+		reason = metav1.StatusReasonUnsupportedMediaType
+	case http.StatusUnprocessableEntity:
+		reason = metav1.StatusReasonInvalid
+	case http.StatusBadRequest:
+		reason = metav1.StatusReasonBadRequest
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message}}
+}

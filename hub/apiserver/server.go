@@ -1,0 +1,376 @@
+// Package apiserver is the HTTP layer of the hub's Kubernetes API: it
+// authenticates and authorizes requests, routes them to resources described
+// by hub/registry, negotiates content types with apimachinery's codecs,
+// decodes bodies, query parameters and patches, calls hub/storage, and
+// writes objects, server-side tables, watch streams and metav1.Status errors
+// the way an upstream API server does, so that unmodified kubectl and
+// client-go work against it.
+package apiserver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1beta1 "k8s.io/apimachinery/pkg/apis/meta/v1beta1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/version"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/storage"
+)
+
+// Authorizer decides whether an authenticated user may perform a request.
+type Authorizer interface {
+	// Authorize returns nil to allow the request, or an error (usually a
+	// Forbidden *apierrors.StatusError) to deny it.
+	Authorize(u *auth.User, a Attributes) error
+}
+
+// Attributes describe a request for authorization.
+type Attributes struct {
+	// Verb is get, list, watch, create, update, patch, delete or
+	// deletecollection for resource requests; the lower-case HTTP method
+	// for others.
+	Verb        string
+	Resource    bool
+	Group       string
+	Version     string
+	Kind        string
+	Namespace   string
+	Name        string
+	Subresource string
+	// Path is the request path (used for non-resource requests).
+	Path string
+}
+
+type allowAll struct{}
+
+func (allowAll) Authorize(*auth.User, Attributes) error { return nil }
+
+// Config configures a Server.
+type Config struct {
+	// Storage performs every object operation. Required.
+	Storage storage.API
+	// Kinds are the served resources. Required.
+	Kinds []*registry.Kind
+	// Authenticator identifies users; nil treats every request as
+	// anonymous, which answers 401 to everything but public health paths.
+	Authenticator auth.Authenticator
+	// Authorizer decides what authenticated users may do; nil allows
+	// everything.
+	Authorizer Authorizer
+	// Discovery serves /api, /api/v1, /apis, /apis/<g> and /apis/<g>/<v>;
+	// nil answers 404 there.
+	Discovery http.Handler
+	// OpenAPI serves /openapi/v2 and /openapi/v3[/...]; nil answers 404.
+	OpenAPI http.Handler
+	// Version is served at /version.
+	Version version.Info
+	// MaxRequestBytes caps request bodies; zero means 3 MiB.
+	MaxRequestBytes int64
+	// Logger receives request logs at debug level and panics at error
+	// level; nil means slog.Default().
+	Logger *slog.Logger
+	// ReadyChecks are extra named checks for /readyz; each returns nil
+	// when ready. Nil means only the built-in ping check.
+	ReadyChecks map[string]func() error
+}
+
+// Server serves the Kubernetes API over HTTP.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	scheme  *runtime.Scheme
+	codecs  serializer.CodecFactory
+	kinds   map[schema.GroupVersion]map[string]*registry.Kind
+	authz   Authorizer
+	metrics *metrics
+	maxBody int64
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Storage == nil {
+		return nil, errors.New("create apiserver: no storage")
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		kinds:   map[schema.GroupVersion]map[string]*registry.Kind{},
+		authz:   cfg.Authorizer,
+		metrics: newMetrics(),
+		maxBody: cfg.MaxRequestBytes,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.authz == nil {
+		s.authz = allowAll{}
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = 3 << 20
+	}
+	s.scheme = runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s.scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := metav1.AddMetaToScheme(s.scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := metav1beta1.AddMetaToScheme(s.scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	// Upstream accepts DeleteOptions (and the other options) under the
+	// meta.k8s.io/v1 group as well as under every served group version.
+	s.scheme.AddKnownTypes(metav1.SchemeGroupVersion, &metav1.ListOptions{}, &metav1.GetOptions{},
+		&metav1.DeleteOptions{}, &metav1.CreateOptions{}, &metav1.UpdateOptions{}, &metav1.PatchOptions{})
+	s.codecs = serializer.NewCodecFactory(s.scheme, serializer.EnableStrict)
+	for _, k := range cfg.Kinds {
+		gv := k.GVK.GroupVersion()
+		if s.kinds[gv] == nil {
+			s.kinds[gv] = map[string]*registry.Kind{}
+		}
+		if _, err := s.scheme.New(k.GVK); err != nil {
+			return nil, fmt.Errorf("register kind %s: %w", k.GVK, err)
+		}
+		s.kinds[gv][k.Resource] = k
+	}
+	return s, nil
+}
+
+// Handler returns the HTTP handler serving the whole API.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(s.serve)
+}
+
+type ctxWriter struct {
+	http.ResponseWriter
+	code    int
+	written bool
+}
+
+func (w *ctxWriter) WriteHeader(code int) {
+	if !w.written {
+		w.code = code
+		w.written = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *ctxWriter) Write(b []byte) (int, error) {
+	if !w.written {
+		w.code = http.StatusOK
+		w.written = true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *ctxWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *ctxWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// request carries what the pipeline learned about one request.
+type request struct {
+	id    string
+	attrs Attributes
+	kind  *registry.Kind
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	w := &ctxWriter{ResponseWriter: rw}
+	req := &request{id: newRequestID()}
+	w.Header().Set("Audit-Id", req.id)
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("apiserver: panic serving request", "request_id", req.id, "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			if !w.written {
+				s.writeError(w, apierrors.NewInternalError(fmt.Errorf("panic: %v", p)))
+			}
+		}
+		code := w.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		verb := req.attrs.Verb
+		if verb == "" {
+			verb = strings.ToLower(r.Method)
+		}
+		res := req.attrs.Kind
+		if req.attrs.Subresource != "" {
+			res += "/" + req.attrs.Subresource
+		}
+		if verb != "watch" {
+			s.metrics.observe(verb, res, code, time.Since(start))
+		} else {
+			s.metrics.observe(verb, res, code, 0)
+		}
+		s.log.Debug("apiserver: request", "request_id", req.id, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "code", code, "duration", time.Since(start), "user_agent", r.UserAgent())
+	}()
+
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	if path == "" {
+		path = "/"
+	}
+	if s.publicPath(path) {
+		s.serveNonResource(w, r, path)
+		return
+	}
+	u, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	r = r.WithContext(auth.WithUser(r.Context(), u))
+
+	if strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/apis/") {
+		segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+		if segs[0] == "api" && len(segs) > 2 || segs[0] == "apis" && len(segs) > 3 {
+			s.serveResource(w, r, req, u, segs)
+			return
+		}
+	}
+	req.attrs = Attributes{Verb: strings.ToLower(r.Method), Path: path}
+	if err := s.authz.Authorize(u, req.attrs); err != nil {
+		s.writeError(w, toStatus(err))
+		return
+	}
+	s.serveNonResource(w, r, path)
+}
+
+// publicPath reports whether path is readable without credentials, as
+// upstream's system:public-info-viewer role allows.
+func (s *Server) publicPath(path string) bool {
+	switch {
+	case path == "/version", path == "/healthz", path == "/livez", path == "/readyz":
+		return true
+	case strings.HasPrefix(path, "/healthz/"), strings.HasPrefix(path, "/livez/"), strings.HasPrefix(path, "/readyz/"):
+		return true
+	}
+	return false
+}
+
+func (s *Server) authenticate(r *http.Request) (*auth.User, error) {
+	if s.cfg.Authenticator == nil {
+		return nil, apierrors.NewUnauthorized("Unauthorized")
+	}
+	u, ok, err := s.cfg.Authenticator.Authenticate(r)
+	if err != nil || !ok || u == nil {
+		if err != nil {
+			s.log.Debug("apiserver: authentication failed", "error", err)
+		}
+		return nil, apierrors.NewUnauthorized("Unauthorized")
+	}
+	return u, nil
+}
+
+func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request, path string) {
+	switch {
+	case path == "/api" || path == "/apis" || path == "/api/v1" ||
+		strings.HasPrefix(path, "/apis/") && strings.Count(path, "/") <= 3:
+		if s.cfg.Discovery == nil {
+			s.writeError(w, notFoundPath())
+			return
+		}
+		s.cfg.Discovery.ServeHTTP(w, r)
+	case path == "/openapi/v2" || path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/"):
+		if s.cfg.OpenAPI == nil {
+			s.writeError(w, notFoundPath())
+			return
+		}
+		s.cfg.OpenAPI.ServeHTTP(w, r)
+	case path == "/version":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.writeError(w, apierrors.NewMethodNotSupported(schema.GroupResource{}, r.Method))
+			return
+		}
+		s.writeRawJSON(w, http.StatusOK, s.cfg.Version)
+	case path == "/healthz" || path == "/livez" || path == "/readyz" ||
+		strings.HasPrefix(path, "/healthz/") || strings.HasPrefix(path, "/livez/") || strings.HasPrefix(path, "/readyz/"):
+		s.serveHealth(w, r, path)
+	case path == "/metrics":
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		s.metrics.write(w)
+	default:
+		s.writeError(w, notFoundPath())
+	}
+}
+
+func notFoundPath() error {
+	return statusErr(http.StatusNotFound, "the server could not find the requested resource")
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, path string) {
+	base, check, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	checks := map[string]func() error{"ping": func() error { return nil }}
+	if base == "readyz" {
+		for n, c := range s.cfg.ReadyChecks {
+			checks[n] = c
+		}
+	}
+	names := make([]string, 0, len(checks))
+	for n := range checks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if check != "" {
+		c, ok := checks[check]
+		if !ok {
+			s.writeError(w, notFoundPath())
+			return
+		}
+		names, checks = []string{check}, map[string]func() error{check: c}
+	}
+	var b strings.Builder
+	failed := false
+	for _, n := range names {
+		if err := checks[n](); err != nil {
+			failed = true
+			fmt.Fprintf(&b, "[-]%s failed: reason withheld\n", n)
+			s.log.Info("apiserver: health check failed", "check", n, "error", err)
+		} else {
+			fmt.Fprintf(&b, "[+]%s ok\n", n)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if failed {
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintf(w, "%s%s check failed\n", b.String(), base)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, verbose := r.URL.Query()["verbose"]; verbose {
+		fmt.Fprintf(w, "%s%s check passed\n", b.String(), base)
+		return
+	}
+	fmt.Fprint(w, "ok")
+}

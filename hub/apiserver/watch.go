@@ -1,0 +1,126 @@
+package apiserver
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/tether-edge/tether/hub/storage"
+)
+
+// minWatchTimeout is the shortest default watch duration; each watch
+// without timeoutSeconds lasts between one and two times this.
+const minWatchTimeout = 30 * time.Minute
+
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
+	out, err := s.negotiate(r, "Table", "PartialObjectMetadata")
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	opts, err := decodeListOptions(r.URL.Query())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	timeout := minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	wi, err := s.cfg.Storage.Watch(ctx, t.kind, t.namespace, storage.WatchOptions{
+		Label: opts.LabelSelector, Field: opts.FieldSelector,
+		ResourceVersion: opts.ResourceVersion, AllowBookmarks: opts.AllowWatchBookmarks})
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	defer wi.Stop()
+
+	framed := out.info.StreamSerializer
+	if framed == nil {
+		info, _ := s.serializerFor(mediaJSON)
+		out.info = info
+		framed = info.StreamSerializer
+	}
+	ct := out.info.MediaType
+	if out.info.MediaType == mediaProtobuf {
+		ct = mediaProtobuf + ";stream=watch"
+	}
+	fw := framed.Framer.NewFrameWriter(w)
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+
+	gv := t.kind.GVK.GroupVersion()
+	first := true
+	var obuf, ebuf bytes.Buffer
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok = <-wi.ResultChan():
+			if !ok {
+				return
+			}
+		}
+		obj := ev.Object
+		ogv := gv
+		switch {
+		case ev.Type == watch.Error:
+			st := toStatus(apierrors.FromObject(obj)).ErrStatus
+			obj, ogv = &st, schema.GroupVersion{Version: "v1"}
+		case ev.Type == watch.Bookmark:
+		case out.as == "Table":
+			tbl, err := s.toTable(t.kind, obj, r.URL.Query().Get("includeObject"), first)
+			if err != nil {
+				s.log.Error("apiserver: convert watch event to table", "error", err)
+				return
+			}
+			first = false
+			tbl.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Table"))
+			obj, ogv = tbl, schema.GroupVersion{Group: metav1.GroupName, Version: out.asVersion}
+		case out.as == "PartialObjectMetadata":
+			p, err := toPartial(obj)
+			if err != nil {
+				s.log.Error("apiserver: convert watch event to metadata", "error", err)
+				return
+			}
+			obj, ogv = p, schema.GroupVersion{Group: metav1.GroupName, Version: out.asVersion}
+		}
+		obuf.Reset()
+		if err := s.encode(out, obj, ogv, &obuf); err != nil {
+			s.log.Error("apiserver: encode watch event", "error", err)
+			return
+		}
+		we := &metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: obuf.Bytes()}}
+		ebuf.Reset()
+		if err := framed.Serializer.Encode(we, &ebuf); err != nil {
+			s.log.Error("apiserver: encode watch event", "error", err)
+			return
+		}
+		if _, err := fw.Write(ebuf.Bytes()); err != nil {
+			return
+		}
+		if len(wi.ResultChan()) == 0 && flusher != nil {
+			flusher.Flush()
+		}
+		if ev.Type == watch.Error {
+			return
+		}
+	}
+}
