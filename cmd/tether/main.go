@@ -1,0 +1,98 @@
+// Command tether is the single binary of tether: the hub (API server, store,
+// scheduler, controllers) and, in later roles, the edge agent.
+//
+// This is the only place that reads flags and environment variables; every
+// component gets a Config built here.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tether-edge/tether/hub"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "devel"
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "tether:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tether",
+		Short:         "An edge-first orchestrator that speaks the Kubernetes API",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newHubCmd(), newVersionCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the tether version and the Kubernetes API version it serves",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(cmd.OutOrStdout(), "tether %s (Kubernetes API %s, %s, %s/%s)\n",
+				version, hub.KubernetesVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
+
+func newHubCmd() *cobra.Command {
+	var (
+		cfg      hub.Config
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "hub --data-dir DIR",
+		Short: "Run the hub: the Kubernetes API server over an embedded SQLite store",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			cfg.Version = version
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			h, err := hub.New(cfg)
+			if err != nil {
+				return err
+			}
+			return h.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the store, certificates and admin.kubeconfig (required)")
+	f.StringVar(&cfg.Listen, "listen", "0.0.0.0:6443", "address of the HTTPS API (TCP)")
+	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address clients and the kubernetes Service use to reach the API (default: the listen address, or the first non-loopback address when listening on all)")
+	f.StringSliceVar(&cfg.SANs, "tls-san", nil, "extra DNS names or IPs for the serving certificate")
+	f.StringVar(&cfg.ServiceCIDR, "service-cidr", "10.96.0.0/12", "range for Service cluster IPs")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("parse --log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
