@@ -1,0 +1,221 @@
+// Package hubtest runs a real tether hub process and a real kubectl against
+// it, for end-to-end tests. The binaries are built once per test process:
+// tether from ./cmd/tether, kubectl from the pinned k8s.io/kubectl module in
+// tools/kubectl (or taken from $TETHER_KUBECTL when set).
+package hubtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce             sync.Once
+	tetherBin, kubectlBin string
+	buildErr              error
+	buildDir              string
+)
+
+// RepoRoot returns the repository's top directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Binaries builds (once per process) and returns the tether and kubectl
+// binaries.
+func Binaries(t testing.TB) (tether, kubectl string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		root := RepoRoot()
+		buildDir, buildErr = os.MkdirTemp("", "tether-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		tetherBin = filepath.Join(buildDir, "tether")
+		cmd := exec.Command("go", "build", "-o", tetherBin, "./cmd/tether")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build tether: %v\n%s", err, out)
+			return
+		}
+		if k := os.Getenv("TETHER_KUBECTL"); k != "" {
+			kubectlBin = k
+			return
+		}
+		kubectlBin = filepath.Join(buildDir, "kubectl")
+		cmd = exec.Command("bash", "build.sh", kubectlBin)
+		cmd.Dir = filepath.Join(root, "tools", "kubectl")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build kubectl: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return tetherBin, kubectlBin
+}
+
+// Hub is a hub process.
+type Hub struct {
+	t          testing.TB
+	Bin        string
+	Kubectl    string
+	DataDir    string
+	Addr       string // host:port of the API
+	Kubeconfig string
+	CacheDir   string // kubectl's discovery and HTTP cache
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *bytes.Buffer
+}
+
+// Start runs `tether hub` with a fresh data directory on a free loopback
+// port and waits until it serves. The hub is stopped at the end of the test.
+func Start(t testing.TB, extraArgs ...string) *Hub {
+	t.Helper()
+	tether, kubectl := Binaries(t)
+	h := &Hub{t: t, Bin: tether, Kubectl: kubectl, DataDir: t.TempDir(), CacheDir: t.TempDir()}
+	h.Addr = freeAddr(t)
+	h.Kubeconfig = filepath.Join(h.DataDir, "admin.kubeconfig")
+	h.startArgs(extraArgs)
+	t.Cleanup(func() { h.Stop() })
+	return h
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (h *Hub) startArgs(extra []string) {
+	h.t.Helper()
+	args := append([]string{"hub", "--data-dir", h.DataDir, "--listen", h.Addr}, extra...)
+	cmd := exec.Command(h.Bin, args...)
+	h.log = &bytes.Buffer{}
+	cmd.Stdout = h.log
+	cmd.Stderr = h.log
+	if err := cmd.Start(); err != nil {
+		h.t.Fatalf("start hub: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	h.mu.Lock()
+	h.cmd, h.done = cmd, done
+	h.mu.Unlock()
+	h.WaitReady()
+}
+
+// WaitReady waits until the hub answers /readyz through the admin
+// kubeconfig.
+func (h *Hub) WaitReady() {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-h.done:
+			h.t.Fatalf("hub exited while starting:\n%s", h.log.String())
+		default:
+		}
+		if _, err := os.Stat(h.Kubeconfig); err == nil {
+			if out, err := h.Run("get", "--raw", "/readyz"); err == nil && strings.Contains(out, "ok") {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.t.Fatalf("hub not ready after 60s:\n%s", h.log.String())
+}
+
+// Logs returns what the hub printed so far.
+func (h *Hub) Logs() string { return h.log.String() }
+
+// Stop sends SIGTERM and waits for a clean exit.
+func (h *Hub) Stop() { h.signal(syscall.SIGTERM) }
+
+// Kill sends SIGKILL: no chance to flush anything.
+func (h *Hub) Kill() { h.signal(syscall.SIGKILL) }
+
+func (h *Hub) signal(sig syscall.Signal) {
+	h.mu.Lock()
+	cmd, done := h.cmd, h.done
+	h.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		h.t.Errorf("hub did not stop within 30s after %v", sig)
+	}
+	h.mu.Lock()
+	h.cmd = nil
+	h.mu.Unlock()
+}
+
+// Restart starts the hub again on the same data directory and address.
+func (h *Hub) Restart(extraArgs ...string) {
+	h.t.Helper()
+	h.startArgs(extraArgs)
+}
+
+// Run runs kubectl against the hub and returns its standard output; on
+// failure the error carries standard error.
+func (h *Hub) Run(args ...string) (string, error) {
+	return h.RunInput(context.Background(), "", nil, args...)
+}
+
+// RunInput runs kubectl with stdin and extra environment variables.
+func (h *Hub) RunInput(ctx context.Context, stdin string, env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.Kubectl, append([]string{"--cache-dir", h.CacheDir}, args...)...)
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+h.Kubeconfig), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String(), nil
+}
+
+// MustRun is Run that fails the test on error.
+func (h *Hub) MustRun(args ...string) string {
+	h.t.Helper()
+	out, err := h.Run(args...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// MustRunEnv is MustRun with extra environment variables.
+func (h *Hub) MustRunEnv(env []string, args ...string) string {
+	h.t.Helper()
+	out, err := h.RunInput(context.Background(), "", env, args...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
