@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs tether's whole test suite on a Debian machine: installs what the tests
+# need (when run as root), builds the pinned upstream kubectl the end-to-end
+# tests drive, checks formatting and vet, runs every package's tests (the
+# privileged ones for real when root) and runs each fuzz target briefly.
+#
+#   TETHER_FUZZTIME   how long each fuzz target runs (default 10s)
+#   TETHER_TEST_ARGS  extra arguments for `go test` (e.g. -run TestKubectl)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+# Debian packages: a C compiler for the SQLite driver (cgo); iproute2,
+# nftables and conntrack for the network lab.
+packages=(gcc libc6-dev iproute2 nftables conntrack)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
+
+source "$root/scripts/go-env.sh"
+
+echo "== go $(go env GOVERSION)"
+echo "== building kubectl (k8s.io/kubectl $(cd tools/kubectl && go list -m -f '{{.Version}}' k8s.io/kubectl))"
+bash tools/kubectl/build.sh "$root/bin/kubectl"
+export TETHER_KUBECTL=$root/bin/kubectl
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+# shellcheck disable=SC2086
+go test -count=1 -timeout 25m ${TETHER_TEST_ARGS:-} ./...
+
+echo "== fuzz"
+fuzztime=${TETHER_FUZZTIME:-10s}
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
+    echo "-- $pkg $f ($fuzztime)"
+    go test -run '^$' -fuzz "^$f\$" -fuzztime "$fuzztime" "$pkg"
+  done
+done
+echo "== all tests passed"
