@@ -60,6 +60,13 @@ type Config struct {
 	// ServiceCIDR is the range of Service cluster IPs; "" means
 	// 10.96.0.0/12. Its first address is the kubernetes Service's.
 	ServiceCIDR string
+	// ChangeLogRetain is how many revisions the store's change log keeps
+	// (watches may resume from within them); zero means the store's
+	// default, 100,000.
+	ChangeLogRetain int64
+	// CompactInterval is how often the change log is compacted; zero means
+	// the store's default, 30 seconds.
+	CompactInterval time.Duration
 	// Version is tether's own version, reported as gitCommit at /version.
 	Version string
 	// Logger receives the hub's logs; nil means slog.Default().
@@ -139,7 +146,12 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(cfg.DataDir, "state.db"), Logger: cfg.Logger.With("component", "store")})
+	st, err := sqlite.Open(sqlite.Config{
+		Path:            filepath.Join(cfg.DataDir, "state.db"),
+		Retain:          cfg.ChangeLogRetain,
+		CompactInterval: cfg.CompactInterval,
+		Logger:          cfg.Logger.With("component", "store"),
+	})
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,8 @@ func newHubCmd() *cobra.Command {
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address clients and the kubernetes Service use to reach the API (default: the listen address, or the first non-loopback address when listening on all)")
 	f.StringSliceVar(&cfg.SANs, "tls-san", nil, "extra DNS names or IPs for the serving certificate")
 	f.StringVar(&cfg.ServiceCIDR, "service-cidr", "10.96.0.0/12", "range for Service cluster IPs")
+	f.Int64Var(&cfg.ChangeLogRetain, "change-log-retain", 0, "revisions the change log keeps for resuming watches (0: 100000)")
+	f.DurationVar(&cfg.CompactInterval, "compact-interval", 0, "how often the change log is compacted (0: 30s)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
