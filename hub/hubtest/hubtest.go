@@ -219,3 +219,27 @@ func (h *Hub) MustRunEnv(env []string, args ...string) string {
 	}
 	return out
 }
+
+// RSS returns the hub process's resident set size in bytes.
+func (h *Hub) RSS() (int64, error) {
+	h.mu.Lock()
+	cmd := h.cmd
+	h.mu.Unlock()
+	if cmd == nil {
+		return 0, fmt.Errorf("hub is not running")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("read hub status: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			var kb int64
+			if _, err := fmt.Sscan(f[1], &kb); err != nil {
+				return 0, fmt.Errorf("parse VmRSS: %w", err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", cmd.Process.Pid)
+}
