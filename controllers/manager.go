@@ -1,0 +1,349 @@
+// Package controllers holds the hub's built-in controllers: the garbage
+// collector, which deletes dependents whose owners are gone and carries out
+// foreground and orphan propagation, and the namespace controller, which
+// empties a terminating namespace and then releases it.
+//
+// The controllers talk to the hub only through the Kubernetes API with
+// client-go. They find every served resource through discovery and watch
+// each with a shared metadata informer, so a kind added to the hub needs no
+// code here. Work is level-based: events put keys on rate-limited work
+// queues, and each worker reads the current state before acting.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Config configures a Manager. Only RestConfig is required.
+type Config struct {
+	// RestConfig reaches the hub's API with rights to read, update and
+	// delete every resource.
+	RestConfig *rest.Config
+	// Logger receives the controllers' logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Workers is the number of workers per controller; 0 means 4.
+	Workers int
+	// ResyncPeriod is how often every informer replays its cache, so that
+	// state missed for any reason is reconciled; 0 means 10 minutes.
+	ResyncPeriod time.Duration
+	// DiscoveryPeriod is how often served resources are rediscovered so
+	// new kinds get watched; 0 means 30 seconds.
+	DiscoveryPeriod time.Duration
+}
+
+// Manager runs the controllers and the informers they share.
+type Manager struct {
+	cfg  Config
+	log  *slog.Logger
+	meta metadata.Interface
+	kube kubernetes.Interface
+	disc discovery.DiscoveryInterface
+
+	factory metadatainformer.SharedInformerFactory
+
+	discoverMu    sync.Mutex // one discovery at a time
+	lastDiscovery time.Time  // of the last successful one
+
+	mu        sync.RWMutex
+	watched   map[schema.GroupResource]*watchedResource
+	kinds     map[schema.GroupVersionKind]resourceInfo // every served version
+	byGR      map[schema.GroupResource]resourceInfo
+	namespace []resourceInfo // namespaced resources that can be listed and deleted
+
+	gc *garbageCollector
+	ns *namespaceController
+}
+
+// resourceInfo describes one served resource.
+type resourceInfo struct {
+	gvr        schema.GroupVersionResource
+	kind       string
+	namespaced bool
+	verbs      []string
+}
+
+func (r resourceInfo) can(verb string) bool { return slices.Contains(r.verbs, verb) }
+
+// watchedResource is a resource with a running informer.
+type watchedResource struct {
+	info     resourceInfo
+	informer cache.SharedIndexInformer
+	lister   cache.GenericLister
+}
+
+// New checks cfg and builds the clients; nothing runs until Run.
+func New(cfg Config) (*Manager, error) {
+	if cfg.RestConfig == nil {
+		return nil, errors.New("create controllers: no rest config")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = 10 * time.Minute
+	}
+	if cfg.DiscoveryPeriod <= 0 {
+		cfg.DiscoveryPeriod = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	rc := rest.CopyConfig(cfg.RestConfig)
+	if rc.QPS == 0 {
+		rc.QPS = 50
+	}
+	if rc.Burst == 0 {
+		rc.Burst = 100
+	}
+	if rc.UserAgent == "" {
+		rc.UserAgent = "tether-controllers"
+	}
+	meta, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create metadata client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create kubernetes client: %w", err)
+	}
+	m := &Manager{
+		cfg:     cfg,
+		log:     log,
+		meta:    meta,
+		kube:    kube,
+		disc:    kube.Discovery(),
+		factory: metadatainformer.NewSharedInformerFactory(meta, cfg.ResyncPeriod),
+		watched: map[schema.GroupResource]*watchedResource{},
+		kinds:   map[schema.GroupVersionKind]resourceInfo{},
+		byGR:    map[schema.GroupResource]resourceInfo{},
+	}
+	m.gc = newGarbageCollector(m, log.With("controller", "garbagecollector"))
+	m.ns = newNamespaceController(m, log.With("controller", "namespace"))
+	return m, nil
+}
+
+// Run discovers the served resources, starts their informers and the
+// controllers' workers, and blocks until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	defer m.gc.queue.ShutDown()
+	defer m.ns.queue.ShutDown()
+
+	// The first discovery must succeed enough to watch something.
+	for {
+		err := m.discover(ctx)
+		if err == nil {
+			break
+		}
+		m.log.Warn("discover resources", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+	m.factory.Start(ctx.Done())
+	m.waitForSync(ctx, 30*time.Second)
+
+	var wg sync.WaitGroup
+	for range m.cfg.Workers {
+		wg.Go(func() { m.gc.worker(ctx) })
+		wg.Go(func() { m.ns.worker(ctx) })
+	}
+	m.log.Info("controllers running", "resources", len(m.watched), "workers", m.cfg.Workers)
+
+	t := time.NewTicker(m.cfg.DiscoveryPeriod)
+	defer t.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+			if err := m.discover(ctx); err != nil {
+				m.log.Warn("rediscover resources", "err", err)
+			}
+			m.factory.Start(ctx.Done())
+		}
+	}
+	m.gc.queue.ShutDown()
+	m.ns.queue.ShutDown()
+	wg.Wait()
+	m.factory.Shutdown()
+	return nil
+}
+
+// waitForSync waits, at most timeout, for every informer's first list.
+func (m *Manager) waitForSync(ctx context.Context, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m.mu.RLock()
+	var synced []cache.InformerSynced
+	for _, w := range m.watched {
+		synced = append(synced, w.informer.HasSynced)
+	}
+	m.mu.RUnlock()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) && ctx.Err() != nil {
+		m.log.Warn("informers not synced in time; continuing with live lookups")
+	}
+}
+
+// discover reads the served resources and adds an informer for every
+// listable and watchable one not yet watched. A partial failure keeps what
+// was found and reports the error.
+func (m *Manager) discover(ctx context.Context) error {
+	m.discoverMu.Lock()
+	defer m.discoverMu.Unlock()
+	if time.Since(m.lastDiscovery) < time.Second {
+		return nil
+	}
+	_, all, err := m.disc.ServerGroupsAndResources()
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		return fmt.Errorf("discover resources: %w", err)
+	}
+	partial := err
+	preferred, err := m.disc.ServerPreferredResources()
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		return fmt.Errorf("discover preferred resources: %w", err)
+	}
+	if partial == nil {
+		partial = err
+	}
+
+	kinds := map[schema.GroupVersionKind]resourceInfo{}
+	for _, list := range all {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if isSubresource(r.Name) {
+				continue
+			}
+			kinds[gv.WithKind(r.Kind)] = resourceInfo{gvr: gv.WithResource(r.Name), kind: r.Kind, namespaced: r.Namespaced, verbs: r.Verbs}
+		}
+	}
+	byGR := map[schema.GroupResource]resourceInfo{}
+	var namespaced []resourceInfo
+	for _, list := range preferred {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if isSubresource(r.Name) {
+				continue
+			}
+			info := resourceInfo{gvr: gv.WithResource(r.Name), kind: r.Kind, namespaced: r.Namespaced, verbs: r.Verbs}
+			byGR[info.gvr.GroupResource()] = info
+			if info.namespaced && info.can("list") && (info.can("delete") || info.can("deletecollection")) {
+				namespaced = append(namespaced, info)
+			}
+		}
+	}
+
+	m.mu.Lock()
+	// Keep what a failing group served before, rather than forget it.
+	if partial != nil {
+		for k, v := range m.kinds {
+			if _, ok := kinds[k]; !ok {
+				kinds[k] = v
+			}
+		}
+		for k, v := range m.byGR {
+			if _, ok := byGR[k]; !ok {
+				byGR[k] = v
+			}
+		}
+	}
+	m.kinds, m.byGR, m.namespace = kinds, byGR, namespaced
+	m.lastDiscovery = time.Now()
+	var added []*watchedResource
+	for gr, info := range byGR {
+		if _, ok := m.watched[gr]; ok || !info.can("list") || !info.can("watch") || ignoredResources[gr] {
+			continue
+		}
+		gi := m.factory.ForResource(info.gvr)
+		w := &watchedResource{info: info, informer: gi.Informer(), lister: gi.Lister()}
+		m.watched[gr] = w
+		added = append(added, w)
+	}
+	m.mu.Unlock()
+
+	for _, w := range added {
+		m.gc.watch(w)
+		if w.info.gvr.GroupResource() == (schema.GroupResource{Resource: "namespaces"}) {
+			m.ns.watch(w)
+		}
+		m.log.Debug("watching resource", "resource", w.info.gvr.String())
+	}
+	if len(added) > 0 {
+		m.factory.Start(ctx.Done())
+	}
+	if partial != nil {
+		return fmt.Errorf("discover some groups: %w", partial)
+	}
+	return nil
+}
+
+// ignoredResources are not watched: they are many, short-lived and never
+// owners. The namespace controller still deletes them.
+var ignoredResources = map[schema.GroupResource]bool{
+	{Resource: "events"}:                         true,
+	{Group: "events.k8s.io", Resource: "events"}: true,
+}
+
+func isSubresource(name string) bool { return strings.Contains(name, "/") }
+
+// kindInfo resolves an apiVersion and kind, as written in an owner
+// reference, to a served resource.
+func (m *Manager) kindInfo(apiVersion, kind string) (resourceInfo, bool) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return resourceInfo{}, false
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	info, ok := m.kinds[gv.WithKind(kind)]
+	return info, ok
+}
+
+// watchedFor returns the informer of a group and resource, if any.
+func (m *Manager) watchedFor(gr schema.GroupResource) *watchedResource {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.watched[gr]
+}
+
+// namespacedResources returns the namespaced resources a namespace must be
+// emptied of.
+func (m *Manager) namespacedResources() []resourceInfo {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Clone(m.namespace)
+}
+
+// metaOf returns an informer object's metadata, unwrapping tombstones.
+func metaOf(obj any) (*metav1.PartialObjectMetadata, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*metav1.PartialObjectMetadata)
+	return p, ok
+}

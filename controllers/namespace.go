@@ -1,0 +1,324 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Namespace condition reasons, as upstream's namespace controller writes
+// them.
+const (
+	reasonDiscoveryFailed       = "DiscoveryFailed"
+	reasonResourcesDiscovered   = "ResourcesDiscovered"
+	reasonParsedGroupVersions   = "ParsedGroupVersions"
+	reasonContentDeleted        = "ContentDeleted"
+	reasonContentDeletionFailed = "ContentDeletionFailed"
+	reasonContentRemaining      = "SomeResourcesRemain"
+	reasonNoContentRemaining    = "ContentRemoved"
+	reasonFinalizersRemaining   = "SomeFinalizersRemain"
+	reasonNoFinalizersRemaining = "ContentHasNoFinalizers"
+)
+
+// namespaceController empties a namespace being deleted, then removes the
+// kubernetes finalizer from its spec so the hub deletes it.
+type namespaceController struct {
+	m     *Manager
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu         sync.Mutex
+	namespaces *watchedResource // the namespaces informer, once watched
+}
+
+func newNamespaceController(m *Manager, log *slog.Logger) *namespaceController {
+	return &namespaceController{
+		m:   m,
+		log: log,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "namespace"}),
+	}
+}
+
+// contentDeleted tells the controller an object of a namespace is gone, so
+// a terminating namespace waiting on it is looked at again at once.
+func (nc *namespaceController) contentDeleted(namespace string) {
+	nc.mu.Lock()
+	w := nc.namespaces
+	nc.mu.Unlock()
+	if w == nil {
+		return
+	}
+	obj, ok, err := w.informer.GetIndexer().GetByKey(namespace)
+	if err != nil || !ok {
+		return
+	}
+	if p, ok := metaOf(obj); ok && p.DeletionTimestamp != nil {
+		nc.queue.Add(namespace)
+	}
+}
+
+// watch registers the controller's handlers on the namespaces informer.
+func (nc *namespaceController) watch(w *watchedResource) {
+	nc.mu.Lock()
+	nc.namespaces = w
+	nc.mu.Unlock()
+	enqueue := func(obj any) {
+		if p, ok := metaOf(obj); ok && p.DeletionTimestamp != nil {
+			nc.queue.Add(p.Name)
+		}
+	}
+	_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, n any) { enqueue(n) },
+	})
+	if err != nil {
+		nc.log.Warn("add event handler", "err", err)
+	}
+}
+
+func (nc *namespaceController) worker(ctx context.Context) {
+	for {
+		name, quit := nc.queue.Get()
+		if quit {
+			return
+		}
+		again, err := nc.sync(ctx, name)
+		switch {
+		case err != nil:
+			nc.log.Info("namespace deletion incomplete; retrying", "namespace", name, "err", err)
+			nc.queue.AddRateLimited(name)
+		case again < 0:
+			// Content held by finalizers: look again with growing
+			// delays; its deletion queues the namespace at once.
+			nc.queue.AddRateLimited(name)
+		case again > 0:
+			nc.queue.Forget(name)
+			nc.queue.AddAfter(name, again)
+		default:
+			nc.queue.Forget(name)
+		}
+		nc.queue.Done(name)
+	}
+}
+
+// contentResult is what one pass over a namespace's content found.
+type contentResult struct {
+	remaining     map[string]int // resource → objects left
+	finalizers    map[string]int // finalizer → objects holding it
+	failures      []string
+	estimate      time.Duration // time until graceful deletions end
+	discoveryFail error
+}
+
+// sync deletes a terminating namespace's content and, once none is left,
+// finalizes it. When content remains it returns the delay after which to
+// look again, or a negative one to back off.
+func (nc *namespaceController) sync(ctx context.Context, name string) (time.Duration, error) {
+	ns, err := nc.m.kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get namespace: %w", err)
+	}
+	if ns.DeletionTimestamp == nil || !slices.Contains(ns.Spec.Finalizers, corev1.FinalizerKubernetes) {
+		return 0, nil
+	}
+	if ns.Status.Phase != corev1.NamespaceTerminating {
+		// The hub sets the phase when it sets the deletion timestamp;
+		// be lenient with one that did not.
+		nc.log.Debug("namespace being deleted is not Terminating", "namespace", name)
+	}
+
+	res := nc.deleteContent(ctx, name)
+	nc.updateConditions(ctx, ns, res)
+
+	switch {
+	case res.discoveryFail != nil:
+		return 0, res.discoveryFail
+	case len(res.failures) > 0:
+		return 0, errors.New(strings.Join(res.failures, "; "))
+	case len(res.remaining) > 0:
+		wait := res.estimate
+		if wait <= 0 {
+			wait = -1
+			if len(res.finalizers) == 0 {
+				wait = time.Second
+			}
+		}
+		if wait > 15*time.Second {
+			wait = 15 * time.Second
+		}
+		nc.log.Debug("namespace content remains", "namespace", name, "remaining", res.remaining, "after", wait)
+		return wait, nil
+	}
+
+	// Empty: hand the namespace back to the hub without our finalizer.
+	ns.Spec.Finalizers = slices.DeleteFunc(ns.Spec.Finalizers, func(f corev1.FinalizerName) bool {
+		return f == corev1.FinalizerKubernetes
+	})
+	_, err = nc.m.kube.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("finalize namespace: %w", err)
+	}
+	nc.log.Info("namespace emptied and finalized", "namespace", name)
+	return 0, nil
+}
+
+// deleteContent deletes every namespaced object of a namespace and counts
+// what is left.
+func (nc *namespaceController) deleteContent(ctx context.Context, ns string) contentResult {
+	res := contentResult{remaining: map[string]int{}, finalizers: map[string]int{}}
+	// Discovery must be fresh: an unknown resource would leave content
+	// behind unseen.
+	if err := nc.m.discover(ctx); err != nil {
+		nc.log.Debug("rediscover resources before emptying namespace", "err", err)
+	}
+	resources := nc.m.namespacedResources()
+	if len(resources) == 0 {
+		res.discoveryFail = errors.New("no namespaced resources discovered")
+		return res
+	}
+	background := metav1.DeletePropagationBackground
+	for _, info := range resources {
+		r := nc.m.meta.Resource(info.gvr).Namespace(ns)
+		gr := info.gvr.GroupResource().String()
+		if info.can("deletecollection") {
+			err := r.DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
+				res.failures = append(res.failures, fmt.Sprintf("delete %s: %v", gr, err))
+				continue
+			}
+		}
+		list, err := r.List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+			continue
+		}
+		if err != nil {
+			res.failures = append(res.failures, fmt.Sprintf("list %s: %v", gr, err))
+			continue
+		}
+		for i := range list.Items {
+			item := &list.Items[i]
+			if item.DeletionTimestamp == nil && !info.can("deletecollection") {
+				err := r.Delete(ctx, item.Name, metav1.DeleteOptions{PropagationPolicy: &background})
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				if err != nil {
+					res.failures = append(res.failures, fmt.Sprintf("delete %s %s: %v", gr, item.Name, err))
+				}
+			}
+			res.remaining[gr]++
+			for _, f := range item.Finalizers {
+				res.finalizers[f]++
+			}
+			if item.DeletionTimestamp != nil && item.DeletionGracePeriodSeconds != nil {
+				if left := time.Until(item.DeletionTimestamp.Time); left > res.estimate {
+					res.estimate = left
+				}
+			}
+		}
+	}
+	return res
+}
+
+// updateConditions writes the namespace's deletion conditions when they
+// changed. Failing to write them does not hold up the deletion.
+func (nc *namespaceController) updateConditions(ctx context.Context, ns *corev1.Namespace, res contentResult) {
+	want := []corev1.NamespaceCondition{
+		cond(corev1.NamespaceDeletionDiscoveryFailure, res.discoveryFail != nil, reasonDiscoveryFailed, reasonResourcesDiscovered, errString(res.discoveryFail)),
+		cond(corev1.NamespaceDeletionGVParsingFailure, false, "", reasonParsedGroupVersions, ""),
+		cond(corev1.NamespaceDeletionContentFailure, len(res.failures) > 0, reasonContentDeletionFailed, reasonContentDeleted, strings.Join(res.failures, "; ")),
+		cond(corev1.NamespaceContentRemaining, len(res.remaining) > 0, reasonContentRemaining, reasonNoContentRemaining, describeCounts("Some resources are remaining: ", res.remaining, "instances")),
+		cond(corev1.NamespaceFinalizersRemaining, len(res.finalizers) > 0, reasonFinalizersRemaining, reasonNoFinalizersRemaining, describeCounts("Some content in the namespace has finalizers remaining: ", res.finalizers, "resource instances")),
+	}
+	changed := false
+	now := metav1.Now()
+	conds := slices.Clone(ns.Status.Conditions)
+	for _, w := range want {
+		i := slices.IndexFunc(conds, func(c corev1.NamespaceCondition) bool { return c.Type == w.Type })
+		if i < 0 {
+			w.LastTransitionTime = now
+			conds = append(conds, w)
+			changed = true
+			continue
+		}
+		c := conds[i]
+		if c.Status != w.Status || c.Reason != w.Reason || c.Message != w.Message {
+			if c.Status != w.Status {
+				w.LastTransitionTime = now
+			} else {
+				w.LastTransitionTime = c.LastTransitionTime
+			}
+			conds[i] = w
+			changed = true
+		}
+	}
+	if !changed {
+		return
+	}
+	upd := ns.DeepCopy()
+	upd.Status.Conditions = conds
+	got, err := nc.m.kube.CoreV1().Namespaces().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		nc.log.Debug("update namespace conditions", "namespace", ns.Name, "err", err)
+		return
+	}
+	*ns = *got
+}
+
+func cond(t corev1.NamespaceConditionType, isTrue bool, trueReason, falseReason, msg string) corev1.NamespaceCondition {
+	if isTrue {
+		return corev1.NamespaceCondition{Type: t, Status: corev1.ConditionTrue, Reason: trueReason, Message: msg}
+	}
+	return corev1.NamespaceCondition{Type: t, Status: corev1.ConditionFalse, Reason: falseReason, Message: falseMessages[t]}
+}
+
+// falseMessages are upstream's messages for conditions that do not hold.
+var falseMessages = map[corev1.NamespaceConditionType]string{
+	corev1.NamespaceDeletionDiscoveryFailure: "All resources successfully discovered",
+	corev1.NamespaceDeletionGVParsingFailure: "All legacy kube types successfully parsed",
+	corev1.NamespaceDeletionContentFailure:   "All content successfully deleted, may be waiting on finalization",
+	corev1.NamespaceContentRemaining:         "All content successfully removed",
+	corev1.NamespaceFinalizersRemaining:      "All content-preserving finalizers finished",
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func describeCounts(prefix string, counts map[string]int, unit string) string {
+	if len(counts) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s has %d %s", k, counts[k], unit)
+	}
+	return prefix + strings.Join(parts, ", ")
+}
