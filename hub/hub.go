@@ -21,11 +21,15 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/tether-edge/tether/controllers"
 
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
@@ -226,12 +230,43 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	close(h.ready)
 	h.log.Info("serving the Kubernetes API", "addr", ln.Addr().String(), "advertise", advertise, "kubeconfig", h.KubeconfigPath())
 
+	// The built-in controllers are clients of the hub's own API over
+	// loopback, like any other client.
+	ctrlCert, ctrlKey, err := authority.IssueClientCert("system:kube-controller-manager", []string{pki.AdminGroup}, 10*365*24*time.Hour)
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("issue controllers certificate: %w", err)
+	}
+	ctrl, err := controllers.New(controllers.Config{
+		RestConfig: &rest.Config{
+			Host:            url,
+			TLSClientConfig: rest.TLSClientConfig{CAData: authority.CAPEM(), CertData: ctrlCert, KeyData: ctrlKey},
+		},
+		Logger: cfg.Logger.With("component", "controllers"),
+	})
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
+	ctrlCtx, cancelCtrl := context.WithCancel(ctx)
+	ctrlDone := make(chan error, 1)
+	go func() {
+		err := ctrl.Run(ctrlCtx)
+		if err != nil && ctrlCtx.Err() == nil {
+			h.log.Error("controllers stopped", "err", err)
+		}
+		ctrlDone <- err
+	}()
+	stopCtrl := sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone })
+	defer stopCtrl()
+
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve the API: %w", err)
 	case <-ctx.Done():
 	}
 	h.log.Info("shutting down")
+	stopCtrl()       // before requests end, so the controllers see no broken watches
 	cancelRequests() // ends watches and streams so Shutdown need not wait for them
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

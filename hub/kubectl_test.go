@@ -234,6 +234,45 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("cascade", func(t *testing.T) {
+		// Foreground: the deployment goes only after what it owns.
+		h.MustRun("create", "deployment", "fg", "-n", "shop", "--image=registry.example/fg:1")
+		h.MustRun("create", "cm", "fg-dep", "-n", "shop")
+		uid := h.MustRun("get", "deploy", "fg", "-n", "shop", "-o", "jsonpath={.metadata.uid}")
+		owner := `{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"fg","uid":"` + uid + `","blockOwnerDeletion":true}]}}`
+		h.MustRun("patch", "cm", "fg-dep", "-n", "shop", "--type", "merge", "-p", owner)
+		h.MustRun("delete", "deploy", "fg", "-n", "shop", "--cascade=foreground", "--timeout=60s")
+		if _, err := h.Run("get", "cm", "fg-dep", "-n", "shop"); err == nil {
+			t.Error("foreground deletion left the dependent behind")
+		}
+		// Orphan: the dependent stays, without its owner reference.
+		h.MustRun("create", "deployment", "or", "-n", "shop", "--image=registry.example/or:1")
+		h.MustRun("create", "cm", "or-dep", "-n", "shop")
+		uid = h.MustRun("get", "deploy", "or", "-n", "shop", "-o", "jsonpath={.metadata.uid}")
+		owner = `{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"or","uid":"` + uid + `"}]}}`
+		h.MustRun("patch", "cm", "or-dep", "-n", "shop", "--type", "merge", "-p", owner)
+		h.MustRun("delete", "deploy", "or", "-n", "shop", "--cascade=orphan", "--timeout=60s")
+		if refs := h.MustRun("get", "cm", "or-dep", "-n", "shop", "-o", "jsonpath={.metadata.ownerReferences}"); refs != "" {
+			t.Errorf("orphaned dependent still has owner references: %s", refs)
+		}
+	})
+
+	t.Run("namespace lifecycle", func(t *testing.T) {
+		h.MustRun("create", "namespace", "closing")
+		h.MustRun("create", "cm", "held", "-n", "closing")
+		h.MustRun("patch", "cm", "held", "-n", "closing", "--type", "merge", "-p", `{"metadata":{"finalizers":["example.com/hold"]}}`)
+		h.MustRun("delete", "namespace", "closing", "--wait=false")
+		if out := h.MustRun("get", "ns", "closing", "-o", "jsonpath={.status.phase}"); out != "Terminating" {
+			t.Errorf("namespace phase %q, want Terminating", out)
+		}
+		_, err := h.Run("create", "cm", "late", "-n", "closing")
+		if err == nil || !strings.Contains(err.Error(), "because it is being terminated") {
+			t.Errorf("create in a terminating namespace: %v", err)
+		}
+		h.MustRun("patch", "cm", "held", "-n", "closing", "--type", "merge", "-p", `{"metadata":{"finalizers":null}}`)
+		h.MustRun("wait", "--for=delete", "namespace/closing", "--timeout=60s")
+	})
+
 	t.Run("api-resources", func(t *testing.T) {
 		out := h.MustRun("api-resources")
 		for _, re := range []string{`deployments\s+deploy\s+apps/v1\s+true\s+Deployment`, `pods\s+po\s+v1\s+true\s+Pod`,
