@@ -14,6 +14,10 @@
 // bandwidth, delay, jitter, loss, duplication, reordering and blackholing,
 // all changeable while traffic flows.
 //
+// The kernel has no device-mapper either, so every node's tmpfs data dir is
+// seen through a pass-through FUSE file system served by the lab process;
+// SlowDisk and ShapeDisk add latency and a throughput cap to it at run time.
+//
 // Every object a lab creates is named with its id and recorded in a state
 // file under /run/tether-lab/<id>/, so Sweep can remove what a crashed lab
 // left behind without touching anything else.

@@ -125,13 +125,22 @@ func (l *Lab) FillDisk(node string, free int64) (string, error) {
 	if h == nil || h.DataDir == "" {
 		return "", fmt.Errorf("fill disk: no node %q", node)
 	}
+	// With a FUSE layer, write to the tmpfs underneath: same space, and
+	// no delay from SlowDisk.
+	dir := h.DataDir
+	l.mu.Lock()
+	if d := l.disks[node]; d != nil {
+		dir = d.backing
+	}
+	l.mu.Unlock()
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(h.DataDir, &st); err != nil {
+	if err := syscall.Statfs(dir, &st); err != nil {
 		return "", fmt.Errorf("fill disk: %w", err)
 	}
 	avail := int64(st.Bavail)*st.Bsize - free
-	path := filepath.Join(h.DataDir, ".tether-lab-fill")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	const name = ".tether-lab-fill"
+	path := filepath.Join(h.DataDir, name)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("fill disk: %w", err)
 	}
@@ -152,15 +161,4 @@ func (l *Lab) FillDisk(node string, free int64) (string, error) {
 		}
 	}
 	return path, nil
-}
-
-// ErrSlowDiskUnsupported is returned by SlowDisk. Node data dirs are tmpfs;
-// the usual way to slow a disk, a device-mapper delay target over a loop
-// device, needs CONFIG_BLK_DEV_DM, which tether's CI kernel lacks. A FUSE
-// pass-through with injected latency would work there but is not built.
-var ErrSlowDiskUnsupported = errors.New("slow disk is not supported: no device-mapper in this kernel and no FUSE delay layer in the lab")
-
-// SlowDisk would add latency to a node's disk; see ErrSlowDiskUnsupported.
-func (l *Lab) SlowDisk(node string, _ int) error {
-	return fmt.Errorf("slow disk of %s: %w", node, ErrSlowDiskUnsupported)
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// SampleInterval is how often process RSS and CPU are sampled. Zero
 	// means one second.
 	SampleInterval time.Duration
+	// PlainDisks leaves node data dirs as bare tmpfs, without the FUSE
+	// layer that SlowDisk needs (SlowDisk then returns
+	// ErrSlowDiskUnsupported). Without /dev/fuse they are always bare.
+	PlainDisks bool
 }
 
 // Lab is a running lab. Its methods are safe for concurrent use.
@@ -48,6 +52,7 @@ type Lab struct {
 	mu     sync.Mutex
 	state  state
 	procs  map[string]*Process
+	disks  map[string]*slowDisk
 	closed bool
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -63,7 +68,9 @@ type Host struct {
 	// Addr is the host's address: the hub's, a router's public address or
 	// a node's LAN address.
 	Addr string
-	// DataDir is a node's tmpfs data directory; empty for other hosts.
+	// DataDir is a node's data directory, empty for other hosts: a tmpfs
+	// seen through the lab's FUSE delay layer (see SlowDisk), or the bare
+	// tmpfs with Config.PlainDisks or without /dev/fuse.
 	DataDir string
 }
 
@@ -128,7 +135,7 @@ func Up(ctx context.Context, cfg Config) (*Lab, error) {
 	}
 	l := &Lab{cfg: cfg, log: cfg.Log.With("lab", id), id: id,
 		dir: filepath.Join(RuntimeRoot, id), hosts: map[string]*Host{},
-		sites: map[string]*site{}, procs: map[string]*Process{}, stop: make(chan struct{})}
+		sites: map[string]*site{}, procs: map[string]*Process{}, disks: map[string]*slowDisk{}, stop: make(chan struct{})}
 	if _, err := os.Stat(l.dir); err == nil {
 		return nil, fmt.Errorf("create lab: lab %s is already running", id)
 	}
@@ -286,19 +293,49 @@ func (l *Lab) build(ctx context.Context) error {
 	return nil
 }
 
+// addDisk gives node n a tmpfs data dir. With FUSE the tmpfs is mounted
+// on the hidden <lab>/disk/.<node> and a pass-through FUSE file system,
+// served by the lab process, on <lab>/disk/<node>; both are recorded
+// before use so that Sweep unmounts them after a crash.
 func (l *Lab) addDisk(ctx context.Context, n *Host) error {
 	dir := filepath.Join(l.dir, "disk", n.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create disk dir: %w", err)
+	slow := !l.cfg.PlainDisks && fuseAvailable()
+	tmp := dir
+	if slow {
+		tmp = filepath.Join(l.dir, "disk", "."+n.Name)
+	}
+	for _, d := range []string{dir, tmp} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create disk dir: %w", err)
+		}
 	}
 	if err := run(ctx, "mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm", l.cfg.Spec.DiskSize),
-		"tl"+l.id, dir); err != nil {
+		"tl"+l.id, tmp); err != nil {
 		return err
 	}
+	if err := l.recordMount(tmp); err != nil {
+		return err
+	}
+	if slow {
+		if err := l.recordMount(dir); err != nil {
+			return err
+		}
+		d, err := mountSlowDisk(tmp, dir, "tl"+l.id)
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		l.disks[n.Name] = d
+		l.mu.Unlock()
+	}
+	n.DataDir = dir
+	return nil
+}
+
+func (l *Lab) recordMount(dir string) error {
 	l.mu.Lock()
 	l.state.Mounts = append(l.state.Mounts, dir)
 	l.mu.Unlock()
-	n.DataDir = dir
 	return l.saveState()
 }
 
@@ -352,7 +389,14 @@ func (l *Lab) Close() error {
 	}
 	l.mu.Lock()
 	st := l.state
+	disks := l.disks
 	l.mu.Unlock()
+	for _, d := range disks {
+		// removeState detaches what could not be unmounted here.
+		if err := d.close(); err != nil {
+			l.log.Warn("fuse unmount", "err", err)
+		}
+	}
 	errs = append(errs, removeState(st))
 	l.log.Info("lab down")
 	return errors.Join(errs...)

@@ -504,9 +504,11 @@ func TestFaultsOnProcessesAndDisks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(l.Host("shop-n1").DataDir, "more"), make([]byte, 8192), 0o600); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("write to a full disk: %v, want ENOSPC", err)
 	}
-	os.Remove(path)
-	if err := l.SlowDisk("shop-n1", 50); !errors.Is(err, ErrSlowDiskUnsupported) {
-		t.Errorf("SlowDisk: %v, want ErrSlowDiskUnsupported", err)
+	if err := os.Remove(path); err != nil {
+		t.Errorf("free the filled disk: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(l.Host("shop-n1").DataDir, "more"), make([]byte, 8192), 0o600); err != nil {
+		t.Errorf("write after freeing the disk: %v", err)
 	}
 
 	// Samples accumulate for running processes.
@@ -553,10 +555,18 @@ func crashChild(id string) {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	p, err := l.Start("shop-n1", "sleeper", "sleep", "1000")
+	// A slowed FUSE data dir with a process inside it must be swept too.
+	if err := l.SlowDisk("shop-n1", 20*time.Millisecond); err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	p, err := l.Start("shop-n1", "sleeper", "sh", "-c", `cd "$1" && echo x > held && exec sleep 1000 < held`, "sh", l.Host("shop-n1").DataDir)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
+	}
+	for i := 0; i < 500 && !fileExists(filepath.Join(l.Host("shop-n1").DataDir, "held")); i++ {
+		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Printf("READY %d\n", p.PID())
 	time.Sleep(time.Minute)
@@ -586,6 +596,9 @@ func TestTeardownAfterCrash(t *testing.T) {
 		t.Fatal("child did not build its lab")
 	}
 	start := procStart(sleeper)
+	if fuseAvailable() && !bytes.Contains(mountinfo(), []byte("fuse."+fuseFSType+" tl"+id+" ")) {
+		t.Errorf("crashed lab %s had no FUSE data dir; the sweep of one goes untested", id)
+	}
 	cmd.Process.Kill()
 	cmd.Wait()
 	go io.Copy(io.Discard, stdout)
@@ -643,9 +656,18 @@ func assertGone(t *testing.T, id string) {
 			t.Errorf("namespace %s left behind", e.Name())
 		}
 	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	mounts := mountinfo()
 	if bytes.Contains(mounts, []byte(filepath.Join(RuntimeRoot, id))) {
 		t.Errorf("mounts under %s left behind", filepath.Join(RuntimeRoot, id))
+	}
+	// Data dir mounts (tmpfs and FUSE) carry the source tl<id>, wherever
+	// they ended up.
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if _, after, ok := strings.Cut(line, " - "); ok {
+			if f := strings.Fields(after); len(f) >= 2 && f[1] == "tl"+id {
+				t.Errorf("mount of lab %s left behind: %s", id, line)
+			}
+		}
 	}
 	if _, err := os.Stat(filepath.Join(RuntimeRoot, id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("runtime dir of lab %s left behind", id)
@@ -656,6 +678,11 @@ func assertGone(t *testing.T, id string) {
 	if bytes.Contains(links, []byte("tl"+id)) {
 		t.Errorf("links of lab %s in the root namespace", id)
 	}
+}
+
+func mountinfo() []byte {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	return b
 }
 
 func isRoot() bool { return os.Geteuid() == 0 }

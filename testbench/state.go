@@ -140,7 +140,13 @@ func removeState(st state) error {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	for _, m := range st.Mounts {
+	if err := abortFuse(st.Mounts, filepath.Join(RuntimeRoot, st.ID, "fusectl")); err != nil {
+		errs = append(errs, err)
+	}
+	// Newest first: a mount may sit on top of, or be served from, an
+	// older one.
+	for i := len(st.Mounts) - 1; i >= 0; i-- {
+		m := st.Mounts[i]
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
 		}

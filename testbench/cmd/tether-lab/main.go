@@ -11,6 +11,7 @@
 //	tether-lab heal <site>
 //	tether-lab shape <site> [-rate 1mbit] [-delay 100ms] [-jitter 0] [-loss 0.05] [-dup 0] [-reorder 0]
 //	tether-lab rebind <site>
+//	tether-lab slowdisk <node> [-delay 20ms] [-bw 4mib]   (no flags: full speed)
 //	tether-lab stats [-json]
 //	tether-lab hosts
 //
@@ -66,7 +67,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: tether-lab up|down|sweep|exec|start|signal|partition|heal|shape|rebind|stats|hosts ...")
+	fmt.Fprintln(os.Stderr, "usage: tether-lab up|down|sweep|exec|start|signal|partition|heal|shape|rebind|slowdisk|stats|hosts ...")
 	os.Exit(2)
 }
 
@@ -161,6 +162,14 @@ func handler(l *testbench.Lab, down chan struct{}) http.Handler {
 			return
 		}
 		reply(w, "ok", l.Shape(r.PathValue("site"), p))
+	})
+	mux.HandleFunc("POST /disk/{node}", func(w http.ResponseWriter, r *http.Request) {
+		var p testbench.DiskParams
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			reply(w, nil, fmt.Errorf("decode params: %w", err))
+			return
+		}
+		reply(w, "ok", l.ShapeDisk(r.PathValue("node"), p))
 	})
 	mux.HandleFunc("POST /start", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -272,12 +281,33 @@ func parseRate(s string) (int64, error) {
 	return int64(v * float64(mult)), nil
 }
 
+// parseBytes reads a byte count with an optional binary suffix: k, m or g,
+// each optionally followed by "ib" or "b" (4m, 4mib and 4mb are all 4 MiB).
+func parseBytes(arg string) (int64, error) {
+	s := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(arg), "b"), "i")
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "m"):
+		mult, s = 1<<20, s[:len(s)-1]
+	case strings.HasSuffix(s, "g"):
+		mult, s = 1<<30, s[:len(s)-1]
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("parse byte rate %q", arg)
+	}
+	return int64(v * float64(mult)), nil
+}
+
 func control(cmd string, args []string) error {
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	id := fs.String("id", "", "lab id (default: the only running lab)")
 	dir := fs.String("dir", "both", "partition direction: both, up (site to hub) or down")
 	rate := fs.String("rate", "0", "bandwidth, e.g. 256kbit, 1mbit; 0 is unlimited")
-	delay := fs.Duration("delay", 0, "one-way delay")
+	delay := fs.Duration("delay", 0, "one-way delay; for slowdisk, the delay of each disk operation")
+	bw := fs.String("bw", "0", "slowdisk throughput in bytes per second, e.g. 512kib, 4mib; 0 is unlimited")
 	jitter := fs.Duration("jitter", 0, "extra random delay up to this much")
 	loss := fs.Float64("loss", 0, "loss probability 0..1")
 	dup := fs.Float64("dup", 0, "duplication probability 0..1")
@@ -343,6 +373,15 @@ func control(cmd string, args []string) error {
 		p := testbench.LinkParams{Rate: r, Delay: testbench.Duration(*delay), Jitter: testbench.Duration(*jitter),
 			Loss: *loss, Duplicate: *dup, Reorder: *reorder}
 		return call(*id, "POST", "/shape/"+positional[0], p, nil)
+	case "slowdisk":
+		if err := need(1); err != nil {
+			return err
+		}
+		b, err := parseBytes(*bw)
+		if err != nil {
+			return err
+		}
+		return call(*id, "POST", "/disk/"+positional[0], testbench.DiskParams{Delay: testbench.Duration(*delay), Rate: b}, nil)
 	case "start":
 		if err := need(2); err != nil {
 			return err
