@@ -28,12 +28,17 @@ func (s *Store) Compact(ctx context.Context, rev int64) error {
 		return fmt.Errorf("find oldest log entry: %w", err)
 	}
 	if rev > compacted && from >= rev {
-		_, err := s.submit(ctx, &op{kind: opCompact, compact: rev, expected: rev})
+		_, err := s.submit(ctx, &op{kind: opCompact, compact: rev, expected: rev, chunkTo: rev})
 		return err
 	}
+	// The first chunk already moves the compacted revision to rev, so that
+	// every chunk may delete a row whose successor is at or below rev:
+	// nothing replays from there any more. Bounding the kept previous
+	// states by the chunk's end instead would keep, forever, every row
+	// whose successor came more than a chunk later.
 	for from < rev {
 		to := min(from+compactChunk, rev)
-		if _, err := s.submit(ctx, &op{kind: opCompact, compact: to, expected: from}); err != nil {
+		if _, err := s.submit(ctx, &op{kind: opCompact, compact: rev, expected: from, chunkTo: to}); err != nil {
 			return fmt.Errorf("compact to %d: %w", to, err)
 		}
 		from = to

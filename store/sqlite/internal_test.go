@@ -20,6 +20,7 @@ func TestPragmas(t *testing.T) {
 		{"synchronous", "2"},
 		{"auto_vacuum", "2"},
 		{"wal_autocheckpoint", "0"},
+		{"journal_size_limit", fmt.Sprint(walCheckpointBytes)},
 	} {
 		var got string
 		if err := s.db.QueryRow("PRAGMA " + tt.pragma).Scan(&got); err != nil {

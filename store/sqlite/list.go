@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -108,18 +109,20 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 		}
 	}
 	s.mu.RUnlock()
-	// States are immutable once published: copy outside the lock.
-	// One backing array for all values saves an allocation per object.
-	total := 0
-	for _, o := range res.Objects {
-		total += len(o.Value)
+	// States are immutable once published: copy outside the lock. All
+	// values go into one backing array, which bytes.Join allocates without
+	// zeroing it first; the maps must be copied one by one.
+	vals := make([][]byte, len(res.Objects))
+	for i := range res.Objects {
+		vals[i] = res.Objects[i].Value
 	}
-	buf := make([]byte, 0, total)
+	buf := bytes.Join(vals, nil)
+	off := 0
 	for i := range res.Objects {
 		o := &res.Objects[i]
-		start := len(buf)
-		buf = append(buf, o.Value...)
-		o.Value = buf[start:len(buf):len(buf)]
+		end := off + len(o.Value)
+		o.Value = buf[off:end:end]
+		off = end
 		o.Labels = cloneMap(o.Labels)
 		o.Fields = cloneMap(o.Fields)
 	}

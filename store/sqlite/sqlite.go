@@ -87,6 +87,9 @@ func (c *Config) defaults() {
 	}
 }
 
+// busyTimeout is how long a connection waits for a lock held by another.
+const busyTimeout = 10 * time.Second
+
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log (
@@ -126,8 +129,12 @@ type Store struct {
 	db  *sql.DB // writer connection
 	rdb *sql.DB // readers (watch replay)
 	cdb *sql.DB // checkpoints
-	bg  sync.WaitGroup
-	log *slog.Logger
+	// ckptMu keeps the background checkpoint and the writer's restart of
+	// the write-ahead log apart, so that a restart never finds the log
+	// busy with the former and waits for the copying instead.
+	ckptMu sync.Mutex
+	bg     sync.WaitGroup
+	log    *slog.Logger
 
 	ops  chan *op
 	quit chan struct{}
@@ -173,7 +180,7 @@ func Open(cfg Config) (*Store, error) {
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
 	q.Set("_synchronous", "FULL")
-	q.Set("_busy_timeout", "10000")
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
 	q.Set("_auto_vacuum", "incremental")
 	q.Set("_txlock", "immediate")
 	q.Set("_cache_size", "-32000")
@@ -195,8 +202,15 @@ func Open(cfg Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("turn off automatic checkpoints: %w", err)
 	}
+	// The writer restarts the log once it outgrows walCheckpointBytes (see
+	// writer.boundWAL); this cuts the file back to that size when the log
+	// restarts.
+	if _, err := db.Exec(fmt.Sprintf(`PRAGMA journal_size_limit = %d`, walCheckpointBytes)); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("limit write-ahead log size: %w", err)
+	}
 	rq := url.Values{}
-	rq.Set("_busy_timeout", "10000")
+	rq.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
 	rq.Set("_query_only", "1")
 	rq.Set("_txlock", "deferred")
 	rdb, err := sql.Open("sqlite3", "file:"+cfg.Path+"?"+rq.Encode())
@@ -206,7 +220,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(4)
 	cq := url.Values{}
-	cq.Set("_busy_timeout", "10000")
+	cq.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
 	cq.Set("_synchronous", "FULL")
 	cdb, err := sql.Open("sqlite3", "file:"+cfg.Path+"?"+cq.Encode())
 	if err != nil {
@@ -402,8 +416,10 @@ func (s *Store) Get(ctx context.Context, key store.Key) (store.Object, error) {
 }
 
 // checkpointLoop copies the write-ahead log into the database file in the
-// background. Passive checkpoints never block the writer; the log restarts
-// from its beginning once a checkpoint has caught up.
+// background, every second while writes come. Passive checkpoints never
+// block the writer; the log restarts from its beginning once a checkpoint
+// has caught up, which under sustained writes only the writer's own
+// restart (see writer.boundWAL) achieves.
 func (s *Store) checkpointLoop() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -419,7 +435,10 @@ func (s *Store) checkpointLoop() {
 			continue
 		}
 		last = rev
-		if _, err := s.cdb.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+		s.ckptMu.Lock()
+		_, err := s.cdb.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+		s.ckptMu.Unlock()
+		if err != nil {
 			s.log.Warn("checkpoint write-ahead log", "err", err)
 		}
 	}

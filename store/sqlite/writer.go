@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"os"
 	"time"
 
 	"github.com/tether-edge/tether/store"
@@ -24,7 +25,8 @@ type op struct {
 	kind     opKind
 	obj      store.Object
 	expected int64
-	compact  int64 // opCompact: compact up to this revision
+	compact  int64 // opCompact: the compacted revision to set
+	chunkTo  int64 // opCompact: delete rows in (expected, chunkTo]
 	res      chan opResult
 }
 
@@ -47,10 +49,34 @@ type pending struct {
 type writer struct {
 	s                          *Store
 	insLog, upObj, delObj, put *sql.Stmt
+
+	walPath      string
+	nextRestart  time.Time     // after a busy restart, do not retry before
+	restartDelay time.Duration // doubles while restarts keep finding readers
 }
 
+// walCheckpointBytes bounds the write-ahead log. The background checkpoint
+// (see Store.checkpointLoop) copies pages into the database file but cannot
+// reset the log while commits keep coming, so under sustained writes the log
+// would grow without end. Past this size the writer, between batches,
+// checkpoints the rest itself and restarts the log from its beginning; the
+// journal size limit cuts the file back to this size, so that the file only
+// outgrows it again once the restarted log does.
+const walCheckpointBytes = 8 << 20
+
+// restartBusyTimeout is how long a restart waits for readers of older
+// snapshots (a watch replaying the change log to a slow consumer may hold one
+// for long) before it gives up and retries after a delay that starts at
+// minRestartDelay and doubles up to maxRestartDelay; writes wait meanwhile,
+// so it is short.
+const (
+	restartBusyTimeout = 20 * time.Millisecond
+	minRestartDelay    = 250 * time.Millisecond
+	maxRestartDelay    = 4 * time.Second
+)
+
 func newWriter(s *Store) (*writer, error) {
-	w := &writer{s: s}
+	w := &writer{s: s, walPath: s.cfg.Path + "-wal"}
 	var err error
 	prep := func(q string) *sql.Stmt {
 		if err != nil {
@@ -201,7 +227,51 @@ func (w *writer) run() {
 			}
 		}
 		w.commit(batch)
+		w.boundWAL()
 	}
+}
+
+// boundWAL restarts the write-ahead log once it exceeds walCheckpointBytes.
+// Only the writer goroutine commits, so no write can slip in between the
+// checkpoint and the next batch, which begins the log again at its start.
+func (w *writer) boundWAL() {
+	fi, err := os.Stat(w.walPath)
+	if err != nil || fi.Size() <= walCheckpointBytes {
+		return
+	}
+	s := w.s
+	now := time.Now()
+	if now.Before(w.nextRestart) {
+		return
+	}
+	ctx := context.Background()
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		s.log.Warn("restart write-ahead log", "err", err)
+		return
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", restartBusyTimeout.Milliseconds())); err != nil {
+		s.log.Warn("restart write-ahead log", "err", err)
+		return
+	}
+	var busy, frames, copied int64
+	s.ckptMu.Lock()
+	err = c.QueryRowContext(ctx, `PRAGMA wal_checkpoint(RESTART)`).Scan(&busy, &frames, &copied)
+	s.ckptMu.Unlock()
+	if _, err2 := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout.Milliseconds())); err2 != nil {
+		s.log.Warn("restore busy timeout", "err", err2)
+	}
+	if err == nil && busy == 0 {
+		w.restartDelay = 0
+		return
+	}
+	if err != nil {
+		s.log.Warn("restart write-ahead log", "err", err)
+	}
+	// A reader still uses an older snapshot; the log grows meanwhile.
+	w.restartDelay = min(max(2*w.restartDelay, minRestartDelay), maxRestartDelay)
+	w.nextRestart = now.Add(w.restartDelay)
 }
 
 func sameMap(a, b map[string]string) bool {
@@ -350,7 +420,7 @@ func (w *writer) write(work []pending, rev, compactTo int64) (err error) {
 	for i := range work {
 		p := &work[i]
 		if p.op.kind == opCompact {
-			if err := w.compactChunk(tx, p.op.compact, p.op.expected); err != nil {
+			if err := w.compactChunk(tx, p.op.expected, p.op.chunkTo, p.op.compact); err != nil {
 				return err
 			}
 			continue
@@ -398,11 +468,12 @@ func (w *writer) write(work []pending, rev, compactTo int64) (err error) {
 }
 
 // compactChunk deletes log rows in (from, to] that are neither current nor
-// the previous state of a row above to.
-func (w *writer) compactChunk(tx *sql.Tx, to, from int64) error {
+// the previous state of a row above compacted, the compacted revision the
+// same batch sets: only rows above it can still be replayed.
+func (w *writer) compactChunk(tx *sql.Tx, from, to, compacted int64) error {
 	_, err := tx.Exec(`DELETE FROM log WHERE rev > ?1 AND rev <= ?2
 		AND NOT EXISTS (SELECT 1 FROM objects o WHERE o.rev = log.rev)
-		AND NOT EXISTS (SELECT 1 FROM log n WHERE n.prev_rev = log.rev AND n.rev > ?3)`, from, to, to)
+		AND NOT EXISTS (SELECT 1 FROM log n WHERE n.prev_rev = log.rev AND n.rev > ?3)`, from, to, compacted)
 	if err != nil {
 		return fmt.Errorf("compact log: %w", err)
 	}
