@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -261,12 +262,33 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 		s.writeError(w, err)
 		return
 	}
+	if jl, ok := s.cfg.Storage.(jsonLister); ok && out.as == "" && out.info.MediaType == mediaJSON {
+		body, ok, err := jl.ListJSON(r.Context(), t.kind, t.namespace, storageListOptions(opts))
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		if ok {
+			w.Header().Set("Content-Type", out.info.MediaType)
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(body)
+			return
+		}
+	}
 	obj, err := s.cfg.Storage.List(r.Context(), t.kind, t.namespace, storageListOptions(opts))
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
 	s.respond(w, r, http.StatusOK, out, t.kind, obj)
+}
+
+// jsonLister is implemented by storage that can answer a plain JSON list
+// without building typed objects (*storage.Storage does); the body must
+// equal the JSON encoding of what List returns.
+type jsonLister interface {
+	ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body []byte, ok bool, err error)
 }
 
 // respond writes obj (an object or a list of kind k) transformed as out asks.

@@ -299,38 +299,55 @@ func (s *Storage) waitFor(ctx context.Context, rv int64) error {
 
 // List implements API.
 func (s *Storage) List(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (runtime.Object, error) {
-	fsel, err := s.fieldSelector(k, opts.Field)
+	res, err := s.list(ctx, k, namespace, opts)
 	if err != nil {
 		return nil, err
+	}
+	items := make([]runtime.Object, 0, len(res.Objects))
+	for _, o := range res.Objects {
+		obj, err := s.decode(k, o)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, obj)
+	}
+	return s.makeList(k, items, res.Revision, res.Continue, res.Remaining)
+}
+
+// list checks opts and reads the stored objects a List answers with.
+func (s *Storage) list(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (store.ListResult, error) {
+	fsel, err := s.fieldSelector(k, opts.Field)
+	if err != nil {
+		return store.ListResult{}, err
 	}
 	rv, err := parseRV(opts.ResourceVersion)
 	if err != nil {
-		return nil, err
+		return store.ListResult{}, err
 	}
 	if opts.Continue != "" && opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
-		return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+		return store.ListResult{}, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
 	}
 	exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
 		(opts.Limit > 0 && opts.Continue == "" && rv > 0 && opts.ResourceVersionMatch == "")
 	switch opts.ResourceVersionMatch {
 	case "", metav1.ResourceVersionMatchExact, metav1.ResourceVersionMatchNotOlderThan:
 	default:
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("unsupported resourceVersionMatch %q", opts.ResourceVersionMatch))
+		return store.ListResult{}, apierrors.NewBadRequest(fmt.Sprintf("unsupported resourceVersionMatch %q", opts.ResourceVersionMatch))
 	}
 	if opts.ResourceVersionMatch != "" && opts.ResourceVersion == "" {
-		return nil, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
+		return store.ListResult{}, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
 	}
 	if rv > 0 {
 		if exact && rv <= s.st.CompactedRevision() {
-			return nil, expired(rv, s.st.CompactedRevision())
+			return store.ListResult{}, expired(rv, s.st.CompactedRevision())
 		}
 		if err := s.waitFor(ctx, rv); err != nil {
-			return nil, err
+			return store.ListResult{}, err
 		}
 		if exact && rv != s.st.Revision() {
 			// The store serves current state only; an exact read of an
 			// older revision cannot be answered consistently.
-			return nil, expired(rv, s.st.Revision())
+			return store.ListResult{}, expired(rv, s.st.Revision())
 		}
 	}
 	if !k.Namespaced {
@@ -342,22 +359,14 @@ func (s *Storage) List(ctx context.Context, k *registry.Kind, namespace string, 
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrCompacted) {
-			return nil, apierrors.NewResourceExpired(continueExpiredMessage)
+			return store.ListResult{}, apierrors.NewResourceExpired(continueExpiredMessage)
 		}
 		if opts.Continue != "" && !errors.Is(err, store.ErrClosed) {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
+			return store.ListResult{}, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
 		}
-		return nil, storeError(err, k.GroupResource(), "")
+		return store.ListResult{}, storeError(err, k.GroupResource(), "")
 	}
-	items := make([]runtime.Object, 0, len(res.Objects))
-	for _, o := range res.Objects {
-		obj, err := s.decode(k, o)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, obj)
-	}
-	return s.makeList(k, items, res.Revision, res.Continue, res.Remaining)
+	return res, nil
 }
 
 // makeList builds a typed list holding items.

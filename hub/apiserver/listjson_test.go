@@ -1,0 +1,105 @@
+package apiserver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/store/sqlite"
+)
+
+// typedOnly hides every method but those of storage.API, so lists take the
+// typed path.
+type typedOnly struct{ storage.API }
+
+// TestJSONListMatchesTypedList compares lists answered from the stored JSON
+// with the same lists answered through typed objects.
+func TestJSONListMatchesTypedList(t *testing.T) {
+	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	stg, err := storage.New(storage.Config{Store: st, Kinds: registry.All(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := stg.Bootstrap(ctx, storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
+		t.Fatal(err)
+	}
+	var pods, cms *registry.Kind
+	for _, k := range registry.All() {
+		if k.GVK.Group == "" && k.Resource == "pods" {
+			pods = k
+		}
+		if k.GVK.Group == "" && k.Resource == "configmaps" {
+			cms = k
+		}
+	}
+	for i := range 5 {
+		if _, err := stg.Create(ctx, pods, "default", listBenchPod(i), storage.Options{FieldManager: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stg.Create(ctx, cms, "default", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Data: map[string]string{"html": "<a href=\"x\">&</a>"}}, storage.Options{FieldManager: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := stg.ListJSON(ctx, pods, "default", storage.ListOptions{}); !ok || err != nil {
+		t.Fatalf("pods as JSON: ok %v, err %v", ok, err)
+	}
+	fast, err := New(Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed, err := New(Config{Storage: typedOnly{stg}, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(h http.Handler, path, accept string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.Header.Set("Authorization", "Bearer good")
+		if accept != "" {
+			r.Header.Set("Accept", accept)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for _, c := range []struct{ path, accept string }{
+		{"/api/v1/namespaces/default/pods", ""},
+		{"/api/v1/pods", "application/json"},
+		{"/api/v1/pods?limit=2", "application/json, */*"},
+		{"/api/v1/pods?labelSelector=shard%3D3", "*/*"},
+		{"/api/v1/namespaces/default/configmaps", "application/json"},
+		{"/api/v1/namespaces", "application/json"},
+		{"/api/v1/services", "application/json"},
+		{"/apis/rbac.authorization.k8s.io/v1/clusterroles", "application/json"},
+		{"/apis/events.k8s.io/v1/events", "application/json"},
+		{"/api/v1/pods", "application/json;as=Table;v=v1;g=meta.k8s.io"},
+		{"/api/v1/pods", "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"},
+		{"/api/v1/pods", "application/yaml"},
+		{"/api/v1/pods?resourceVersion=x", "application/json"},
+	} {
+		want, got := get(typed.Handler(), c.path, c.accept), get(fast.Handler(), c.path, c.accept)
+		if got.Code != want.Code || got.Body.String() != want.Body.String() {
+			t.Errorf("GET %s (%s): %d %s\nwant %d %s", c.path, c.accept, got.Code, got.Body, want.Code, want.Body)
+		}
+		for _, h := range []string{"Content-Type", "X-Content-Type-Options"} {
+			if got.Header().Get(h) != want.Header().Get(h) {
+				t.Errorf("GET %s (%s): %s %q, want %q", c.path, c.accept, h, got.Header().Get(h), want.Header().Get(h))
+			}
+		}
+	}
+}

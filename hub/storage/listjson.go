@@ -1,0 +1,226 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/tether-edge/tether/hub/registry"
+)
+
+// ListJSON answers a List as JSON without decoding the stored objects: the
+// body is byte for byte what encoding/json's Encoder writes for the list
+// List returns (trailing newline included). Each item is the stored value
+// with apiVersion and kind removed (list items carry no type) and
+// metadata.resourceVersion inserted where ObjectMeta's field order puts it;
+// stored values are written by encoding/json from the typed object, so
+// decoding and encoding them again yields the same bytes.
+//
+// ok is false, with no error, when the list cannot be answered this way:
+// the kind is stored as another kind, or a stored value does not have the
+// shape this package writes. The caller then uses List.
+func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (body []byte, ok bool, err error) {
+	if s.storedKind(k) != k {
+		return nil, false, nil
+	}
+	res, err := s.list(ctx, k, namespace, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	list, err := s.makeList(k, nil, res.Revision, res.Continue, res.Remaining)
+	if err != nil {
+		return nil, false, err
+	}
+	env, err := json.Marshal(list)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	const tail = `"items":[]}`
+	if !bytes.HasSuffix(env, []byte(tail)) {
+		return nil, false, nil
+	}
+	n := len(env) + 2
+	for _, o := range res.Objects {
+		n += len(o.Value) + len(`,"resourceVersion":"",`) + 20
+	}
+	buf := make([]byte, 0, n)
+	buf = append(buf, env[:len(env)-2]...)
+	for i, o := range res.Objects {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		if buf, ok = appendListItem(buf, o.Value, o.Revision); !ok {
+			return nil, false, nil
+		}
+	}
+	buf = append(buf, "]}\n"...)
+	return buf, true, nil
+}
+
+// metaBeforeRV are the ObjectMeta fields encoded before resourceVersion.
+var metaBeforeRV = map[string]bool{"name": true, "generateName": true, "namespace": true, "selfLink": true, "uid": true}
+
+// appendListItem appends stored value v as a list item of revision rev.
+// encoding/json writes the members of TypeMeta first and metadata next, so
+// everything after the point where resourceVersion goes is copied as it is.
+func appendListItem(dst, v []byte, rev int64) ([]byte, bool) {
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '{' || v[len(v)-1] != '}' {
+		return dst, false
+	}
+	dst = append(dst, '{')
+	i = skipSpace(v, i+1)
+	for i < len(v) && v[i] == '"' {
+		ke, ok := skipString(v, i)
+		if !ok {
+			return dst, false
+		}
+		key := v[i+1 : ke-1]
+		i = skipSpace(v, ke)
+		if i >= len(v) || v[i] != ':' {
+			return dst, false
+		}
+		vs := skipSpace(v, i+1)
+		switch string(key) {
+		case "kind", "apiVersion":
+		case "metadata":
+			dst = append(dst, `"metadata":`...)
+			return appendMeta(dst, v[vs:], rev)
+		default:
+			return dst, false
+		}
+		ve, ok := skipValue(v, vs)
+		if !ok {
+			return dst, false
+		}
+		i = skipSpace(v, ve)
+		if i >= len(v) || v[i] != ',' {
+			return dst, false
+		}
+		i = skipSpace(v, i+1)
+	}
+	return dst, false
+}
+
+// appendMeta appends v, the rest of a stored value from its metadata object
+// on, with resourceVersion rev inserted into the metadata. The stored
+// metadata has no resourceVersion (encode clears it) and its members are in
+// ObjectMeta's order, so what follows the insertion point is copied as it
+// is.
+func appendMeta(dst, v []byte, rev int64) ([]byte, bool) {
+	if len(v) < 2 || v[0] != '{' {
+		return dst, false
+	}
+	dst = append(dst, '{')
+	i := skipSpace(v, 1)
+	first := true
+	for i < len(v) && v[i] == '"' {
+		ke, ok := skipString(v, i)
+		if !ok {
+			return dst, false
+		}
+		if !metaBeforeRV[string(v[i+1:ke-1])] {
+			break
+		}
+		j := skipSpace(v, ke)
+		if j >= len(v) || v[j] != ':' {
+			return dst, false
+		}
+		ve, ok := skipValue(v, skipSpace(v, j+1))
+		if !ok {
+			return dst, false
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, v[i:ve]...)
+		first = false
+		i = skipSpace(v, ve)
+		if i >= len(v) {
+			return dst, false
+		}
+		switch v[i] {
+		case ',':
+			i = skipSpace(v, i+1)
+		case '}':
+		default:
+			return dst, false
+		}
+	}
+	if !first {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"resourceVersion":"`...)
+	dst = strconv.AppendInt(dst, rev, 10)
+	dst = append(dst, '"')
+	if i < len(v) && v[i] == '"' {
+		if bytes.HasPrefix(v[i:], []byte(`"resourceVersion"`)) {
+			return dst, false
+		}
+		dst = append(dst, ',')
+	}
+	return append(dst, v[i:]...), true
+}
+
+func skipSpace(v []byte, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at v[i] == '"'.
+func skipString(v []byte, i int) (int, bool) {
+	for j := i + 1; j < len(v); j++ {
+		switch v[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, true
+		}
+	}
+	return 0, false
+}
+
+// skipValue returns the index after the JSON value starting at v[i].
+func skipValue(v []byte, i int) (int, bool) {
+	if i >= len(v) {
+		return 0, false
+	}
+	switch v[i] {
+	case '"':
+		return skipString(v, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(v); j++ {
+			switch v[j] {
+			case '"':
+				e, ok := skipString(v, j)
+				if !ok {
+					return 0, false
+				}
+				j = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, true
+				}
+			}
+		}
+		return 0, false
+	}
+	j := i
+	for j < len(v) {
+		switch v[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return j, j > i
+		}
+		j++
+	}
+	return j, j > i
+}
