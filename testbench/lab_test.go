@@ -286,17 +286,18 @@ func TestShaping(t *testing.T) {
 			t.Fatal(err)
 		}
 		udpRTTs(t, l, "shop-n1", hubAddr+":7001", 1) // warm neighbour and conntrack entries
-		rtts := udpRTTs(t, l, "shop-n1", hubAddr+":7001", 20)
-		if len(rtts) < 18 {
-			t.Fatalf("only %d of 20 probes returned", len(rtts))
+		rtts := udpRTTs(t, l, "shop-n1", hubAddr+":7001", 40)
+		if len(rtts) < 36 {
+			t.Fatalf("only %d of 40 probes returned", len(rtts))
 		}
 		sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
-		med, p90 := rtts[len(rtts)/2], rtts[len(rtts)*9/10]
-		t.Logf("100ms one-way: RTT min %v median %v p90 %v max %v", rtts[0], med, p90, rtts[len(rtts)-1])
-		// The median is what the link shows; the tail is the scheduler of
-		// a busy machine, not the relay, and is only logged.
-		if med < 190*time.Millisecond || med > 210*time.Millisecond {
-			t.Errorf("median RTT %v, want 200±10ms", med)
+		p25, med, p90 := rtts[len(rtts)/4], rtts[len(rtts)/2], rtts[len(rtts)*9/10]
+		t.Logf("100ms one-way: RTT min %v p25 %v median %v p90 %v max %v", rtts[0], p25, med, p90, rtts[len(rtts)-1])
+		// A busy machine only ever adds delay (the relay and the probes
+		// wait for a CPU), never removes it, so the lower quartile is what
+		// the link itself shows; the rest is logged.
+		if p25 < 190*time.Millisecond || p25 > 210*time.Millisecond {
+			t.Errorf("RTT lower quartile %v, want 200±10ms", p25)
 		}
 		if rtts[0] < 190*time.Millisecond {
 			t.Errorf("minimum RTT %v is below the configured 200ms", rtts[0])
