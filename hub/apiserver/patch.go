@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -46,7 +47,7 @@ func applyPatch(pt types.PatchType, original, patch []byte, schemaObj runtime.Ob
 		if len(p) > maxJSONPatchOps {
 			return nil, statusErr(http.StatusRequestEntityTooLarge, fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", maxJSONPatchOps, len(p)))
 		}
-		out, err := p.Apply(original)
+		out, err := applyJSONPatch(p, original)
 		if err != nil {
 			return nil, statusErr(http.StatusUnprocessableEntity, err.Error())
 		}
@@ -54,7 +55,7 @@ func applyPatch(pt types.PatchType, original, patch []byte, schemaObj runtime.Ob
 	case types.MergePatchType:
 		out, err := jsonpatch.MergePatch(original, patch)
 		if err != nil {
-			if err == jsonpatch.ErrBadJSONPatch || err == jsonpatch.ErrBadJSONDoc {
+			if errors.Is(err, jsonpatch.ErrBadJSONPatch) || errors.Is(err, jsonpatch.ErrBadJSONDoc) {
 				return nil, apierrors.NewBadRequest(err.Error())
 			}
 			return nil, statusErr(http.StatusUnprocessableEntity, err.Error())
@@ -207,4 +208,16 @@ func (s *Server) patchScale(w http.ResponseWriter, r *http.Request, t target) {
 	}
 	addWarnings(w, warnings)
 	s.writeObject(w, http.StatusOK, out, res, autoscalingv1.SchemeGroupVersion)
+}
+
+// applyJSONPatch applies an RFC 6902 patch. The patch library panics on
+// some malformed operations (a "test" whose value is missing, for one);
+// those become an error for the client instead of a failed request.
+func applyJSONPatch(p jsonpatch.Patch, original []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("the JSON patch could not be applied: %v", r)
+		}
+	}()
+	return p.Apply(original)
 }
