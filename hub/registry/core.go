@@ -620,22 +620,7 @@ var eventKind = &Kind{
 	Namespaced: true,
 	ShortNames: []string{"ev"},
 	Validate:   func(obj runtime.Object) field.ErrorList { return validateEvent(obj.(*corev1.Event)) },
-	Fields: func(obj runtime.Object) fields.Set {
-		e := obj.(*corev1.Event)
-		return fields.Set{
-			"involvedObject.kind":            e.InvolvedObject.Kind,
-			"involvedObject.namespace":       e.InvolvedObject.Namespace,
-			"involvedObject.name":            e.InvolvedObject.Name,
-			"involvedObject.uid":             string(e.InvolvedObject.UID),
-			"involvedObject.apiVersion":      e.InvolvedObject.APIVersion,
-			"involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
-			"involvedObject.fieldPath":       e.InvolvedObject.FieldPath,
-			"reason":                         e.Reason,
-			"reportingComponent":             e.ReportingController,
-			"source":                         e.Source.Component,
-			"type":                           e.Type,
-		}
-	},
+	Fields:     func(obj runtime.Object) fields.Set { return eventFields(obj.(*corev1.Event)) },
 	FieldLabels: []string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
 		"involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
 		"reason", "reportingComponent", "source", "type"},
@@ -1303,4 +1288,22 @@ func validateLimitRange(lr *corev1.LimitRange) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// eventFields returns an event's selectable fields; events.k8s.io/v1 Events
+// select on the same ones, as upstream.
+func eventFields(e *corev1.Event) fields.Set {
+	return fields.Set{
+		"involvedObject.kind":            e.InvolvedObject.Kind,
+		"involvedObject.namespace":       e.InvolvedObject.Namespace,
+		"involvedObject.name":            e.InvolvedObject.Name,
+		"involvedObject.uid":             string(e.InvolvedObject.UID),
+		"involvedObject.apiVersion":      e.InvolvedObject.APIVersion,
+		"involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
+		"involvedObject.fieldPath":       e.InvolvedObject.FieldPath,
+		"reason":                         e.Reason,
+		"reportingComponent":             e.ReportingController,
+		"source":                         e.Source.Component,
+		"type":                           e.Type,
+	}
 }

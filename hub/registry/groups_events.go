@@ -43,22 +43,7 @@ var eventsV1Kind = &Kind{
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
 		return validateEventsV1(asEventsV1(obj), false)
 	},
-	Fields: func(obj runtime.Object) fields.Set {
-		e := asCoreEvent(obj)
-		return fields.Set{
-			"involvedObject.kind":            e.InvolvedObject.Kind,
-			"involvedObject.namespace":       e.InvolvedObject.Namespace,
-			"involvedObject.name":            e.InvolvedObject.Name,
-			"involvedObject.uid":             string(e.InvolvedObject.UID),
-			"involvedObject.apiVersion":      e.InvolvedObject.APIVersion,
-			"involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
-			"involvedObject.fieldPath":       e.InvolvedObject.FieldPath,
-			"reason":                         e.Reason,
-			"reportingComponent":             e.ReportingController,
-			"source":                         e.Source.Component,
-			"type":                           e.Type,
-		}
-	},
+	Fields: func(obj runtime.Object) fields.Set { return eventFields(asCoreEvent(obj)) },
 	FieldLabels: []string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
 		"involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
 		"reportingComponent", "source", "type"},
