@@ -197,17 +197,7 @@ func (s *Server) patchScale(w http.ResponseWriter, r *http.Request, t target) {
 			warnings = warn
 			return applyScale(t.kind, current, obj.(*autoscalingv1.Scale))
 		})
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	res, err := scaleOf(t.kind, updated)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	addWarnings(w, warnings)
-	s.writeObject(w, http.StatusOK, out, res, autoscalingv1.SchemeGroupVersion)
+	s.writeScale(w, out, t, updated, warnings, err)
 }
 
 // applyJSONPatch applies an RFC 6902 patch. The patch library panics on

@@ -707,6 +707,12 @@ func (s *Server) updateScale(w http.ResponseWriter, r *http.Request, t target) {
 	updated, err := s.cfg.Storage.GuaranteedUpdate(r.Context(), t.kind, t.namespace, t.name,
 		storage.Options{DryRun: opts.dryRun, FieldManager: managerFor(opts, r)},
 		func(current runtime.Object) (runtime.Object, error) { return applyScale(t.kind, current, sc) })
+	s.writeScale(w, out, t, updated, warnings, err)
+}
+
+// writeScale answers a write to /scale with the parent's new Scale, or with
+// the write's error.
+func (s *Server) writeScale(w http.ResponseWriter, out output, t target, updated runtime.Object, warnings []string, err error) {
 	if err != nil {
 		s.writeError(w, err)
 		return
