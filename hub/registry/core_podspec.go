@@ -42,16 +42,9 @@ func defaultPodSpec(spec *corev1.PodSpec) {
 		defaultContainer(&spec.Containers[i])
 	}
 	for i := range spec.EphemeralContainers {
-		c := &spec.EphemeralContainers[i].EphemeralContainerCommon
-		if c.TerminationMessagePath == "" {
-			c.TerminationMessagePath = corev1.TerminationMessagePathDefault
-		}
-		if c.TerminationMessagePolicy == "" {
-			c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
-		}
-		if c.ImagePullPolicy == "" {
-			c.ImagePullPolicy = defaultPullPolicy(c.Image)
-		}
+		// EphemeralContainerCommon has exactly Container's fields, and
+		// upstream defaults them the same way.
+		defaultContainer((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon))
 	}
 	for i := range spec.Volumes {
 		defaultVolumeSource(&spec.Volumes[i].VolumeSource)
