@@ -1,0 +1,236 @@
+package scheduler
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+var benchFull = flag.Bool("schedbench.full", false, "run the end-to-end scheduler benchmark at full size (10,000 pods on 100, 1,000 and 5,000 nodes; memory at 5,000 nodes and 50,000 pods)")
+
+func benchNode(i int) *corev1.Node {
+	n := testNode(fmt.Sprintf("node-%05d", i), "32", "128Gi", map[string]string{"topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%10)})
+	n.Status.Allocatable[corev1.ResourcePods] = resource.MustParse("250")
+	n.Status.Capacity = n.Status.Allocatable
+	return n
+}
+
+// benchPod is a plain pod, or with constrained, a member of one of groups
+// that spread over zones (maxSkew 1) and keep one pod per node (required
+// anti-affinity).
+func benchPod(i int, constrained bool, groupSize int) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%06d", i), Namespace: "default", Labels: map[string]string{"app": "bench"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}}}},
+	}
+	if constrained {
+		g := fmt.Sprintf("g%d", i/groupSize)
+		p.Labels["group"] = g
+		sel := &metav1.LabelSelector{MatchLabels: map[string]string{"group": g}}
+		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel}}
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+			{LabelSelector: sel, TopologyKey: corev1.LabelHostname}}}}
+	}
+	return p
+}
+
+func parallel(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+type e2eResult struct {
+	nodes, pods int
+	constrained bool
+	elapsed     time.Duration
+	heapMB      float64
+	hubRSSMB    float64
+}
+
+// runE2E pre-creates nodes and pending pods with no scheduler running,
+// then starts the scheduler and measures the time until a watch has seen
+// every pod bound.
+func runE2E(t *testing.T, numNodes, numPods int, constrained bool) e2eResult {
+	th := startHub(t)
+	ctx := context.Background()
+	if err := parallel(numNodes, 32, func(i int) error {
+		_, err := th.cs.CoreV1().Nodes().Create(ctx, benchNode(i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("create nodes: %v", err)
+	}
+	groupSize := min(numNodes/2, 50)
+	if err := parallel(numPods, 32, func(i int) error {
+		_, err := th.cs.CoreV1().Pods("default").Create(ctx, benchPod(i, constrained, groupSize), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("create pods: %v", err)
+	}
+	list, err := th.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := th.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	start := time.Now()
+	s := th.runScheduler(t)
+	bound := map[types.UID]bool{}
+	timeout := time.After(time.Duration(numPods/50+60) * time.Second)
+	for len(bound) < numPods {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			if ev.Type != watch.Modified {
+				continue
+			}
+			if p := ev.Object.(*corev1.Pod); p.Spec.NodeName != "" {
+				bound[p.UID] = true
+			}
+		case <-timeout:
+			t.Fatalf("only %d of %d pods bound (stats %+v)", len(bound), numPods, s.Stats())
+		}
+	}
+	res := e2eResult{nodes: numNodes, pods: numPods, constrained: constrained, elapsed: time.Since(start)}
+	var ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.heapMB = float64(ms.HeapAlloc) / (1 << 20)
+	if rss, err := th.h.RSS(); err == nil {
+		res.hubRSSMB = float64(rss) / (1 << 20)
+	}
+	kind := "plain"
+	if constrained {
+		kind = "spread+anti-affinity"
+	}
+	t.Logf("%-21s %5d nodes %6d pods: %6.2fs  %7.0f pods/s  (scheduler process CPU %.1fs, heap %.0f MB, hub RSS %.0f MB, stats %+v)",
+		kind, numNodes, numPods, res.elapsed.Seconds(), float64(numPods)/res.elapsed.Seconds(), cpu.Seconds(), res.heapMB, res.hubRSSMB, s.Stats())
+	return res
+}
+
+// TestEndToEndThroughput measures pods bound per second through a real
+// hub. Pods are created first, with no scheduler running; the clock starts
+// when the scheduler starts and stops when a watch has seen every pod
+// bound. Short by default (1,000 pods on 100 and 1,000 nodes); with
+// -schedbench.full 10,000 pods on 100, 1,000 and 5,000 nodes.
+func TestEndToEndThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hub processes; skipped in -short")
+	}
+	pods, sizes := 1000, []int{100, 1000}
+	if *benchFull {
+		pods, sizes = 10000, []int{100, 1000, 5000}
+	}
+	for _, constrained := range []bool{false, true} {
+		for _, n := range sizes {
+			t.Run(fmt.Sprintf("nodes=%d/constrained=%v", n, constrained), func(t *testing.T) {
+				runE2E(t, n, pods, constrained)
+			})
+		}
+	}
+}
+
+// TestSchedulerMemory reports the test process's Go heap (scheduler
+// snapshot plus informer caches) with 5,000 nodes and 50,000 bound pods.
+// Full mode only.
+func TestSchedulerMemory(t *testing.T) {
+	if !*benchFull {
+		t.Skip("full benchmark only (-schedbench.full)")
+	}
+	runE2E(t, 5000, 50000, false)
+}
+
+// benchSnapshot is an in-memory cluster of n nodes with pods already
+// placed.
+func benchSnapshot(b *testing.B, numNodes, numPods int, constrained bool) (*Snapshot, *Decider) {
+	s := NewSnapshot()
+	for i := range numNodes {
+		s.SetNode(benchNode(i))
+	}
+	d := NewDecider(1)
+	for i := range numPods {
+		pod := benchPod(i, constrained, 50)
+		pod.UID = types.UID(pod.Name)
+		pi, err := NewPodInfo(pod, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dec := d.Decide(s, pi)
+		if dec.Err != nil {
+			b.Fatal(dec.Err)
+		}
+		s.AddPod(pi, dec.Node, false)
+	}
+	return s, d
+}
+
+// BenchmarkDecide measures one decision (filter and score, with the
+// adaptive percentage of nodes) plus assuming the pod, in memory.
+func BenchmarkDecide(b *testing.B) {
+	for _, tc := range []struct {
+		nodes, pods int
+		constrained bool
+	}{{100, 1000, false}, {5000, 10000, false}, {5000, 10000, true}} {
+		b.Run(fmt.Sprintf("nodes=%d/pods=%d/constrained=%v", tc.nodes, tc.pods, tc.constrained), func(b *testing.B) {
+			s, d := benchSnapshot(b, tc.nodes, tc.pods, tc.constrained)
+			pis := make([]*PodInfo, b.N)
+			for i := range pis {
+				pod := benchPod(tc.pods+i, tc.constrained, 50)
+				pod.UID = types.UID(pod.Name)
+				pis[i], _ = NewPodInfo(pod, nil)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				dec := d.Decide(s, pis[i])
+				if dec.Err != nil {
+					b.Fatal(dec.Err)
+				}
+				s.AddPod(pis[i], dec.Node, true)
+			}
+		})
+	}
+}
