@@ -11,8 +11,10 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 # Debian packages: a C compiler for the SQLite driver (cgo); iproute2,
-# nftables and conntrack for the network lab.
-packages=(gcc libc6-dev iproute2 nftables conntrack)
+# nftables and conntrack for the network lab and the dataplane tests;
+# iptables for the dataplane's kube-proxy-style comparison. (clang, llvm
+# and libbpf-dev are needed only to regenerate the committed eBPF objects.)
+packages=(gcc libc6-dev iproute2 nftables conntrack iptables)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do

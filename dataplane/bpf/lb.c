@@ -1,0 +1,863 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/*
+ * tether's Service load balancer.
+ *
+ * East-west traffic is balanced at the socket layer: cgroup hooks rewrite the
+ * destination a socket asks for (a Service frontend) into a backend before
+ * any packet exists, so established flows carry no NAT and no conntrack
+ * state. getpeername and recvmsg translate the backend back into the
+ * frontend so that applications see the address they dialled.
+ *
+ * North-south traffic (NodePort, externalIPs) arrives as packets on the
+ * node's uplink and is translated per packet by two tc programs with a small
+ * LRU connection table of their own.
+ *
+ * Map layouts live in lb.h; the Go reconciler in ../ owns their contents.
+ */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lb.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#ifndef offsetof
+#define offsetof(t, m) __builtin_offsetof(t, m)
+#endif
+#ifndef SOCK_STREAM
+#define SOCK_STREAM 1
+#endif
+#ifndef ECONNREFUSED
+#define ECONNREFUSED 111
+#endif
+#ifndef EADDRINUSE
+#define EADDRINUSE 98
+#endif
+
+/* Set by the loader before the programs are verified. The verifier prunes
+ * branches that these constants make dead, so calls the kernel does not
+ * offer may sit in them: one object serves kernels with and without
+ * bpf_set_retval. */
+volatile const __u8 have_set_retval = 0;
+/* Cookie of the node's own network namespace: NodePorts are protected from
+ * bind() there only; pods may bind any port in their own namespaces. */
+volatile const __u64 host_netns_cookie = 0;
+
+/* Sizes are defaults; the loader resizes maps from its configuration. All
+ * maps are pinned by name so that a restarted agent adopts them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct fe_key);
+	__type(value, struct fe_val);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_frontends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct slot_key);
+	__type(value, __u32);
+	__uint(max_entries, 524288);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct backend);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct aff_key);
+	__type(value, struct aff_val);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_affinity SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct sk_rnat_key);
+	__type(value, struct sk_rnat_val);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_sock_rnat SEC(".maps");
+
+/* Node addresses on which NodePorts answer (value unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb_addr);
+	__type(value, __u32);
+	__uint(max_entries, 64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_node_ips SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ct4_key);
+	__type(value, struct ct4_val);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_ct4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ct4_key);
+	__type(value, struct rct4_val);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_rct4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb_cfg);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, STAT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_stats SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&lb_stats, &which);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void addr_from_v4(struct lb_addr *a, __u32 ip4)
+{
+	a->w[0] = 0;
+	a->w[1] = 0;
+	a->w[2] = bpf_htonl(0x0000ffff);
+	a->w[3] = ip4;
+}
+
+/* A cheap integer mix (murmur3 finaliser) so that cookies, which grow by
+ * one per socket, spread evenly over the slots. */
+static __always_inline __u32 mix32(__u64 v)
+{
+	__u32 h = (__u32)v ^ (__u32)(v >> 32);
+
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
+/*
+ * Picks a backend of frontend fe for a client. Affinity, when the frontend
+ * asks for it, wins as long as its entry is fresh and its backend still
+ * belongs to the frontend (backend ids are per frontend, so a removed
+ * endpoint no longer resolves). Otherwise hash selects a slot.
+ */
+static __always_inline struct backend *pick_backend(const struct fe_val *fe, struct aff_key *ak,
+						    __u32 hash, __u32 *out_id)
+{
+	struct slot_key sk = {};
+	struct backend *be;
+	struct aff_val *av;
+	__u32 *bid;
+	__u64 now;
+
+	if (fe->flags & FE_AFFINITY) {
+		ak->id = fe->id;
+		av = bpf_map_lookup_elem(&lb_affinity, ak);
+		now = bpf_ktime_get_ns();
+		if (av && now - av->last_ns <= (__u64)fe->affinity_timeout * 1000000000ULL) {
+			be = bpf_map_lookup_elem(&lb_backends, &av->backend_id);
+			if (be) {
+				*out_id = av->backend_id;
+				av->last_ns = now;
+				return be;
+			}
+		}
+	}
+
+	sk.id = fe->id;
+	sk.gen = fe->gen;
+	sk.slot = hash % fe->count;
+	bid = bpf_map_lookup_elem(&lb_slots, &sk);
+	if (!bid)
+		return NULL;
+	be = bpf_map_lookup_elem(&lb_backends, bid);
+	if (!be)
+		return NULL;
+	*out_id = *bid;
+
+	if (fe->flags & FE_AFFINITY) {
+		struct aff_val nv = { .last_ns = bpf_ktime_get_ns(), .backend_id = *bid };
+
+		bpf_map_update_elem(&lb_affinity, ak, &nv, BPF_ANY);
+	}
+	return be;
+}
+
+/* Refuses a connect() or sendmsg() to a Service without usable backends:
+ * the caller sees ECONNREFUSED at once, like a closed port, instead of
+ * waiting for a timeout. Kernels without bpf_set_retval report EPERM. */
+static __always_inline int sock_refuse(struct bpf_sock_addr *ctx)
+{
+	count(STAT_SOCK_REFUSED);
+	if (have_set_retval)
+		bpf_set_retval(-ECONNREFUSED);
+	return 0;
+}
+
+/*
+ * Forward translation shared by connect and sendmsg of both families.
+ * Returns the verdict of the hook (1 allow, 0 reject) and the backend in
+ * *dst / *port when the destination is a Service frontend.
+ */
+static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr *dst, __u16 *port,
+				      int *rewrite)
+{
+	struct fe_key key = {};
+	struct aff_key ak = {};
+	struct backend *be = NULL;
+	struct fe_val fe;
+	struct fe_val *fep;
+	__u32 bid = 0, hash;
+	__u64 cookie;
+	int tries;
+
+	*rewrite = 0;
+	key.ip = *dst;
+	key.port = *port;
+	key.proto = ctx->protocol;
+	key.scope = SCOPE_INTERNAL;
+
+	/* Two attempts: a reader that raced with a backend-set flip may find
+	 * the slot of the old generation already collected; the second lookup
+	 * sees the new frontend value. */
+	for (tries = 0; tries < 2; tries++) {
+		fep = bpf_map_lookup_elem(&lb_frontends, &key);
+		if (!fep)
+			return 1;	/* not a Service: leave the socket alone */
+		fe = *fep;
+		if (fe.count == 0)
+			return sock_refuse(ctx);
+
+		cookie = bpf_get_socket_cookie(ctx);
+		/* TCP picks at random per connection; UDP sticks per socket so
+		 * that a client's datagrams keep reaching the same backend. */
+		if (ctx->type == SOCK_STREAM)
+			hash = bpf_get_prandom_u32();
+		else
+			hash = mix32(cookie);
+		if (fe.flags & FE_AFFINITY) {
+			__u64 nc = bpf_get_netns_cookie(ctx);
+
+			ak.client.w[0] = (__u32)nc;
+			ak.client.w[1] = (__u32)(nc >> 32);
+		}
+		be = pick_backend(&fe, &ak, hash, &bid);
+		if (be)
+			break;
+		count(STAT_SOCK_RETRY);
+	}
+	if (!be)
+		return sock_refuse(ctx);
+
+	struct sk_rnat_key rk = { .cookie = cookie, .ip = be->ip, .port = be->port };
+	struct sk_rnat_val rv = { .ip = *dst, .port = *port, .id = fe.id };
+
+	bpf_map_update_elem(&lb_sock_rnat, &rk, &rv, BPF_ANY);
+	*dst = be->ip;
+	*port = be->port;
+	*rewrite = 1;
+	count(STAT_SOCK_XLATE);
+	return 1;
+}
+
+/* Reverse translation for getpeername and recvmsg: if this socket was
+ * translated to the backend it now reports, show the frontend instead. */
+static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *src, __u16 *port)
+{
+	struct sk_rnat_key rk = {};
+	struct sk_rnat_val *rv;
+
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	rk.ip = *src;
+	rk.port = *port;
+	rv = bpf_map_lookup_elem(&lb_sock_rnat, &rk);
+	if (!rv)
+		return 0;
+	*src = rv->ip;
+	*port = rv->port;
+	return 1;
+}
+
+static __always_inline int sock4_fwd(struct bpf_sock_addr *ctx)
+{
+	struct lb_addr dst;
+	__u16 port = (__u16)ctx->user_port;
+	int rewrite, verdict;
+
+	addr_from_v4(&dst, ctx->user_ip4);
+	verdict = sock_xlate(ctx, &dst, &port, &rewrite);
+	if (rewrite) {
+		ctx->user_ip4 = dst.w[3];
+		ctx->user_port = port;
+	}
+	return verdict;
+}
+
+static __always_inline int sock6_fwd(struct bpf_sock_addr *ctx)
+{
+	struct lb_addr dst;
+	__u16 port = (__u16)ctx->user_port;
+	int rewrite, verdict;
+
+	dst.w[0] = ctx->user_ip6[0];
+	dst.w[1] = ctx->user_ip6[1];
+	dst.w[2] = ctx->user_ip6[2];
+	dst.w[3] = ctx->user_ip6[3];
+	verdict = sock_xlate(ctx, &dst, &port, &rewrite);
+	if (rewrite) {
+		ctx->user_ip6[0] = dst.w[0];
+		ctx->user_ip6[1] = dst.w[1];
+		ctx->user_ip6[2] = dst.w[2];
+		ctx->user_ip6[3] = dst.w[3];
+		ctx->user_port = port;
+	}
+	return verdict;
+}
+
+static __always_inline int sock4_rev(struct bpf_sock_addr *ctx)
+{
+	struct lb_addr src;
+	__u16 port = (__u16)ctx->user_port;
+
+	addr_from_v4(&src, ctx->user_ip4);
+	if (sock_rev(ctx, &src, &port)) {
+		ctx->user_ip4 = src.w[3];
+		ctx->user_port = port;
+	}
+	return 1;
+}
+
+static __always_inline int sock6_rev(struct bpf_sock_addr *ctx)
+{
+	struct lb_addr src;
+	__u16 port = (__u16)ctx->user_port;
+
+	src.w[0] = ctx->user_ip6[0];
+	src.w[1] = ctx->user_ip6[1];
+	src.w[2] = ctx->user_ip6[2];
+	src.w[3] = ctx->user_ip6[3];
+	if (sock_rev(ctx, &src, &port)) {
+		ctx->user_ip6[0] = src.w[0];
+		ctx->user_ip6[1] = src.w[1];
+		ctx->user_ip6[2] = src.w[2];
+		ctx->user_ip6[3] = src.w[3];
+		ctx->user_port = port;
+	}
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int sock4_connect(struct bpf_sock_addr *ctx)
+{
+	return sock4_fwd(ctx);
+}
+
+SEC("cgroup/connect6")
+int sock6_connect(struct bpf_sock_addr *ctx)
+{
+	return sock6_fwd(ctx);
+}
+
+/* Unconnected UDP (a resolver's sendto to the DNS ClusterIP) is translated
+ * per datagram. */
+SEC("cgroup/sendmsg4")
+int sock4_sendmsg(struct bpf_sock_addr *ctx)
+{
+	return sock4_fwd(ctx);
+}
+
+SEC("cgroup/sendmsg6")
+int sock6_sendmsg(struct bpf_sock_addr *ctx)
+{
+	return sock6_fwd(ctx);
+}
+
+SEC("cgroup/recvmsg4")
+int sock4_recvmsg(struct bpf_sock_addr *ctx)
+{
+	return sock4_rev(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int sock6_recvmsg(struct bpf_sock_addr *ctx)
+{
+	return sock6_rev(ctx);
+}
+
+SEC("cgroup/getpeername4")
+int sock4_getpeername(struct bpf_sock_addr *ctx)
+{
+	return sock4_rev(ctx);
+}
+
+SEC("cgroup/getpeername6")
+int sock6_getpeername(struct bpf_sock_addr *ctx)
+{
+	return sock6_rev(ctx);
+}
+
+/* Keeps host processes from binding a port that a NodePort owns: the bind
+ * would succeed but never see a packet, which is worse than failing. The
+ * NodePort key of an IPv4 Service is the mapped any-address ::ffff:0.0.0.0,
+ * that of an IPv6 Service the all-zero address. */
+static __always_inline int nodeport_taken(struct bpf_sock *ctx, int v6)
+{
+	struct fe_key key = {};
+
+	if (!v6)
+		addr_from_v4(&key.ip, 0);
+	key.port = bpf_htons((__u16)ctx->src_port);
+	key.proto = ctx->protocol;
+	key.scope = SCOPE_EXTERNAL;
+	return bpf_map_lookup_elem(&lb_frontends, &key) != NULL;
+}
+
+static __always_inline int post_bind(struct bpf_sock *ctx, struct lb_addr *ip, int check4, int check6)
+{
+	if (host_netns_cookie && bpf_get_netns_cookie(ctx) != host_netns_cookie)
+		return 1;
+	if (!(check4 && nodeport_taken(ctx, 0)) && !(check6 && nodeport_taken(ctx, 1)))
+		return 1;
+	/* Binding to a specific address that is not a node address is fine. */
+	if ((ip->w[0] | ip->w[1] | ip->w[3]) != 0 && !bpf_map_lookup_elem(&lb_node_ips, ip))
+		return 1;
+	if (have_set_retval)
+		bpf_set_retval(-EADDRINUSE);
+	return 0;
+}
+
+SEC("cgroup/post_bind4")
+int sock4_post_bind(struct bpf_sock *ctx)
+{
+	struct lb_addr ip;
+
+	addr_from_v4(&ip, ctx->src_ip4);
+	return post_bind(ctx, &ip, 1, 0);
+}
+
+SEC("cgroup/post_bind6")
+int sock6_post_bind(struct bpf_sock *ctx)
+{
+	struct lb_addr ip;
+
+	ip.w[0] = ctx->src_ip6[0];
+	ip.w[1] = ctx->src_ip6[1];
+	ip.w[2] = ctx->src_ip6[2];
+	ip.w[3] = ctx->src_ip6[3];
+	/* A dual-stack socket bound to :: also receives IPv4; one bound to a
+	 * mapped address is an IPv4 socket in disguise. */
+	if ((ip.w[0] | ip.w[1] | ip.w[2] | ip.w[3]) == 0)
+		return post_bind(ctx, &ip, 1, 1);
+	if ((ip.w[0] | ip.w[1]) == 0 && ip.w[2] == bpf_htonl(0x0000ffff))
+		return post_bind(ctx, &ip, 1, 0);
+	return post_bind(ctx, &ip, 0, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* North-south: per-packet NAT on the uplink.                              */
+/* ---------------------------------------------------------------------- */
+
+/* Only option-less IPv4 headers are translated; the fixed offsets keep the
+ * verifier's job small and options are vanishingly rare on service traffic. */
+#define IP_OFF ETH_HLEN
+#define IP_CSUM_OFF (IP_OFF + offsetof(struct iphdr, check))
+#define IP_SRC_OFF (IP_OFF + offsetof(struct iphdr, saddr))
+#define IP_DST_OFF (IP_OFF + offsetof(struct iphdr, daddr))
+#define L4_OFF (IP_OFF + sizeof(struct iphdr))
+#define L4_SPORT_OFF L4_OFF
+#define L4_DPORT_OFF (L4_OFF + 2)
+#define TCP_CSUM_OFF (L4_OFF + offsetof(struct tcphdr, check))
+#define UDP_CSUM_OFF (L4_OFF + offsetof(struct udphdr, check))
+
+struct pkt4 {
+	struct ct4_key t;	/* the packet's own tuple */
+	__u8 tcp_flags;
+};
+
+#define TCPF_SYN 0x02
+#define TCPF_RST 0x04
+#define TCPF_ACK 0x10
+
+/* Parses an Ethernet/IPv4/TCP-or-UDP packet. Returns 0 when the packet is
+ * something the translator leaves alone. */
+static __always_inline int parse4(struct __sk_buff *skb, struct pkt4 *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + IP_OFF;
+	__u16 *ports = data + L4_OFF;
+
+	if ((void *)(ports + 2) > end)
+		return 0;
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5 || ip->version != 4)
+		return 0;
+	/* Fragments other than the first carry no ports. */
+	if (ip->frag_off & bpf_htons(0x1fff))
+		return 0;
+	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
+		return 0;
+	p->t.src = ip->saddr;
+	p->t.dst = ip->daddr;
+	p->t.sport = ports[0];
+	p->t.dport = ports[1];
+	p->t.proto = ip->protocol;
+	p->tcp_flags = 0;
+	if (ip->protocol == IPPROTO_TCP) {
+		__u8 *fl = data + L4_OFF + 13;
+
+		if ((void *)(fl + 1) > end)
+			return 0;
+		p->tcp_flags = *fl;
+	}
+	return 1;
+}
+
+/* Rewrites one address and one port, fixing the IP and L4 checksums
+ * incrementally. UDP datagrams without a checksum keep none. */
+static __always_inline void rewrite4(struct __sk_buff *skb, __u8 proto, int addr_off, __u32 old_ip,
+				     __u32 new_ip, int port_off, __u16 old_port, __u16 new_port)
+{
+	int csum_off = proto == IPPROTO_TCP ? TCP_CSUM_OFF : UDP_CSUM_OFF;
+	__u64 l4flags = proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+
+	if (old_ip != new_ip) {
+		bpf_l4_csum_replace(skb, csum_off, old_ip, new_ip, l4flags | BPF_F_PSEUDO_HDR | 4);
+		bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_ip, new_ip, 4);
+		bpf_skb_store_bytes(skb, addr_off, &new_ip, 4, 0);
+	}
+	if (old_port != new_port) {
+		bpf_l4_csum_replace(skb, csum_off, old_port, new_port, l4flags | 2);
+		bpf_skb_store_bytes(skb, port_off, &new_port, 2, 0);
+	}
+}
+
+static __always_inline __u16 csum_fold(__s64 sum)
+{
+	__u32 s = (__u32)sum;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/*
+ * Answers a TCP segment for a frontend without backends with a reset, so a
+ * NodePort client fails at once instead of retrying SYNs for minutes. The
+ * segment is turned around in place and sent back out of the interface it
+ * came in on.
+ */
+static __always_inline int reply_rst4(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + IP_OFF;
+	struct tcphdr *th = data + L4_OFF;
+	struct iphdr nip;
+	struct tcphdr nth = {};
+	__u8 mac[ETH_ALEN];
+	__u32 payload;
+	__s64 sum;
+
+	if ((void *)(th + 1) > end)
+		return TC_ACT_SHOT;
+	if (th->rst)
+		return TC_ACT_SHOT;
+	payload = bpf_ntohs(ip->tot_len) - sizeof(*ip) - th->doff * 4;
+
+	nth.source = th->dest;
+	nth.dest = th->source;
+	nth.doff = 5;
+	nth.rst = 1;
+	if (th->ack) {
+		nth.seq = th->ack_seq;
+	} else {
+		nth.ack = 1;
+		nth.ack_seq = bpf_htonl(bpf_ntohl(th->seq) + payload + th->syn + th->fin);
+	}
+
+	nip = *ip;
+	nip.saddr = ip->daddr;
+	nip.daddr = ip->saddr;
+	nip.tot_len = bpf_htons(sizeof(nip) + sizeof(nth));
+	nip.ttl = 64;
+	nip.id = 0;
+	nip.frag_off = bpf_htons(0x4000);	/* DF */
+	nip.check = 0;
+	nip.check = csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)&nip, sizeof(nip), 0));
+
+	struct {
+		__u32 src, dst;
+		__u8 zero, proto;
+		__u16 len;
+	} ph = { nip.saddr, nip.daddr, 0, IPPROTO_TCP, bpf_htons(sizeof(nth)) };
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&nth, sizeof(nth), sum);
+	nth.check = csum_fold(sum);
+
+	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+
+	if (bpf_skb_store_bytes(skb, IP_OFF, &nip, sizeof(nip), 0) ||
+	    bpf_skb_store_bytes(skb, L4_OFF, &nth, sizeof(nth), 0) ||
+	    bpf_skb_change_tail(skb, L4_OFF + sizeof(nth), 0))
+		return TC_ACT_SHOT;
+	count(STAT_TC_REFUSED);
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* Sends a translated packet towards its new destination through the FIB,
+ * filling in link-layer addresses (or letting the neighbour code do it). */
+static __always_inline int fib_redirect4(struct __sk_buff *skb, __u32 src, __u32 dst)
+{
+	struct bpf_fib_lookup fib = {};
+	void *data, *end;
+	struct ethhdr *eth;
+	long rc;
+
+	fib.family = 2;	/* AF_INET */
+	fib.ifindex = skb->ingress_ifindex ? skb->ingress_ifindex : skb->ifindex;
+	fib.ipv4_src = src;
+	fib.ipv4_dst = dst;
+	fib.tot_len = skb->len - ETH_HLEN;
+
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		eth = data;
+		if ((void *)(eth + 1) > end)
+			return TC_ACT_SHOT;
+		__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+		return bpf_redirect(fib.ifindex, 0);
+	}
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		struct bpf_redir_neigh nh = { .nh_family = 2, .ipv4_nh = fib.ipv4_dst };
+
+		return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	}
+	/* No route or forwarding off: let the stack decide (and count it). */
+	return TC_ACT_OK;
+}
+
+/* Reserves a source port for a new SNAT'd flow by claiming its reply tuple. */
+static __always_inline int snat_claim(struct ct4_key *rkey, const struct rct4_val *rv)
+{
+	__u32 zero = 0, span, i;
+	struct lb_cfg *cfg = bpf_map_lookup_elem(&lb_config, &zero);
+	__u16 lo = 61000, hi = 65535;
+
+	if (cfg && cfg->snat_port_min && cfg->snat_port_max >= cfg->snat_port_min) {
+		lo = cfg->snat_port_min;
+		hi = cfg->snat_port_max;
+	}
+	span = (__u32)hi - lo + 1;
+	for (i = 0; i < 8; i++) {
+		rkey->dport = bpf_htons(lo + bpf_get_prandom_u32() % span);
+		if (bpf_map_update_elem(&lb_rct4, rkey, rv, BPF_NOEXIST) == 0)
+			return 0;
+	}
+	return -1;
+}
+
+static __always_inline int is_node_ip4(__u32 ip)
+{
+	struct lb_addr a;
+
+	addr_from_v4(&a, ip);
+	return bpf_map_lookup_elem(&lb_node_ips, &a) != NULL;
+}
+
+/* Ingress on the uplink: new and continuing client→frontend flows are
+ * translated to their backend; replies of SNAT'd flows are translated back. */
+SEC("tc")
+int nodeport_ingress(struct __sk_buff *skb)
+{
+	struct pkt4 p = {};
+	struct rct4_val *rv;
+	struct ct4_val *ctp, ct = {};
+	struct fe_key fk = {};
+	struct fe_val *fep, fe;
+	struct backend *be;
+	__u32 bid = 0, nat_ip;
+
+	if (!parse4(skb, &p))
+		return TC_ACT_OK;
+
+	/* A reply from a remote backend to one of our SNAT ports? */
+	rv = bpf_map_lookup_elem(&lb_rct4, &p.t);
+	if (rv && (rv->flags & CT_SNAT)) {
+		struct rct4_val r = *rv;
+
+		rewrite4(skb, p.t.proto, IP_DST_OFF, p.t.dst, r.client_ip, L4_DPORT_OFF, p.t.dport,
+			 r.client_port);
+		rewrite4(skb, p.t.proto, IP_SRC_OFF, p.t.src, r.fe_ip, L4_SPORT_OFF, p.t.sport, r.fe_port);
+		count(STAT_TC_REVERSE);
+		return fib_redirect4(skb, r.fe_ip, r.client_ip);
+	}
+
+	ctp = bpf_map_lookup_elem(&lb_ct4, &p.t);
+	if (ctp) {
+		ct = *ctp;
+		goto forward;
+	}
+
+	/* New flow: an externalIP / load-balancer address, else a NodePort. */
+	addr_from_v4(&fk.ip, p.t.dst);
+	fk.port = p.t.dport;
+	fk.proto = p.t.proto;
+	fk.scope = SCOPE_EXTERNAL;
+	fep = bpf_map_lookup_elem(&lb_frontends, &fk);
+	if (!fep && is_node_ip4(p.t.dst)) {
+		addr_from_v4(&fk.ip, 0);
+		fep = bpf_map_lookup_elem(&lb_frontends, &fk);
+	}
+	if (!fep)
+		return TC_ACT_OK;
+	fe = *fep;
+
+	if (p.t.proto == IPPROTO_TCP && !(p.tcp_flags & TCPF_SYN)) {
+		/* Mid-stream segment of a flow we never saw (or that aged out):
+		 * not ours to start; let the stack reset it. */
+		return TC_ACT_OK;
+	}
+	if (fe.count == 0) {
+		if (fe.flags & FE_LOCAL_ONLY) {
+			/* externalTrafficPolicy: Local without a local endpoint:
+			 * drop so that the client's load balancer fails over. */
+			count(STAT_TC_DROPPED);
+			return TC_ACT_SHOT;
+		}
+		if (p.t.proto == IPPROTO_TCP)
+			return reply_rst4(skb);
+		count(STAT_TC_DROPPED);
+		return TC_ACT_SHOT;
+	}
+
+	{
+		struct aff_key ak = {};
+		__u32 hash;
+
+		addr_from_v4(&ak.client, p.t.src);
+		hash = p.t.proto == IPPROTO_TCP ? bpf_get_prandom_u32()
+						: mix32(((__u64)p.t.src << 32) | ((__u32)p.t.sport << 16 | p.t.dport));
+		be = pick_backend(&fe, &ak, hash, &bid);
+	}
+	if (!be) {
+		count(STAT_TC_DROPPED);
+		return TC_ACT_SHOT;
+	}
+
+	ct.be_ip = be->ip.w[3];
+	ct.be_port = be->port;
+	ct.fe_id = fe.id;
+	if (!(be->flags & BE_LOCAL) && !(fe.flags & FE_LOCAL_ONLY)) {
+		/* The backend is on another node: its reply must come back
+		 * through us, so the client is hidden behind a node address. */
+		struct ct4_key rk = { .src = ct.be_ip, .sport = ct.be_port, .proto = p.t.proto };
+		struct rct4_val r = { .client_ip = p.t.src, .client_port = p.t.sport,
+				      .fe_ip = p.t.dst, .fe_port = p.t.dport, .flags = CT_SNAT };
+		__u32 zero = 0;
+		struct lb_cfg *cfg;
+
+		nat_ip = p.t.dst;
+		if (!is_node_ip4(nat_ip)) {
+			cfg = bpf_map_lookup_elem(&lb_config, &zero);
+			nat_ip = cfg ? cfg->snat_ip4 : 0;
+		}
+		if (!nat_ip) {
+			count(STAT_TC_DROPPED);
+			return TC_ACT_SHOT;
+		}
+		rk.dst = nat_ip;
+		if (snat_claim(&rk, &r) < 0) {
+			count(STAT_TC_DROPPED);
+			return TC_ACT_SHOT;
+		}
+		ct.flags = CT_SNAT;
+		ct.nat_ip = nat_ip;
+		ct.nat_port = rk.dport;
+		count(STAT_TC_SNAT);
+	} else {
+		/* Local backend: the client address is kept and the reply
+		 * leaves through nodeport_egress, which restores the frontend. */
+		struct ct4_key rk = { .src = ct.be_ip, .dst = p.t.src, .sport = ct.be_port,
+				      .dport = p.t.sport, .proto = p.t.proto };
+		struct rct4_val r = { .client_ip = p.t.src, .client_port = p.t.sport,
+				      .fe_ip = p.t.dst, .fe_port = p.t.dport };
+
+		bpf_map_update_elem(&lb_rct4, &rk, &r, BPF_ANY);
+	}
+	bpf_map_update_elem(&lb_ct4, &p.t, &ct, BPF_ANY);
+	count(STAT_TC_DNAT);
+
+forward:
+	rewrite4(skb, p.t.proto, IP_DST_OFF, p.t.dst, ct.be_ip, L4_DPORT_OFF, p.t.dport, ct.be_port);
+	if (ct.flags & CT_SNAT) {
+		rewrite4(skb, p.t.proto, IP_SRC_OFF, p.t.src, ct.nat_ip, L4_SPORT_OFF, p.t.sport,
+			 ct.nat_port);
+		return fib_redirect4(skb, ct.nat_ip, ct.be_ip);
+	}
+	/* Local backend: the stack routes it to the pod (or delivers it to a
+	 * host-network backend). */
+	return TC_ACT_OK;
+}
+
+/* Egress on the uplink: replies of local backends leave with the frontend
+ * as their source again. */
+SEC("tc")
+int nodeport_egress(struct __sk_buff *skb)
+{
+	struct pkt4 p = {};
+	struct rct4_val *rv;
+
+	if (!parse4(skb, &p))
+		return TC_ACT_OK;
+	rv = bpf_map_lookup_elem(&lb_rct4, &p.t);
+	if (!rv || (rv->flags & CT_SNAT))
+		return TC_ACT_OK;
+	{
+		struct rct4_val r = *rv;
+
+		rewrite4(skb, p.t.proto, IP_SRC_OFF, p.t.src, r.fe_ip, L4_SPORT_OFF, p.t.sport, r.fe_port);
+	}
+	count(STAT_TC_REVERSE);
+	return TC_ACT_OK;
+}

@@ -1,0 +1,130 @@
+package dataplane
+
+import (
+	"log/slog"
+	"net/netip"
+	"os"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Config configures a Dataplane. The zero value of every field is usable
+// except where noted.
+type Config struct {
+	// CgroupPath is the cgroup v2 directory the socket programs attach to.
+	// Everything in it and below it is load-balanced. Default: the cgroup
+	// v2 root (/sys/fs/cgroup when it is cgroup2, else
+	// /sys/fs/cgroup/unified on hybrid hosts).
+	CgroupPath string
+	// BPFFSPath is the bpffs directory that holds tether's pins (maps/ and
+	// links/ below it). Default /sys/fs/bpf/tether.
+	BPFFSPath string
+	// NodeName selects the node-local endpoints (EndpointSlice nodeName)
+	// for the Local traffic policies. Empty: no endpoint is local.
+	NodeName string
+	// NodeIPs are the node addresses NodePorts answer on. The first IPv4
+	// one is also the SNAT source for externalIP traffic to remote
+	// backends.
+	NodeIPs []netip.Addr
+	// Uplinks are the interfaces that carry NodePort and externalIP
+	// traffic. Empty: no tc programs are attached.
+	Uplinks []string
+	// NetnsPath is the node's network namespace (uplinks, the namespace
+	// whose binds are kept off NodePorts). Empty: the namespace of the
+	// thread that calls New, which for an agent is the host's.
+	NetnsPath string
+	// TCAttach chooses how tc programs attach: "tcx" (kernel ≥ 6.6),
+	// "clsact" (a clsact qdisc with a direct-action cls_bpf filter), or
+	// "" for tcx with clsact as the fallback.
+	TCAttach string
+	// SNATPortMin and SNATPortMax bound the source ports used when
+	// NodePort traffic is forwarded to another node. Default 61000-65535,
+	// above Linux's default ephemeral range.
+	SNATPortMin, SNATPortMax uint16
+	// Maps sizes the maps. Changing a size of an existing installation
+	// needs Uninstall first (pinned maps keep their size).
+	Maps MapSizes
+	// Logger receives the dataplane's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Observers receive every Upsert and Delete call after the dataplane
+	// has recorded it (the DNS server is one).
+	Observers []Observer
+}
+
+// MapSizes bounds the number of entries of the main maps. Zero values take
+// the defaults in parentheses.
+type MapSizes struct {
+	Frontends  int // (65536) Service frontends: ClusterIP/externalIP/NodePort × port × scope
+	Backends   int // (262144) backends, counted once per frontend they serve
+	Affinity   int // (65536) affinity entries (sessionAffinity: ClientIP)
+	SockRevNAT int // (65536) sockets translated at the socket layer, remembered for getpeername/recvmsg
+	Conntrack  int // (65536) north-south flows
+}
+
+// Observer receives the same Service and EndpointSlice changes as the
+// Dataplane. dns.Server implements it.
+type Observer interface {
+	UpsertService(*corev1.Service)
+	DeleteService(namespace, name string)
+	UpsertEndpointSlice(*discoveryv1.EndpointSlice)
+	DeleteEndpointSlice(namespace, name string)
+}
+
+const (
+	defaultBPFFSPath = "/sys/fs/bpf/tether"
+	defaultSNATMin   = 61000
+	defaultSNATMax   = 65535
+)
+
+func (c *Config) setDefaults() {
+	if c.CgroupPath == "" {
+		c.CgroupPath = defaultCgroupRoot()
+	}
+	if c.BPFFSPath == "" {
+		c.BPFFSPath = defaultBPFFSPath
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.SNATPortMin == 0 || c.SNATPortMax < c.SNATPortMin {
+		c.SNATPortMin, c.SNATPortMax = defaultSNATMin, defaultSNATMax
+	}
+	m := &c.Maps
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&m.Frontends, 65536)
+	def(&m.Backends, 262144)
+	def(&m.Affinity, 65536)
+	def(&m.SockRevNAT, 65536)
+	def(&m.Conntrack, 65536)
+}
+
+// defaultCgroupRoot finds the cgroup v2 root: /sys/fs/cgroup on unified
+// hosts, /sys/fs/cgroup/unified on hybrid ones.
+func defaultCgroupRoot() string {
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if isFS(p, unix.CGROUP2_SUPER_MAGIC) {
+			return p
+		}
+	}
+	return "/sys/fs/cgroup"
+}
+
+func isFS(path string, magic int64) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false
+	}
+	return int64(st.Type) == magic
+}
+
+// exists reports whether path exists.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}

@@ -1,0 +1,512 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// labelServiceName ties an EndpointSlice to its Service.
+const labelServiceName = discoveryv1.LabelServiceName
+
+// Dataplane programs Service load balancing into the kernel. Its methods
+// are safe for concurrent use.
+type Dataplane struct {
+	cfg      Config
+	log      *slog.Logger
+	mapsDir  string
+	linksDir string
+
+	mu       sync.Mutex
+	objs     *lbObjects
+	cgLinks  []link.Link
+	tc       []tcAttachment
+	rec      *reconciler
+	services map[types.NamespacedName]*corev1.Service
+	slices   map[types.NamespacedName]*discoveryv1.EndpointSlice
+	bySvc    map[types.NamespacedName]map[string]bool // Service → names of its slices
+	owned    map[types.NamespacedName][]feKey         // frontends a Service has programmed
+	owner    map[feKey]types.NamespacedName
+	synced   bool
+	dirty    map[types.NamespacedName]bool // failed to apply; retried by Sync
+	resync   bool                          // state unknown after a failed write: re-adopt on Sync
+	closed   bool
+	// lastFull is what the last full resync wrote (for tests and logs).
+	lastFull struct{ writes, deletes int }
+}
+
+// New probes the kernel, loads the BPF programs and attaches them, adopting
+// the maps and links a previous agent pinned under cfg.BPFFSPath. Traffic
+// that the pinned state carries keeps flowing throughout.
+func New(cfg Config) (*Dataplane, error) {
+	cfg.setDefaults()
+	if err := probeKernel(); err != nil {
+		return nil, err
+	}
+	if err := checkFS(cfg.CgroupPath, 0x63677270, "cgroup2"); err != nil {
+		return nil, err
+	}
+	d := &Dataplane{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "dataplane"),
+		mapsDir:  filepath.Join(cfg.BPFFSPath, "maps"),
+		linksDir: filepath.Join(cfg.BPFFSPath, "links"),
+		services: map[types.NamespacedName]*corev1.Service{},
+		slices:   map[types.NamespacedName]*discoveryv1.EndpointSlice{},
+		bySvc:    map[types.NamespacedName]map[string]bool{},
+		owned:    map[types.NamespacedName][]feKey{},
+		owner:    map[feKey]types.NamespacedName{},
+		dirty:    map[types.NamespacedName]bool{},
+	}
+	for _, dir := range []string{d.mapsDir, d.linksDir} {
+		if err := ensureBPFFS(dir); err != nil {
+			return nil, err
+		}
+	}
+	var cookie uint64
+	if err := inNetns(cfg.NetnsPath, func() error { cookie = netnsCookie(); return nil }); err != nil {
+		return nil, err
+	}
+	objs, err := loadObjects(&d.cfg, d.mapsDir, cookie)
+	if err != nil {
+		return nil, err
+	}
+	d.objs = objs
+	d.rec = newReconciler(&kmaps{frontends: objs.LbFrontends, slots: objs.LbSlots, backends: objs.LbBackends})
+	if err := d.rec.adopt(); err != nil {
+		objs.Close()
+		return nil, err
+	}
+	if err := d.writeNodeConfig(); err != nil {
+		objs.Close()
+		return nil, err
+	}
+	// Maps first, then programs: the hooks never run against maps that
+	// are still being filled in a way they could misread.
+	d.cgLinks, err = attachCgroup(objs, cfg.CgroupPath, d.linksDir)
+	if err != nil {
+		objs.Close()
+		return nil, err
+	}
+	if len(cfg.Uplinks) > 0 {
+		err = inNetns(cfg.NetnsPath, func() error {
+			var err error
+			d.tc, err = attachTC(objs, cfg.Uplinks, cfg.TCAttach, d.linksDir)
+			return err
+		})
+		if err != nil {
+			d.closeLocked()
+			return nil, err
+		}
+	}
+	d.log.Info("dataplane ready", "cgroup", cfg.CgroupPath, "pins", cfg.BPFFSPath,
+		"adoptedFrontends", len(d.rec.fes), "uplinks", cfg.Uplinks, "tc", d.tcMode())
+	return d, nil
+}
+
+func (d *Dataplane) tcMode() string {
+	for _, a := range d.tc {
+		if a.clsact {
+			return "clsact"
+		}
+		return "tcx"
+	}
+	return "none"
+}
+
+// writeNodeConfig fills lb_node_ips and lb_config from the configuration.
+func (d *Dataplane) writeNodeConfig() error {
+	want := map[lbLbAddr]bool{}
+	var snat uint32
+	for _, a := range d.cfg.NodeIPs {
+		a = a.Unmap()
+		want[toLbAddr(as16(a))] = true
+		if a.Is4() && snat == 0 {
+			snat = toLbAddr(as16(a)).W[3]
+		}
+	}
+	var k lbLbAddr
+	var v uint32
+	var stale []lbLbAddr
+	it := d.objs.LbNodeIps.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	for _, k := range stale {
+		d.objs.LbNodeIps.Delete(&k)
+	}
+	for k := range want {
+		if err := d.objs.LbNodeIps.Put(&k, uint32(1)); err != nil {
+			return fmt.Errorf("write node address: %w", err)
+		}
+	}
+	cfg := lbLbCfg{SnatIp4: snat, SnatPortMin: d.cfg.SNATPortMin, SnatPortMax: d.cfg.SNATPortMax}
+	if err := d.objs.LbConfig.Put(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("write lb config: %w", err)
+	}
+	return nil
+}
+
+// UpsertService records a Service (created or changed). After the first Sync
+// the change is in the kernel when the call returns.
+func (d *Dataplane) UpsertService(svc *corev1.Service) {
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	d.mu.Lock()
+	d.services[key] = svc
+	d.applyLocked(key)
+	d.mu.Unlock()
+	for _, o := range d.cfg.Observers {
+		o.UpsertService(svc)
+	}
+}
+
+// DeleteService forgets a Service and removes its frontends.
+func (d *Dataplane) DeleteService(namespace, name string) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	d.mu.Lock()
+	delete(d.services, key)
+	d.applyLocked(key)
+	d.mu.Unlock()
+	for _, o := range d.cfg.Observers {
+		o.DeleteService(namespace, name)
+	}
+}
+
+// UpsertEndpointSlice records an EndpointSlice. Slices are tied to their
+// Service by the kubernetes.io/service-name label, so Services without a
+// selector work with slices their users manage.
+func (d *Dataplane) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	d.mu.Lock()
+	old := d.slices[key]
+	d.slices[key] = s
+	newSvc := sliceService(s)
+	if old != nil {
+		if oldSvc := sliceService(old); oldSvc != newSvc && oldSvc.Name != "" {
+			delete(d.bySvc[oldSvc], s.Name)
+			d.applyLocked(oldSvc)
+		}
+	}
+	if newSvc.Name != "" {
+		if d.bySvc[newSvc] == nil {
+			d.bySvc[newSvc] = map[string]bool{}
+		}
+		d.bySvc[newSvc][s.Name] = true
+		d.applyLocked(newSvc)
+	}
+	d.mu.Unlock()
+	for _, o := range d.cfg.Observers {
+		o.UpsertEndpointSlice(s)
+	}
+}
+
+// DeleteEndpointSlice forgets an EndpointSlice.
+func (d *Dataplane) DeleteEndpointSlice(namespace, name string) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	d.mu.Lock()
+	if old := d.slices[key]; old != nil {
+		delete(d.slices, key)
+		if svc := sliceService(old); svc.Name != "" {
+			delete(d.bySvc[svc], name)
+			if len(d.bySvc[svc]) == 0 {
+				delete(d.bySvc, svc)
+			}
+			d.applyLocked(svc)
+		}
+	}
+	d.mu.Unlock()
+	for _, o := range d.cfg.Observers {
+		o.DeleteEndpointSlice(namespace, name)
+	}
+}
+
+func sliceService(s *discoveryv1.EndpointSlice) types.NamespacedName {
+	return types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[labelServiceName]}
+}
+
+// desiredFor computes the frontends of one Service from the recorded state.
+func (d *Dataplane) desiredFor(key types.NamespacedName) []desiredFE {
+	svc := d.services[key]
+	if svc == nil {
+		return nil
+	}
+	var eps []*discoveryv1.EndpointSlice
+	for name := range d.bySvc[key] {
+		if s := d.slices[types.NamespacedName{Namespace: key.Namespace, Name: name}]; s != nil {
+			eps = append(eps, s)
+		}
+	}
+	return desiredFrontends(svc, eps, d.cfg.NodeName)
+}
+
+// plan adds to b what Service key needs and returns the frontends it will
+// own afterwards.
+func (d *Dataplane) plan(key types.NamespacedName, b *batch) []feKey {
+	want := d.desiredFor(key)
+	var keys []feKey
+	wanted := map[feKey]bool{}
+	for _, fe := range want {
+		if o, taken := d.owner[fe.Key]; taken && o != key {
+			d.log.Warn("frontend already used by another Service; ignoring it", "service", key,
+				"owner", o, "address", fe.Key.IP.Unmap(), "port", fe.Key.Port)
+			continue
+		}
+		wanted[fe.Key] = true
+		keys = append(keys, fe.Key)
+		d.rec.upsert(fe, b)
+	}
+	for _, k := range d.owned[key] {
+		if !wanted[k] {
+			d.rec.remove(k, b)
+		}
+	}
+	return keys
+}
+
+func (d *Dataplane) setOwned(key types.NamespacedName, keys []feKey) {
+	for _, k := range d.owned[key] {
+		if d.owner[k] == key {
+			delete(d.owner, k)
+		}
+	}
+	if len(keys) == 0 {
+		delete(d.owned, key)
+		return
+	}
+	d.owned[key] = keys
+	for _, k := range keys {
+		d.owner[k] = key
+	}
+}
+
+// applyLocked programs one Service now if the first Sync has happened.
+func (d *Dataplane) applyLocked(key types.NamespacedName) {
+	if !d.synced || d.closed || d.resync {
+		d.dirty[key] = true
+		return
+	}
+	var b batch
+	keys := d.plan(key, &b)
+	if err := d.rec.commit(&b); err != nil {
+		// The kernel may hold part of the batch: re-read it on the next
+		// Sync rather than guess.
+		d.log.Error("program Service; will resync", "service", key, "err", err)
+		d.resync = true
+		d.dirty[key] = true
+		return
+	}
+	d.setOwned(key, keys)
+	delete(d.dirty, key)
+}
+
+// Sync applies everything recorded but not yet in the kernel. The first call
+// is the full resync: it writes all Services with batch updates and removes
+// whatever pinned state no recorded Service wants any more, so call it once
+// the informers have synced. Later calls retry changes that failed.
+func (d *Dataplane) Sync(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("sync dataplane: closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	start := time.Now()
+	full := !d.synced || d.resync
+	if d.resync {
+		if err := d.rec.adopt(); err != nil {
+			return fmt.Errorf("sync dataplane: %w", err)
+		}
+	}
+	var b batch
+	if full {
+		// Every Service, plus every frontend nobody wants.
+		d.owned = map[types.NamespacedName][]feKey{}
+		d.owner = map[feKey]types.NamespacedName{}
+		owned := map[types.NamespacedName][]feKey{}
+		for key := range d.services {
+			owned[key] = d.plan(key, &b)
+			for _, k := range owned[key] {
+				d.owner[k] = key
+			}
+		}
+		for k := range d.rec.fes {
+			if _, ok := d.owner[k]; !ok {
+				d.rec.remove(k, &b)
+			}
+		}
+		b.delSlots = append(b.delSlots, d.rec.garbageSlots...)
+		b.delBE = append(b.delBE, d.rec.garbageBEs...)
+		if err := d.rec.commit(&b); err != nil {
+			d.resync = true
+			return fmt.Errorf("sync dataplane: %w", err)
+		}
+		d.rec.garbageSlots, d.rec.garbageBEs = nil, nil
+		d.owned = owned
+		d.synced, d.resync = true, false
+		d.dirty = map[types.NamespacedName]bool{}
+		d.lastFull.writes = len(b.beKeys) + len(b.slotKeys) + len(b.feKeys)
+		d.lastFull.deletes = len(b.delFE) + len(b.delSlots) + len(b.delBE)
+		d.log.Info("dataplane synced", "services", len(d.services), "frontends", len(d.rec.fes),
+			"writes", len(b.beKeys)+len(b.slotKeys)+len(b.feKeys),
+			"deletes", len(b.delFE)+len(b.delSlots)+len(b.delBE), "took", time.Since(start))
+		return nil
+	}
+	for key := range d.dirty {
+		d.applyLocked(key)
+	}
+	if d.resync {
+		return errors.New("sync dataplane: writes failed; state will be re-read on the next Sync")
+	}
+	return nil
+}
+
+// Stats are the dataplane's counters since its maps were created.
+type Stats struct {
+	SocketTranslations uint64 // connect/sendmsg calls sent to a backend
+	SocketRefused      uint64 // refused: Service without usable backends
+	SocketRetries      uint64 // lookups that raced with an update and retried
+	NodePortFlows      uint64 // new north-south flows
+	NodePortSNAT       uint64 // ... of which source-translated
+	NodePortReverse    uint64 // reply packets translated back
+	NodePortRefused    uint64 // TCP resets for frontends without backends
+	NodePortDropped    uint64 // dropped north-south packets
+	Frontends          int    // frontends programmed
+}
+
+// Stats reads the counters.
+func (d *Dataplane) Stats() (Stats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return Stats{}, errors.New("read stats: closed")
+	}
+	var out Stats
+	fields := []*uint64{&out.SocketTranslations, &out.SocketRefused, &out.SocketRetries, &out.NodePortFlows,
+		&out.NodePortSNAT, &out.NodePortReverse, &out.NodePortRefused, &out.NodePortDropped}
+	for i, f := range fields {
+		var per []uint64
+		if err := d.objs.LbStats.Lookup(uint32(i), &per); err != nil {
+			return out, fmt.Errorf("read stats: %w", err)
+		}
+		for _, v := range per {
+			*f += v
+		}
+	}
+	out.Frontends = len(d.rec.fes)
+	return out, nil
+}
+
+// MapMemory returns the kernel memory charged to the pinned maps, in bytes.
+func (d *Dataplane) MapMemory() (uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, errors.New("read map memory: closed")
+	}
+	var total uint64
+	for _, m := range []*ebpf.Map{d.objs.LbFrontends, d.objs.LbSlots, d.objs.LbBackends, d.objs.LbAffinity,
+		d.objs.LbSockRnat, d.objs.LbNodeIps, d.objs.LbCt4, d.objs.LbRct4, d.objs.LbConfig, d.objs.LbStats} {
+		info, err := m.Info()
+		if err != nil {
+			return 0, fmt.Errorf("read map info: %w", err)
+		}
+		if v, ok := info.Memlock(); ok {
+			total += v
+		}
+	}
+	return total, nil
+}
+
+// Close releases the agent's handles. Programs stay attached and maps stay
+// pinned, so Services keep working until a new Dataplane adopts them.
+func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closeLocked()
+}
+
+func (d *Dataplane) closeLocked() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	closeLinks(d.cgLinks)
+	for _, a := range d.tc {
+		closeLinks(a.links)
+	}
+	return d.objs.Close()
+}
+
+// Uninstall detaches every program, deletes tc filters and removes the pins:
+// Services stop being load-balanced. The Dataplane is closed afterwards.
+func (d *Dataplane) Uninstall() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("uninstall dataplane: closed")
+	}
+	var errs []error
+	for _, l := range d.cgLinks {
+		if err := l.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("unpin link: %w", err))
+		}
+	}
+	for _, a := range d.tc {
+		for _, l := range a.links {
+			if err := l.Unpin(); err != nil {
+				errs = append(errs, fmt.Errorf("unpin link: %w", err))
+			}
+		}
+	}
+	if err := inNetns(d.cfg.NetnsPath, func() error {
+		var errs []error
+		for _, a := range d.tc {
+			if a.clsact {
+				errs = append(errs, detachClsact(a.ifname))
+			}
+		}
+		return errors.Join(errs...)
+	}); err != nil {
+		errs = append(errs, err)
+	}
+	for _, m := range []*ebpf.Map{d.objs.LbFrontends, d.objs.LbSlots, d.objs.LbBackends, d.objs.LbAffinity,
+		d.objs.LbSockRnat, d.objs.LbNodeIps, d.objs.LbCt4, d.objs.LbRct4, d.objs.LbConfig, d.objs.LbStats} {
+		if err := m.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("unpin map: %w", err))
+		}
+	}
+	errs = append(errs, d.closeLocked())
+	// Remove what other builds may have left (stale link pins) and the
+	// directories themselves.
+	for _, dir := range []string{d.linksDir, d.mapsDir} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+		os.Remove(dir)
+	}
+	os.Remove(d.cfg.BPFFSPath)
+	return errors.Join(errs...)
+}
+
+// frontendCount is the number of frontends programmed.
+func (d *Dataplane) frontendCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.rec.fes)
+}

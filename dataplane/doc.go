@@ -1,0 +1,34 @@
+// Package dataplane load-balances Kubernetes Services on an edge node with
+// eBPF, without iptables or nftables rules.
+//
+// East-west traffic (pods and host processes dialling a ClusterIP) is
+// balanced at the socket layer: programs on the cgroup v2 hooks connect4/6,
+// sendmsg4/6, recvmsg4/6 and getpeername4/6 rewrite the address a socket asks
+// for into a backend before the first packet exists, so established flows pay
+// no per-packet NAT and leave no conntrack entry, and applications still see
+// the ClusterIP as their peer. post_bind4/6 keep host processes off NodePorts.
+//
+// North-south traffic (NodePort, externalIPs) is translated per packet by tc
+// programs on the node's uplinks (TCX links where the kernel has them, a
+// clsact qdisc with cls_bpf otherwise): DNAT to a backend, SNAT when the
+// backend runs on another node under externalTrafficPolicy Cluster, the
+// client address kept under Local.
+//
+// All maps and links are pinned in bpffs. Closing a Dataplane leaves the
+// programs attached and the maps filled, so traffic keeps flowing while the
+// agent restarts; New adopts what it finds and the first Sync reconciles it
+// against the desired state. Backend-set changes are make-before-break: the
+// new backends and slots are written first, then the frontend is switched to
+// them with one atomic map update, then the old entries are collected.
+//
+// The agent feeds the Dataplane from Service and EndpointSlice informers
+// (UpsertService, UpsertEndpointSlice and the deletes). Before the first
+// Sync those calls only record the desired state; Sync applies all of it
+// (with batch map updates) and removes whatever pinned state is no longer
+// wanted. After that every call is applied synchronously, so a change is in
+// the kernel when the call returns. Observers (the DNS server in
+// dataplane/dns) receive the same calls.
+//
+// The BPF sources are in bpf/; see gen.go for how the committed object is
+// regenerated.
+package dataplane
