@@ -1,0 +1,367 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// clientSession is one established connection as the edge sees it.
+type clientSession struct {
+	c    *Client
+	m    muxConn
+	peer Peer
+
+	ctrl   rawStream
+	ctrlMu sync.Mutex // serialises control frames
+
+	heartbeat time.Duration
+	echo      bool // the hub echoes heartbeats (TCP): use them for dead-peer detection
+	goAway    chan time.Duration
+
+	// Sockets owned by the session, for cleanup and Stats.
+	qconn  *quic.Conn
+	tr     *quic.Transport
+	pc     net.PacketConn
+	tcp    *countingConn
+	hdrLen uint64 // IP+UDP header bytes per datagram
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // why the session ended; set before done is closed
+	once   sync.Once
+}
+
+// connect dials the hub over one transport and runs the hello exchange.
+func (c *Client) connect(ctx context.Context, transport string) (*clientSession, error) {
+	hctx, cancel := context.WithTimeout(ctx, 3*c.cfg.HandshakeTimeout)
+	defer cancel()
+	cs := &clientSession{c: c, goAway: make(chan time.Duration, 1), done: make(chan struct{})}
+	var err error
+	if transport == TransportQUIC {
+		err = cs.dialQUIC(hctx)
+	} else {
+		err = cs.dialTCP(hctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cs.ctx, cs.cancel = context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.live[cs] = struct{}{}
+	c.mu.Unlock()
+	state := cs.m.tlsState()
+	cs.peer = Peer{Certificates: state.PeerCertificates, Transport: transport}
+	if err := cs.hello(hctx); err != nil {
+		cs.close(codeProtocol, err)
+		// Prefer the transport's reason (e.g. a refusal by the hub).
+		if e := cs.m.err(); e != nil {
+			return nil, fmt.Errorf("hello over %s: %w", transport, e)
+		}
+		return nil, fmt.Errorf("hello over %s: %w", transport, err)
+	}
+	go cs.readControl()
+	go cs.heartbeats()
+	go cs.acceptLoop()
+	return cs, nil
+}
+
+func (cs *clientSession) dialQUIC(ctx context.Context) error {
+	c := cs.c
+	raddr, err := net.ResolveUDPAddr("udp", c.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("resolve hub address: %w", err)
+	}
+	pc, err := c.cfg.ListenPacket()
+	if err != nil {
+		return fmt.Errorf("open udp socket: %w", err)
+	}
+	tr := &quic.Transport{Conn: pc}
+	conn, err := tr.Dial(ctx, raddr, c.tlsConf, c.quicConf)
+	if err != nil {
+		tr.Close()
+		pc.Close()
+		return fmt.Errorf("dial quic %s: %w", c.cfg.Addr, err)
+	}
+	cs.m, cs.qconn, cs.tr, cs.pc = quicMux{conn}, conn, tr, pc
+	cs.hdrLen = 28 // IPv4 + UDP
+	if raddr.IP.To4() == nil {
+		cs.hdrLen = 48
+	}
+	return nil
+}
+
+func (cs *clientSession) dialTCP(ctx context.Context) error {
+	c := cs.c
+	raw, err := c.cfg.DialTCP(ctx, c.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("dial tcp %s: %w", c.cfg.Addr, err)
+	}
+	cc := &countingConn{Conn: raw}
+	tc := tls.Client(cc, c.tlsConf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return fmt.Errorf("tls handshake with %s: %w", c.cfg.Addr, err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != ALPN {
+		raw.Close()
+		return fmt.Errorf("tls handshake with %s: hub negotiated %q, not %q", c.cfg.Addr, p, ALPN)
+	}
+	m, err := newYamuxMux(tc, true, c.cfg.StreamWindow)
+	if err != nil {
+		raw.Close()
+		return err
+	}
+	cs.m, cs.tcp = m, cc
+	return nil
+}
+
+// hello opens the control stream, sends the hello and waits for the
+// welcome.
+func (cs *clientSession) hello(ctx context.Context) error {
+	st, err := cs.m.openStream(ctx)
+	if err != nil {
+		return fmt.Errorf("open control stream: %w", err)
+	}
+	cs.ctrl = st
+	if err := cs.writeControl(frameHello, marshalHello(cs.c.cfg.Hello())); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	st.SetReadDeadline(time.Now().Add(cs.c.cfg.HandshakeTimeout))
+	typ, payload, err := readFrame(preambleReader(st))
+	if err != nil {
+		return fmt.Errorf("read welcome: %w", mapErr(err))
+	}
+	if typ != frameWelcome {
+		return fmt.Errorf("read welcome: got frame type %#x", typ)
+	}
+	w, err := unmarshalWelcome(payload)
+	if err != nil {
+		return err
+	}
+	st.SetReadDeadline(time.Time{})
+	cs.echo = w.echo
+	cs.heartbeat = cs.c.cfg.HeartbeatInterval
+	if idle := time.Duration(w.idleTimeoutMillis) * time.Millisecond; idle > 0 && idle/3 < cs.heartbeat {
+		cs.heartbeat = idle / 3
+	}
+	return nil
+}
+
+func (cs *clientSession) writeControl(typ byte, payload []byte) error {
+	cs.ctrlMu.Lock()
+	defer cs.ctrlMu.Unlock()
+	cs.ctrl.SetWriteDeadline(time.Now().Add(cs.c.cfg.HandshakeTimeout))
+	_, err := cs.ctrl.rawWrite(appendFrame(nil, typ, payload))
+	return mapErr(err)
+}
+
+func (cs *clientSession) readControl() {
+	r := preambleReader(cs.ctrl)
+	idle := cs.c.cfg.IdleTimeout
+	for {
+		if cs.echo {
+			cs.ctrl.SetReadDeadline(time.Now().Add(idle))
+		}
+		typ, payload, err := readFrame(r)
+		if err != nil {
+			if e := cs.m.err(); e != nil {
+				err = e
+			}
+			cs.close(codeProtocol, fmt.Errorf("read control stream: %w", mapErr(err)))
+			return
+		}
+		if typ == frameGoAway {
+			ms, err := unmarshalGoAway(payload)
+			if err != nil {
+				cs.close(codeProtocol, err)
+				return
+			}
+			select {
+			case cs.goAway <- time.Duration(ms) * time.Millisecond:
+			default:
+			}
+		}
+		// Heartbeat echoes only refresh the deadline; unknown frames are
+		// skipped by design.
+	}
+}
+
+func (cs *clientSession) heartbeats() {
+	t := time.NewTicker(cs.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := cs.writeControl(frameHeartbeat, nil); err != nil {
+				cs.close(codeProtocol, fmt.Errorf("send heartbeat: %w", err))
+				return
+			}
+		case <-cs.done:
+			return
+		}
+	}
+}
+
+// acceptLoop serves hub-opened streams; it also notices the connection's
+// end.
+func (cs *clientSession) acceptLoop() {
+	for {
+		st, err := cs.m.acceptStream(cs.ctx)
+		if err != nil {
+			if e := cs.m.err(); e != nil {
+				err = e
+			}
+			cs.close(codeConnClosed, err)
+			return
+		}
+		go cs.serveDial(st)
+	}
+}
+
+// serveDial connects one hub-opened stream to its target and answers with
+// the status byte.
+func (cs *clientSession) serveDial(st rawStream) {
+	st.SetReadDeadline(time.Now().Add(cs.c.cfg.HandshakeTimeout))
+	typ, payload, err := readFrame(preambleReader(st))
+	if err != nil || typ != frameDial {
+		st.abort(codeStreamProtocol)
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	target := string(payload)
+	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	local, err := cs.c.cfg.DialTarget(ctx, target)
+	cancel()
+	if err != nil {
+		cs.c.log.Debug("dial target failed", "target", target, "err", err)
+		st.SetWriteDeadline(time.Now().Add(cs.c.cfg.HandshakeTimeout))
+		st.rawWrite(appendDialFailure(nil, err.Error()))
+		st.closeWrite()
+		st.stopReading(codeDialFailed)
+		return
+	}
+	if _, err := st.rawWrite([]byte{statusOK}); err != nil {
+		local.Close()
+		st.abort(codeAborted)
+		return
+	}
+	pipe(local, &streamConn{raw: st, local: cs.m.localAddr(), remote: cs.m.remoteAddr()})
+}
+
+// pipe copies both ways between a local conn and a stream: one io.Copy
+// pair per tunneled connection, so each stream's flow control reaches the
+// local socket and no connection waits on another. A graceful end is
+// passed on as a half-close, a failure as a reset.
+func pipe(local net.Conn, sc *streamConn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := io.Copy(local, sc); err != nil {
+			abortConn(local)
+			sc.abort(codeAborted)
+			return
+		}
+		if cw, ok := local.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	}()
+	if _, err := io.Copy(sc, local); err != nil {
+		sc.abort(codeAborted)
+		abortConn(local)
+	} else {
+		sc.CloseWrite()
+	}
+	<-done
+	local.Close()
+	sc.Close()
+}
+
+// abortConn closes a TCP conn with a reset so the local peer, too, sees an
+// error rather than EOF.
+func abortConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// DialTCPTarget connects "tcp:HOST:PORT" targets and refuses all others.
+// Agents with their own DialTarget can hand "tcp:" targets to it.
+func DialTCPTarget(ctx context.Context, target string) (net.Conn, error) {
+	addr, ok := strings.CutPrefix(target, "tcp:")
+	if !ok {
+		return nil, fmt.Errorf("unsupported target %q", target)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+// close ends the session once and releases its sockets.
+func (cs *clientSession) close(code uint64, cause error) {
+	cs.once.Do(func() {
+		if cause == nil {
+			cause = errors.New("tunnel: connection closed")
+		}
+		cs.err = cause
+		if cs.cancel != nil {
+			cs.cancel()
+		}
+		cs.m.close(code, cause.Error())
+		if cs.tr != nil {
+			cs.tr.Close()
+			cs.pc.Close()
+		}
+		c := cs.c
+		c.mu.Lock()
+		if _, ok := c.live[cs]; ok {
+			delete(c.live, cs)
+			cs.addStats(&c.folded)
+		}
+		c.mu.Unlock()
+		close(cs.done)
+	})
+}
+
+// addStats adds the session's wire counters to st.
+func (cs *clientSession) addStats(st *ClientStats) {
+	if cs.qconn != nil {
+		q := cs.qconn.ConnectionStats()
+		st.BytesSent += q.BytesSent + q.PacketsSent*cs.hdrLen
+		st.BytesReceived += q.BytesReceived + q.PacketsReceived*cs.hdrLen
+		st.PacketsSent += q.PacketsSent
+		st.PacketsReceived += q.PacketsReceived
+	}
+	if cs.tcp != nil {
+		st.BytesSent += cs.tcp.sent.Load()
+		st.BytesReceived += cs.tcp.received.Load()
+	}
+}
+
+// countingConn counts the bytes of the fallback's TCP connection.
+type countingConn struct {
+	net.Conn
+	sent, received atomic.Uint64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.received.Add(uint64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.sent.Add(uint64(n))
+	return n, err
+}

@@ -1,0 +1,90 @@
+// Package tunnel is the transport between the hub and its edges: one
+// connection per edge, dialled by the edge from behind any NAT, with one
+// stream per tunneled TCP connection in either direction.
+//
+// The edge runs a [Client]; the hub runs a [Server]. Both ends authenticate
+// with TLS 1.3 certificates (the node's certificate on the edge, the hub's
+// on the hub) and negotiate [ALPN].
+//
+// # Transports
+//
+// QUIC (quic-go) over UDP is the normal transport: every stream has its own
+// flow control and loss recovery, so a stalled or slow stream never holds
+// up another, and the hub follows an edge whose NAT mapping changes
+// mid-connection. Where UDP is blocked the client falls back, after
+// ClientConfig.QUICAttempts handshakes went unanswered, to TCP+TLS on the
+// same host:port with yamux as the stream multiplexer; the hub serves it
+// from its API port via http.Server.TLSNextProto[ALPN] and [Server.ServeConn].
+// A client on the fallback tries QUIC again every QUICProbeInterval and
+// moves over without a gap. Streams, preambles, the control stream and
+// [PeerOf] are the same on both transports; the fallback has head-of-line
+// blocking, which is accepted in degraded mode.
+//
+// # Streams
+//
+// Edge→hub streams carry the agent's API traffic as plain HTTP/1.1: the
+// agent sets rest.Config.Dial to [Client.DialContext] and Host to
+// "http://hub", and the hub runs http.Server.Serve([Server.Listener]).
+// Hub→edge streams come from [Server.Dial] with a target ([TargetNode] or
+// "tcp:HOST:PORT"); the dial is optimistic: the hub writes its request
+// right behind the preamble and the edge's one-byte status arrives with the
+// first response bytes, so the first byte takes about one round trip plus
+// the edge's local dial.
+//
+// Every stream is a net.Conn. Close sends the data written so far, then
+// EOF, and makes the peer's further writes fail; CloseWrite half-closes. A
+// stream reset by either side surfaces as a *[ResetError], never as
+// io.EOF; a refused hub dial as a *[DialError].
+//
+// # Control stream, liveness and reconnects
+//
+// The first stream an edge opens is the control stream. It carries the
+// [Hello] (node, agent version, last resourceVersions), the hub's welcome,
+// the edge's heartbeats and the hub's drain notice (GoAway with a reconnect
+// window; the edge reconnects at a uniformly random time in it). Heartbeats
+// are the NAT keepalive too: an idle edge sends one small packet per
+// HeartbeatInterval (15s) and nothing else, and the hub only acknowledges.
+// The idle timeout is 45s. Reconnects use full-jitter exponential backoff,
+// including the first attempt after a detected loss. A newer connection of
+// a node replaces the older one.
+//
+// # Limits
+//
+// The hub meters new connections with a token bucket (refused QUIC
+// handshakes get CONNECTION_REFUSED at once, so edges back off), caps
+// concurrent streams and dials per edge, and lets connection windows grow
+// only within a global memory budget.
+//
+// # Wire format (version 1, ALPN "tether-tunnel/1")
+//
+// A frame is a type byte, a uvarint payload length (at most 64 KiB) and the
+// payload. Strings are a uvarint length and bytes.
+//
+//	0x01 hello      edge→hub  uvarint protocol version (1), string node,
+//	                          string agent version, uvarint n,
+//	                          n × (string resource, string resourceVersion)
+//	0x02 welcome    hub→edge  uvarint idle timeout (ms), uvarint flags
+//	                          (bit 0: the hub echoes heartbeats)
+//	0x03 heartbeat  edge→hub  empty; echoed by the hub on the TCP fallback
+//	0x04 goaway     hub→edge  uvarint reconnect window (ms)
+//	0x10 open       edge→hub  stream preamble of an API stream; empty
+//	0x11 dial       hub→edge  stream preamble; payload is the target
+//
+// The control stream is a sequence of frames; unknown frame types are
+// skipped, so frames can be added within version 1. Other streams start
+// with one preamble frame. On a dial stream the edge answers with one
+// status byte: 0x00 connected, or 0x01 followed by a string with the error.
+// Then the stream carries the tunneled bytes.
+//
+// Over the TCP fallback the tunneled bytes that follow the preamble (or
+// the status) travel in data frames, because yamux cannot reset a single
+// stream: 0x00 uvarint length, bytes; 0x01 uvarint error code ends the
+// stream with a reset. QUIC streams carry the bytes unframed and reset with
+// RESET_STREAM and STOP_SENDING.
+//
+// Error codes: connections close with 0x000 (normal), 0x101 (replaced by a
+// newer connection), 0x102 (refused: draining), 0x103 (protocol), 0x104
+// (identity), 0x105 (hub shutting down); streams reset with 0x201 (closed
+// unread), 0x202 (dial failed), 0x203 (dial timed out), 0x204 (too many
+// streams), 0x205 (local end failed), 0x206 (bad preamble).
+package tunnel

@@ -1,0 +1,340 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Session is one connected edge as the hub sees it.
+type Session struct {
+	srv         *Server
+	m           muxConn
+	node        string
+	hello       Hello
+	peer        Peer
+	connectedAt time.Time
+	lastBeat    atomic.Int64 // unix nanoseconds
+
+	ctrl   rawStream
+	ctrlMu sync.Mutex // serialises control frames written by the hub
+
+	dials   atomic.Int64 // hub-opened streams now open
+	streams atomic.Int64 // edge-opened streams now open (enforced here over TCP)
+
+	ctx      context.Context // done when the session ends
+	cancel   context.CancelFunc
+	tearOnce sync.Once
+}
+
+// Node returns the edge's node name.
+func (s *Session) Node() string { return s.node }
+
+// Hello returns what the edge said when it connected.
+func (s *Session) Hello() Hello { return s.hello }
+
+// Peer returns the edge's identity and transport.
+func (s *Session) Peer() Peer { return s.peer }
+
+// RemoteAddr returns the edge's current public address; over QUIC it
+// follows NAT rebinding.
+func (s *Session) RemoteAddr() net.Addr { return s.m.remoteAddr() }
+
+// ConnectedAt returns when the session started.
+func (s *Session) ConnectedAt() time.Time { return s.connectedAt }
+
+// LastHeartbeat returns when the last heartbeat arrived (ConnectedAt
+// before the first one).
+func (s *Session) LastHeartbeat() time.Time { return time.Unix(0, s.lastBeat.Load()) }
+
+// Done is closed when the session has ended.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// serve runs one connection from hello to its end.
+func (s *Server) serve(m muxConn) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		m.close(codeShutdown, "hub shutting down")
+		return
+	}
+	s.pending[m] = struct{}{}
+	s.mu.Unlock()
+	sess, err := s.handshake(m)
+	s.mu.Lock()
+	delete(s.pending, m)
+	s.mu.Unlock()
+	if err != nil {
+		s.sessRefused.Add(1)
+		s.log.Info("refused edge", "remote", m.remoteAddr(), "transport", m.transport(), "err", err)
+		return
+	}
+	if s.cfg.OnConnect != nil {
+		s.cfg.OnConnect(sess)
+	}
+	go sess.acceptLoop()
+	err = sess.controlLoop()
+	sess.teardown(codeProtocol, err)
+}
+
+// handshake reads the hello from the first edge-opened stream, registers
+// the session (replacing an older one of the same node) and welcomes it.
+func (s *Server) handshake(m muxConn) (*Session, error) {
+	state := m.tlsState()
+	node, err := s.cfg.Identify(state)
+	if err != nil {
+		m.close(codeIdentity, "unknown node")
+		return nil, fmt.Errorf("identify node: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
+	defer cancel()
+	go func() {
+		// Abandon the hello wait when the server closes.
+		select {
+		case <-ctx.Done():
+		case <-s.closedCh:
+			cancel()
+		}
+	}()
+	ctrl, err := m.acceptStream(ctx)
+	if err != nil {
+		m.close(codeProtocol, "no control stream")
+		return nil, fmt.Errorf("accept control stream: %w", err)
+	}
+	ctrl.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	typ, payload, err := readFrame(preambleReader(ctrl))
+	if err == nil && typ != frameHello {
+		err = fmt.Errorf("first frame has type %#x, want hello", typ)
+	}
+	var hello Hello
+	if err == nil {
+		hello, err = unmarshalHello(payload)
+	}
+	if err != nil {
+		m.close(codeProtocol, "bad hello")
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	if hello.Node != node {
+		m.close(codeIdentity, "hello names another node")
+		return nil, fmt.Errorf("hello names node %q, certificate names %q", hello.Node, node)
+	}
+	ctrl.SetReadDeadline(time.Time{})
+	now := time.Now()
+	sctx, scancel := context.WithCancel(context.Background())
+	sess := &Session{
+		srv:   s,
+		m:     m,
+		node:  node,
+		hello: hello,
+		peer: Peer{
+			Node:         node,
+			Certificates: state.PeerCertificates,
+			Transport:    m.transport(),
+		},
+		connectedAt: now,
+		ctrl:        ctrl,
+		ctx:         sctx,
+		cancel:      scancel,
+	}
+	sess.lastBeat.Store(now.UnixNano())
+
+	s.mu.Lock()
+	if s.closed || s.draining {
+		s.mu.Unlock()
+		scancel()
+		m.close(codeRefused, "draining")
+		return nil, errors.New("draining")
+	}
+	old := s.sessions[node]
+	s.sessions[node] = sess
+	s.notifyLocked()
+	s.mu.Unlock()
+	if old != nil {
+		// OnDisconnect of the old session runs before OnConnect of the new.
+		old.teardown(codeReplaced, ErrReplaced)
+	}
+
+	w := welcome{idleTimeoutMillis: uint64(s.cfg.IdleTimeout.Milliseconds()), echo: m.transport() == TransportTCP}
+	if err := sess.writeControl(frameWelcome, marshalWelcome(w)); err != nil {
+		sess.teardown(codeProtocol, err)
+		return nil, fmt.Errorf("write welcome: %w", err)
+	}
+	s.log.Info("edge connected", "node", node, "transport", m.transport(), "remote", m.remoteAddr(), "version", hello.Version)
+	return sess, nil
+}
+
+// controlLoop reads heartbeats until the connection ends. The read deadline
+// doubles as dead-peer detection over TCP, where no transport idle timer
+// exists.
+func (s *Session) controlLoop() error {
+	r := preambleReader(s.ctrl)
+	idle := s.srv.cfg.IdleTimeout
+	for {
+		s.ctrl.SetReadDeadline(time.Now().Add(idle))
+		typ, _, err := readFrame(r)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("no heartbeat for %v", idle)
+			}
+			if e := s.m.err(); e != nil {
+				return e
+			}
+			return fmt.Errorf("read control stream: %w", mapErr(err))
+		}
+		if typ != frameHeartbeat {
+			continue // unknown control frames are skipped by design
+		}
+		s.lastBeat.Store(time.Now().UnixNano())
+		if s.peer.Transport == TransportTCP {
+			s.writeControl(frameHeartbeat, nil)
+		}
+		if s.srv.cfg.OnHeartbeat != nil {
+			s.srv.cfg.OnHeartbeat(s)
+		}
+	}
+}
+
+func (s *Session) writeControl(typ byte, payload []byte) error {
+	s.ctrlMu.Lock()
+	defer s.ctrlMu.Unlock()
+	s.ctrl.SetWriteDeadline(time.Now().Add(s.srv.cfg.HandshakeTimeout))
+	_, err := s.ctrl.rawWrite(appendFrame(nil, typ, payload))
+	return err
+}
+
+func (s *Session) goAway(window time.Duration) {
+	if err := s.writeControl(frameGoAway, marshalGoAway(uint64(window.Milliseconds()))); err != nil {
+		s.srv.log.Info("send goaway", "node", s.node, "err", err)
+	}
+}
+
+// acceptLoop hands edge-opened streams to the server's listener.
+func (s *Session) acceptLoop() {
+	max := int64(s.srv.cfg.MaxStreamsPerEdge)
+	for {
+		st, err := s.m.acceptStream(s.ctx)
+		if err != nil {
+			return
+		}
+		// QUIC enforces the cap with stream credit; yamux has none, so
+		// excess streams are reset here.
+		if s.streams.Add(1) > max && s.peer.Transport == TransportTCP {
+			s.streams.Add(-1)
+			st.abort(codeTooManyStreams)
+			continue
+		}
+		go s.handleStream(st)
+	}
+}
+
+func (s *Session) handleStream(st rawStream) {
+	release := func() { s.streams.Add(-1) }
+	st.SetReadDeadline(time.Now().Add(s.srv.cfg.HandshakeTimeout))
+	typ, _, err := readFrame(preambleReader(st))
+	if err != nil || typ != frameOpen {
+		s.srv.log.Debug("bad stream preamble", "node", s.node, "type", typ, "err", err)
+		st.abort(codeStreamProtocol)
+		release()
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	c := &streamConn{
+		raw:     st,
+		local:   s.m.localAddr(),
+		remote:  s.m.remoteAddr(),
+		peer:    s.peer,
+		hasPeer: true,
+		onClose: release,
+	}
+	s.srv.streams.Add(1)
+	if !s.srv.ln.deliver(s.ctx, c) {
+		c.abort(codeStreamClosed)
+	}
+}
+
+// dial opens a hub→edge stream; see Server.Dial.
+func (s *Session) dial(ctx context.Context, target string) (net.Conn, error) {
+	if s.dials.Add(1) > int64(s.srv.cfg.MaxDialsPerEdge) {
+		s.dials.Add(-1)
+		s.srv.dialsRefused.Add(1)
+		return nil, fmt.Errorf("dial %s on node %s: %w", target, s.node, ErrTooManyDials)
+	}
+	release := func() { s.dials.Add(-1) }
+	st, err := s.m.openStream(ctx)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("dial %s on node %s: open stream: %w", target, s.node, err)
+	}
+	if _, err := st.rawWrite(appendFrame(nil, frameDial, []byte(target))); err != nil {
+		st.abort(codeAborted)
+		release()
+		return nil, fmt.Errorf("dial %s on node %s: write preamble: %w", target, s.node, mapErr(err))
+	}
+	s.srv.dials.Add(1)
+	ds := &dialState{done: make(chan struct{})}
+	c := &streamConn{
+		raw:     st,
+		local:   s.m.localAddr(),
+		remote:  s.m.remoteAddr(),
+		peer:    s.peer,
+		hasPeer: true,
+		dial:    ds,
+		onClose: release,
+	}
+	go s.awaitDialStatus(c, target)
+	return c, nil
+}
+
+// awaitDialStatus reads the edge's status byte for c. It is the only extra
+// goroutine of a dial and lives for about one round trip.
+func (s *Session) awaitDialStatus(c *streamConn, target string) {
+	ds := c.dial
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(s.srv.cfg.DialTimeout, func() {
+		timedOut.Store(true)
+		c.raw.abort(codeDialTimeout)
+	})
+	ok, msg, err := readDialStatus(preambleReader(c.raw))
+	timer.Stop()
+	switch {
+	case timedOut.Load():
+		ds.err = fmt.Errorf("dial %s on node %s: no answer within %v: %w", target, s.node, s.srv.cfg.DialTimeout, os.ErrDeadlineExceeded)
+	case err != nil:
+		ds.err = fmt.Errorf("dial %s on node %s: read status: %w", target, s.node, mapErr(err))
+	case !ok:
+		ds.err = &DialError{Node: s.node, Target: target, Msg: msg}
+	}
+	close(ds.done)
+	if ds.err != nil {
+		c.abort(codeDialFailed)
+	}
+}
+
+// teardown ends the session once: it closes the connection, unregisters
+// the session if it is still the node's current one, and reports it.
+func (s *Session) teardown(code uint64, cause error) {
+	s.tearOnce.Do(func() {
+		s.cancel()
+		msg := "closed"
+		if cause != nil {
+			msg = cause.Error()
+		}
+		s.m.close(code, msg)
+		srv := s.srv
+		srv.mu.Lock()
+		if srv.sessions[s.node] == s {
+			delete(srv.sessions, s.node)
+			srv.notifyLocked()
+		}
+		srv.mu.Unlock()
+		srv.log.Info("edge disconnected", "node", s.node, "transport", s.peer.Transport, "err", cause)
+		if srv.cfg.OnDisconnect != nil {
+			srv.cfg.OnDisconnect(s, cause)
+		}
+	})
+}
