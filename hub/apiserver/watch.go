@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -84,7 +85,16 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 		case ev.Type == watch.Error:
 			st := toStatus(apierrors.FromObject(obj)).ErrStatus
 			obj, ogv = &st, schema.GroupVersion{Version: "v1"}
-		case ev.Type == watch.Bookmark:
+		case ev.Type == watch.Bookmark && out.as == "Table":
+			// A bookmark carries only a resourceVersion, in the form the
+			// client asked for.
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				return
+			}
+			tbl := &metav1.Table{ListMeta: metav1.ListMeta{ResourceVersion: m.GetResourceVersion()}}
+			tbl.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Table"))
+			obj, ogv = tbl, schema.GroupVersion{Group: metav1.GroupName, Version: out.asVersion}
 		case out.as == "Table":
 			tbl, err := s.toTable(t.kind, obj, r.URL.Query().Get("includeObject"), first)
 			if err != nil {
