@@ -178,6 +178,8 @@ var nodeKind = &Kind{
 		obj.(*corev1.Node).Spec.ConfigSource = nil
 	},
 	Validate: func(obj runtime.Object) field.ErrorList { return validateNode(obj.(*corev1.Node)) },
+	Admit:    admitNode,
+	Release:  releaseNode,
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
 		n, o := obj.(*corev1.Node), old.(*corev1.Node)
 		errs := validateNode(n)

@@ -1,0 +1,160 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// DefaultClusterCIDR is the range node pod CIDRs come from unless the hub
+// is told otherwise; with /24 per node it holds 256 nodes, as k3s's default.
+const (
+	DefaultClusterCIDR  = "10.42.0.0/16"
+	DefaultNodeMaskSize = 24
+)
+
+// ClusterNetwork configures how nodes get their pod CIDR.
+type ClusterNetwork struct {
+	// CIDR is the range pod CIDRs are carved from; zero means 10.42.0.0/16.
+	CIDR netip.Prefix
+	// NodeMaskSize is the prefix length of each node's pod CIDR; zero
+	// means 24.
+	NodeMaskSize int
+}
+
+// SetClusterNetwork replaces the network node pod CIDRs come from. Call it
+// before serving.
+func SetClusterNetwork(n ClusterNetwork) error {
+	if !n.CIDR.IsValid() {
+		n.CIDR = netip.MustParsePrefix(DefaultClusterCIDR)
+	}
+	if n.NodeMaskSize == 0 {
+		n.NodeMaskSize = DefaultNodeMaskSize
+		if n.CIDR.Addr().Is6() {
+			n.NodeMaskSize = 64
+		}
+	}
+	n.CIDR = n.CIDR.Masked()
+	if n.NodeMaskSize < n.CIDR.Bits() || n.NodeMaskSize > n.CIDR.Addr().BitLen()-2 {
+		return fmt.Errorf("set cluster network: node mask size /%d does not fit in %s", n.NodeMaskSize, n.CIDR)
+	}
+	if n.NodeMaskSize-n.CIDR.Bits() > 20 {
+		return fmt.Errorf("set cluster network: %s split in /%d gives more than 2^20 node ranges", n.CIDR, n.NodeMaskSize)
+	}
+	podCIDRs.mu.Lock()
+	defer podCIDRs.mu.Unlock()
+	podCIDRs.net = n
+	podCIDRs.seeded = false
+	podCIDRs.owners = map[netip.Prefix]string{}
+	return nil
+}
+
+// podCIDRAllocator gives every node without one a pod CIDR when it is
+// created, which upstream's node IPAM controller does just after. Doing it
+// at admission means an agent sees its range in the object it registered.
+// The taken ranges are read from the store once and then kept here.
+type podCIDRAllocator struct {
+	mu     sync.Mutex
+	net    ClusterNetwork
+	seeded bool
+	owners map[netip.Prefix]string // range -> node name
+	next   int64                   // where the search for a free range starts
+}
+
+var podCIDRs = &podCIDRAllocator{
+	net:    ClusterNetwork{CIDR: netip.MustParsePrefix(DefaultClusterCIDR), NodeMaskSize: DefaultNodeMaskSize},
+	owners: map[netip.Prefix]string{},
+}
+
+func (a *podCIDRAllocator) seed(ctx context.Context, l Lister) error {
+	if a.seeded || l == nil {
+		return nil
+	}
+	objs, err := l.List(ctx, "nodes", "")
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	for _, o := range objs {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		for _, c := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				a.owners[p.Masked()] = n.Name
+			}
+		}
+	}
+	a.seeded = true
+	return nil
+}
+
+func (a *podCIDRAllocator) count() int64 {
+	return int64(1) << (a.net.NodeMaskSize - a.net.CIDR.Bits())
+}
+
+func (a *podCIDRAllocator) nth(i int64) netip.Prefix {
+	shift := uint(a.net.CIDR.Addr().BitLen() - a.net.NodeMaskSize)
+	off := new(big.Int).Lsh(big.NewInt(i), shift)
+	return netip.PrefixFrom(nthAddr(a.net.CIDR, off), a.net.NodeMaskSize)
+}
+
+func admitNode(ctx context.Context, l Lister, obj, old runtime.Object) error {
+	n := obj.(*corev1.Node)
+	if old != nil || n.Spec.PodCIDR != "" || len(n.Spec.PodCIDRs) > 0 {
+		if old == nil {
+			podCIDRs.take(n)
+		}
+		return nil
+	}
+	a := podCIDRs
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.seed(ctx, l); err != nil {
+		return err
+	}
+	total := a.count()
+	for i := int64(0); i < total; i++ {
+		p := a.nth((a.next + i) % total)
+		if _, used := a.owners[p]; used {
+			continue
+		}
+		a.owners[p] = n.Name
+		a.next = (a.next + i + 1) % total
+		n.Spec.PodCIDR = p.String()
+		n.Spec.PodCIDRs = []string{p.String()}
+		return nil
+	}
+	// Upstream leaves the node without a range and reports an event; a
+	// node without pod CIDR cannot run pods with their own IPs, but it
+	// may still register.
+	return nil
+}
+
+// take records a range a node brought itself.
+func (a *podCIDRAllocator) take(n *corev1.Node) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range n.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			a.owners[p.Masked()] = n.Name
+		}
+	}
+}
+
+func releaseNode(obj runtime.Object) {
+	n := obj.(*corev1.Node)
+	a := podCIDRs
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range n.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil && a.owners[p.Masked()] == n.Name {
+			delete(a.owners, p.Masked())
+		}
+	}
+}
