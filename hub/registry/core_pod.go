@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 )
 
 var podKind = &Kind{
@@ -33,6 +34,7 @@ var podKind = &Kind{
 	PrepareForCreate: func(obj runtime.Object) {
 		pod := obj.(*corev1.Pod)
 		pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: podQOSClass(&pod.Spec)}
+		addDefaultTolerations(pod)
 	},
 	GenerationChanged: func(obj, old runtime.Object) bool {
 		return !apiequality.Semantic.DeepEqual(obj.(*corev1.Pod).Spec, old.(*corev1.Pod).Spec)
@@ -454,4 +456,29 @@ func admitPod(ctx context.Context, l Lister, obj, old runtime.Object) error {
 		spec.PreemptionPolicy = &p
 	}
 	return nil
+}
+
+// DefaultTolerationSeconds is how long pods stay bound to a node that went
+// not-ready or unreachable before the node lifecycle controller evicts
+// them, unless they say otherwise: upstream's DefaultTolerationSeconds
+// admission adds these two tolerations to every pod at creation.
+const DefaultTolerationSeconds = 300
+
+func addDefaultTolerations(pod *corev1.Pod) {
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		covered := false
+		for _, t := range pod.Spec.Tolerations {
+			if (t.Key == key || t.Key == "" && t.Operator == corev1.TolerationOpExists) &&
+				(t.Effect == corev1.TaintEffectNoExecute || t.Effect == "") {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
+				Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute,
+				TolerationSeconds: ptr.To(int64(DefaultTolerationSeconds)),
+			})
+		}
+	}
 }
