@@ -39,7 +39,7 @@ type Config struct {
 	// Hosts are extra DNS names or IP addresses for the serving certificate.
 	Hosts []string
 	// ServiceIP is the cluster IP of the "kubernetes" Service; nil means
-	// 10.96.0.1.
+	// 10.0.0.1.
 	ServiceIP net.IP
 	// ClusterDomain is the cluster DNS domain; "" means "cluster.local".
 	ClusterDomain string
@@ -78,7 +78,7 @@ func LoadOrCreate(cfg Config) (*Authority, error) {
 		return nil, errors.New("create pki: no directory")
 	}
 	if cfg.ServiceIP == nil {
-		cfg.ServiceIP = net.IPv4(10, 96, 0, 1)
+		cfg.ServiceIP = net.IPv4(10, 0, 0, 1)
 	}
 	if cfg.ClusterDomain == "" {
 		cfg.ClusterDomain = "cluster.local"

@@ -54,7 +54,7 @@ func TestCreateAndReload(t *testing.T) {
 			t.Errorf("serving cert lacks DNS name %q: %v", n, c.DNSNames)
 		}
 	}
-	for _, ip := range []string{"127.0.0.1", "::1", "10.96.0.1", "192.0.2.7"} {
+	for _, ip := range []string{"127.0.0.1", "::1", "10.0.0.1", "192.0.2.7"} {
 		if !slices.ContainsFunc(c.IPAddresses, net.ParseIP(ip).Equal) {
 			t.Errorf("serving cert lacks IP %s: %v", ip, c.IPAddresses)
 		}

@@ -22,16 +22,18 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Default service network settings, as upstream's.
+// Default service network settings: node ports as upstream's; cluster IPs
+// from 10.0.0.0/16, the range the Kubernetes documentation's examples use,
+// so they work here as written.
 const (
-	DefaultServiceCIDR   = "10.96.0.0/12"
+	DefaultServiceCIDR   = "10.0.0.0/16"
 	DefaultNodePortRange = "30000-32767"
 )
 
 // ServiceNetwork configures how Service cluster IPs and node ports are
 // allocated.
 type ServiceNetwork struct {
-	// CIDR is the range cluster IPs come from; zero means 10.96.0.0/12.
+	// CIDR is the range cluster IPs come from; zero means 10.0.0.0/16.
 	// Its first host address belongs to the "kubernetes" Service in
 	// "default" and its tenth to cluster DNS; both are given only when
 	// asked for explicitly.

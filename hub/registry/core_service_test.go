@@ -135,27 +135,27 @@ func TestServiceAllocation(t *testing.T) {
 	resetServices(t)
 	ctx := context.Background()
 	stored := newService("kubernetes", "")
-	stored.Spec.ClusterIP, stored.Spec.ClusterIPs = "10.96.0.1", []string{"10.96.0.1"}
+	stored.Spec.ClusterIP, stored.Spec.ClusterIPs = "10.0.0.1", []string{"10.0.0.1"}
 	taken := newService("taken", corev1.ServiceTypeNodePort)
-	taken.Spec.ClusterIP, taken.Spec.ClusterIPs = "10.96.5.5", []string{"10.96.5.5"}
+	taken.Spec.ClusterIP, taken.Spec.ClusterIPs = "10.0.5.5", []string{"10.0.5.5"}
 	taken.Spec.Ports[0].NodePort = 30100
 	l := &memLister{objs: []runtime.Object{stored, taken}}
 
 	// Explicit requests.
 	dns := newService("kube-dns", "")
-	dns.Spec.ClusterIP = "10.96.0.10"
+	dns.Spec.ClusterIP = "10.0.0.10"
 	if err := admitService(ctx, l, dns, nil); err != nil {
-		t.Fatalf("explicit 10.96.0.10: %v", err)
+		t.Fatalf("explicit 10.0.0.10: %v", err)
 	}
-	if !reflect.DeepEqual(dns.Spec.ClusterIPs, []string{"10.96.0.10"}) {
+	if !reflect.DeepEqual(dns.Spec.ClusterIPs, []string{"10.0.0.10"}) {
 		t.Errorf("clusterIPs = %v", dns.Spec.ClusterIPs)
 	}
 	errTests := []struct {
 		ip, detail string
 	}{
-		{"10.96.5.5", "failed to allocate IP 10.96.5.5: provided IP is already allocated"},
-		{"10.96.0.10", "failed to allocate IP 10.96.0.10: provided IP is already allocated"},
-		{"192.168.0.1", "failed to allocate IP 192.168.0.1: the provided IP (192.168.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/12"},
+		{"10.0.5.5", "failed to allocate IP 10.0.5.5: provided IP is already allocated"},
+		{"10.0.0.10", "failed to allocate IP 10.0.0.10: provided IP is already allocated"},
+		{"192.168.0.1", "failed to allocate IP 192.168.0.1: the provided IP (192.168.0.1) is not in the valid range. The range of valid IPs is 10.0.0.0/16"},
 	}
 	for _, tt := range errTests {
 		s := newService("x-"+tt.ip, "")
@@ -178,7 +178,7 @@ func TestServiceAllocation(t *testing.T) {
 			t.Fatal(err)
 		}
 		ip := netip.MustParseAddr(s.Spec.ClusterIP)
-		if !cidr.Contains(ip) || ip.String() == "10.96.0.1" || ip.String() == "10.96.0.10" || ip.String() == "10.96.0.0" || ip.String() == "10.96.5.5" {
+		if !cidr.Contains(ip) || ip.String() == "10.0.0.1" || ip.String() == "10.0.0.10" || ip.String() == "10.0.0.0" || ip.String() == "10.0.5.5" {
 			t.Errorf("allocated %s", ip)
 		}
 	}
@@ -253,13 +253,13 @@ func TestServiceAllocation(t *testing.T) {
 		t.Errorf("update admit: %v", err)
 	}
 	moved := np.DeepCopy()
-	moved.Spec.ClusterIP, moved.Spec.ClusterIPs = "10.96.9.9", []string{"10.96.9.9"}
+	moved.Spec.ClusterIP, moved.Spec.ClusterIPs = "10.0.9.9", []string{"10.0.9.9"}
 	wantErr(t, serviceKind.ValidateUpdate(moved, np), field.ErrorTypeInvalid, "spec.clusterIPs[0]")
 
 	// Release frees the address for others.
 	serviceKind.Release(dns)
 	again := newService("dns2", "")
-	again.Spec.ClusterIP = "10.96.0.10"
+	again.Spec.ClusterIP = "10.0.0.10"
 	if err := admitService(ctx, l, again, nil); err != nil {
 		t.Errorf("after release: %v", err)
 	}
@@ -326,21 +326,21 @@ func TestServiceCells(t *testing.T) {
 	}{
 		{"cluster IP", func() *corev1.Service {
 			s := newService("web", "")
-			s.Spec.ClusterIP = "10.96.0.20"
+			s.Spec.ClusterIP = "10.0.0.20"
 			return s
-		}, []any{"web", "ClusterIP", "10.96.0.20", "<none>", "80/TCP", "<unknown>", "app=web"}},
+		}, []any{"web", "ClusterIP", "10.0.0.20", "<none>", "80/TCP", "<unknown>", "app=web"}},
 		{"node port", func() *corev1.Service {
 			s := newService("np", corev1.ServiceTypeNodePort)
-			s.Spec.ClusterIP = "10.96.0.21"
+			s.Spec.ClusterIP = "10.0.0.21"
 			s.Spec.Ports[0].NodePort = 30080
 			return s
-		}, []any{"np", "NodePort", "10.96.0.21", "<none>", "80:30080/TCP", "<unknown>", "app=np"}},
+		}, []any{"np", "NodePort", "10.0.0.21", "<none>", "80:30080/TCP", "<unknown>", "app=np"}},
 		{"pending load balancer", func() *corev1.Service {
 			s := newService("lb", corev1.ServiceTypeLoadBalancer)
-			s.Spec.ClusterIP = "10.96.0.22"
+			s.Spec.ClusterIP = "10.0.0.22"
 			s.Spec.Ports[0].NodePort = 30081
 			return s
-		}, []any{"lb", "LoadBalancer", "10.96.0.22", "<pending>", "80:30081/TCP", "<unknown>", "app=lb"}},
+		}, []any{"lb", "LoadBalancer", "10.0.0.22", "<pending>", "80:30081/TCP", "<unknown>", "app=lb"}},
 		{"external name", func() *corev1.Service {
 			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "en"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}
 		}, []any{"en", "ExternalName", "<none>", "example.com", "", "<unknown>", "<none>"}},

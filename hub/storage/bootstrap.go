@@ -24,7 +24,7 @@ type BootstrapConfig struct {
 	// Port is the port the API server listens on; zero means 6443.
 	Port int32
 	// ServiceIP is the cluster IP of the kubernetes Service; empty means
-	// 10.96.0.1.
+	// 10.0.0.1.
 	ServiceIP string
 }
 
@@ -44,7 +44,7 @@ func (s *Storage) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
 		cfg.Port = 6443
 	}
 	if cfg.ServiceIP == "" {
-		cfg.ServiceIP = "10.96.0.1"
+		cfg.ServiceIP = "10.0.0.1"
 	}
 	for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease} {
 		if err := s.ensure(ctx, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, nil); err != nil {

@@ -97,7 +97,7 @@ func TestBootstrapIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get kubernetes service: %v", err)
 	}
-	if ip := svc.(*corev1.Service).Spec.ClusterIP; ip != "10.96.0.1" {
+	if ip := svc.(*corev1.Service).Spec.ClusterIP; ip != "10.0.0.1" {
 		t.Errorf("cluster IP %q", ip)
 	}
 	for _, ns := range []string{"default", "kube-system", "kube-public", "kube-node-lease"} {
