@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -34,11 +36,14 @@ import (
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/discovery"
+	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/openapi"
 	"github.com/tether-edge/tether/hub/pki"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/scheduler"
 	"github.com/tether-edge/tether/store/sqlite"
+	"github.com/tether-edge/tether/tunnel"
 )
 
 // KubernetesVersion is the Kubernetes API version the hub serves and reports
@@ -62,7 +67,7 @@ type Config struct {
 	// SANs are extra DNS names or IPs for the serving certificate.
 	SANs []string
 	// ServiceCIDR is the range of Service cluster IPs; "" means
-	// 10.96.0.0/12. Its first address is the kubernetes Service's.
+	// 10.0.0.0/16. Its first address is the kubernetes Service's.
 	ServiceCIDR string
 	// ChangeLogRetain is how many revisions the store's change log keeps
 	// (watches may resume from within them); zero means the store's
@@ -71,6 +76,30 @@ type Config struct {
 	// CompactInterval is how often the change log is compacted; zero means
 	// the store's default, 30 seconds.
 	CompactInterval time.Duration
+	// TunnelListen is the UDP address of the edge tunnel (QUIC); "" means
+	// the API's address and port. Edges that cannot use UDP fall back to
+	// TCP+TLS on the API port itself.
+	TunnelListen string
+	// ClusterCIDR is the range node pod CIDRs come from; "" means
+	// 10.42.0.0/16.
+	ClusterCIDR string
+	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR; zero
+	// means 24.
+	NodeCIDRMaskSize int
+	// NodeCertTTL is the lifetime of node certificates; zero means one
+	// year. Agents renew them over the tunnel at two thirds of it.
+	NodeCertTTL time.Duration
+	// TunnelHandshakeRate and TunnelHandshakeBurst bound how fast the hub
+	// admits new edge connections (a token bucket); zero means 500/s with
+	// a burst of 100. Edges refused back off with jitter and come later.
+	TunnelHandshakeRate  float64
+	TunnelHandshakeBurst int
+	// DrainWindow is the reconnect window the hub announces to edges when
+	// it shuts down; they spread their reconnects over it. Zero means 10s.
+	DrainWindow time.Duration
+	// DisableScheduler leaves pods unscheduled by the hub, for another
+	// scheduler or for tests that run their own.
+	DisableScheduler bool
 	// Version is tether's own version, reported as gitCommit at /version.
 	Version string
 	// Logger receives the hub's logs; nil means slog.Default().
@@ -105,6 +134,15 @@ func New(cfg Config) (*Hub, error) {
 	if _, err := netip.ParsePrefix(cfg.ServiceCIDR); err != nil {
 		return nil, fmt.Errorf("create hub: service CIDR: %w", err)
 	}
+	if cfg.ClusterCIDR == "" {
+		cfg.ClusterCIDR = registry.DefaultClusterCIDR
+	}
+	if _, err := netip.ParsePrefix(cfg.ClusterCIDR); err != nil {
+		return nil, fmt.Errorf("create hub: cluster CIDR: %w", err)
+	}
+	if cfg.DrainWindow <= 0 {
+		cfg.DrainWindow = 10 * time.Second
+	}
 	if cfg.AdvertiseAddress != "" && net.ParseIP(cfg.AdvertiseAddress) == nil {
 		return nil, fmt.Errorf("create hub: advertise address %q is not an IP", cfg.AdvertiseAddress)
 	}
@@ -128,6 +166,10 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		return err
 	}
 	serviceIP := cidr.Addr().Next()
+	if err := registry.SetClusterNetwork(registry.ClusterNetwork{
+		CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize}); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -170,7 +212,12 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("bootstrap objects: %w", err)
 	}
 
-	authn := auth.Union{auth.NewCertAuthenticator(authority.CAPool())}
+	saKey, err := authority.ServiceAccountKey()
+	if err != nil {
+		return err
+	}
+	saTokens := auth.NewServiceAccountTokens(saKey, tokenObjectsExist(objs))
+	authn := auth.Union{auth.NewCertAuthenticator(authority.CAPool()), saTokens}
 	if tf := filepath.Join(cfg.DataDir, "tokens.csv"); fileExists(tf) {
 		tokens, err := auth.NewTokenFile(tf)
 		if err != nil {
@@ -182,14 +229,28 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	nodeCfg := nodes.Config{Storage: objs, Authority: authority, CertTTL: cfg.NodeCertTTL,
+		Logger: cfg.Logger.With("component", "nodes")}
+	authz := nodes.NewAuthorizer(nodeCfg)
+	leases := nodes.NewLeases(nodeCfg)
+	edges, err := newTunnelServer(cfg, authority, leases, cfg.Logger.With("component", "tunnel"))
+	if err != nil {
+		return err
+	}
+	defer edges.Close()
 	api, err := apiserver.New(apiserver.Config{
-		Storage:       objs,
-		Kinds:         kinds,
-		Authenticator: authn,
-		Discovery:     discovery.New(kinds, discovery.Config{}),
-		OpenAPI:       oapi,
-		Version:       versionInfo(cfg.Version),
-		Logger:        cfg.Logger.With("component", "apiserver"),
+		Storage:              objs,
+		Kinds:                kinds,
+		Authorizer:           authz,
+		DialNode:             dialNode(edges),
+		ServiceAccountTokens: saTokens,
+		ExtraMetrics:         tunnelMetrics(edges),
+		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
+		Authenticator:        authn,
+		Discovery:            discovery.New(kinds, discovery.Config{Subresources: servedSubresources}),
+		OpenAPI:              oapi,
+		Version:              versionInfo(cfg.Version),
+		Logger:               cfg.Logger.With("component", "apiserver"),
 	})
 	if err != nil {
 		return err
@@ -212,8 +273,53 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("configure HTTP/2: %w", err)
 	}
 
-	serveErr := make(chan error, 1)
+	// Edges whose UDP is blocked reach the tunnel over TLS on this same
+	// port, told apart from API clients by ALPN.
+	srv.TLSConfig.NextProtos = append(srv.TLSConfig.NextProtos, tunnel.ALPN)
+	srv.TLSNextProto[tunnel.ALPN] = func(_ *http.Server, c *tls.Conn, _ http.Handler) { edges.ServeConn(c) }
+
+	tunnelAddr := cfg.TunnelListen
+	if tunnelAddr == "" {
+		tunnelAddr = ln.Addr().String()
+	}
+	pc, err := net.ListenPacket("udp", tunnelAddr)
+	if err != nil {
+		return fmt.Errorf("listen for the tunnel: %w", err)
+	}
+	defer pc.Close()
+	// API requests of edges arrive as HTTP/1.1 on tunnel streams,
+	// authenticated by the node certificate the tunnel verified.
+	tunnelHTTP := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       10 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if p, ok := tunnel.PeerOf(c); ok {
+				return auth.WithPeerCertificates(ctx, p.Certificates)
+			}
+			return ctx
+		},
+		ErrorLog: srv.ErrorLog,
+	}
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	go authz.Run(bgCtx)
+	go leases.Run(bgCtx)
+
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
+	go func() {
+		if err := edges.ServeQUIC(bgCtx, pc); err != nil && bgCtx.Err() == nil {
+			serveErr <- fmt.Errorf("tunnel: %w", err)
+		}
+	}()
+	go func() {
+		if err := tunnelHTTP.Serve(edges.Listener()); err != nil && !errors.Is(err, http.ErrServerClosed) && bgCtx.Err() == nil {
+			serveErr <- fmt.Errorf("tunnel API: %w", err)
+		}
+	}()
 
 	serverHost := advertise
 	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
@@ -260,12 +366,27 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	stopCtrl := sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone })
 	defer stopCtrl()
 
+	stopSched := func() {}
+	if !cfg.DisableScheduler {
+		if stopSched, err = h.startScheduler(ctx, authority, url); err != nil {
+			_ = srv.Close()
+			return err
+		}
+	}
+	defer stopSched()
+
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve the API: %w", err)
 	case <-ctx.Done():
 	}
 	h.log.Info("shutting down")
+	// Tell edges to come back spread over the drain window rather than
+	// all at once when the hub is back, then let them go.
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = edges.Drain(drainCtx, cfg.DrainWindow)
+	cancelDrain()
+	stopSched()
 	stopCtrl()       // before requests end, so the controllers see no broken watches
 	cancelRequests() // ends watches and streams so Shutdown need not wait for them
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -273,7 +394,92 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	if err := srv.Shutdown(shutCtx); err != nil {
 		_ = srv.Close()
 	}
+	_ = tunnelHTTP.Close()
+	stopBackground()
 	return nil
+}
+
+// tokenObjectsExist checks that a service account token's objects are
+// still there with the UIDs it names, so deleting a service account or the
+// pod a token is bound to revokes the token.
+func tokenObjectsExist(objs storage.API) func(ctx context.Context, c auth.Claims) error {
+	kind := func(res string) *registry.Kind {
+		return registry.Lookup(schema.GroupVersionResource{Version: "v1", Resource: res})
+	}
+	sas, pods, nodeKind := kind("serviceaccounts"), kind("pods"), kind("nodes")
+	check := func(ctx context.Context, k *registry.Kind, ns, name, uid string) error {
+		o, err := objs.Get(ctx, k, ns, name)
+		if err != nil {
+			return fmt.Errorf("%s %s/%s: %w", k.Resource, ns, name, err)
+		}
+		m, err := meta.Accessor(o)
+		if err != nil || uid != "" && string(m.GetUID()) != uid {
+			return fmt.Errorf("%s %s/%s was replaced", k.Resource, ns, name)
+		}
+		return nil
+	}
+	return func(ctx context.Context, c auth.Claims) error {
+		if err := check(ctx, sas, c.Namespace, c.ServiceAccount, c.ServiceAccountUID); err != nil {
+			return err
+		}
+		if c.PodName != "" {
+			if err := check(ctx, pods, c.Namespace, c.PodName, c.PodUID); err != nil {
+				return err
+			}
+		}
+		if c.NodeName != "" {
+			return check(ctx, nodeKind, "", c.NodeName, c.NodeUID)
+		}
+		return nil
+	}
+}
+
+// servedSubresources are the subresources beyond those a Kind implies that
+// the hub serves, listed in discovery as upstream lists them (kubectl drain,
+// for one, uses evictions only where discovery shows pods/eviction).
+var servedSubresources = []discovery.Subresource{
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "eviction",
+		Kind: schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}, Verbs: []string{"create"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, Name: "token",
+		Kind: schema.GroupVersionKind{Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest"}, Verbs: []string{"create"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "log",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Verbs: []string{"get"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "exec",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodExecOptions"}, Verbs: []string{"create", "get"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "attach",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodAttachOptions"}, Verbs: []string{"create", "get"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "portforward",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodPortForwardOptions"}, Verbs: []string{"create", "get"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, Name: "proxy",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "NodeProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
+}
+
+// startScheduler runs the scheduler in-process as a client of the hub's own
+// API, like the controllers; the returned function stops it and waits.
+func (h *Hub) startScheduler(ctx context.Context, authority *pki.Authority, url string) (func(), error) {
+	cert, key, err := authority.IssueClientCert("system:kube-scheduler", []string{pki.AdminGroup}, 10*365*24*time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("issue scheduler certificate: %w", err)
+	}
+	sched, err := scheduler.New(scheduler.Config{
+		RestConfig: &rest.Config{
+			Host:            url,
+			TLSClientConfig: rest.TLSClientConfig{CAData: authority.CAPEM(), CertData: cert, KeyData: key},
+		},
+		Logger: h.cfg.Logger.With("component", "scheduler"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	schedCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := sched.Run(schedCtx); err != nil && schedCtx.Err() == nil {
+			h.log.Error("scheduler stopped", "err", err)
+		}
+	}()
+	return sync.OnceFunc(func() { cancel(); <-done }), nil
 }
 
 // Addr returns the address the API listens on, blocking until it serves or

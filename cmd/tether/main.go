@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -36,7 +37,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newHubCmd(), newVersionCmd())
+	root.AddCommand(newHubCmd(), newTokenCmd(), newEdgeCmd(), newVersionCmd())
 	return root
 }
 
@@ -83,9 +84,17 @@ func newHubCmd() *cobra.Command {
 	f.StringVar(&cfg.Listen, "listen", "0.0.0.0:6443", "address of the HTTPS API (TCP)")
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address clients and the kubernetes Service use to reach the API (default: the listen address, or the first non-loopback address when listening on all)")
 	f.StringSliceVar(&cfg.SANs, "tls-san", nil, "extra DNS names or IPs for the serving certificate")
-	f.StringVar(&cfg.ServiceCIDR, "service-cidr", "10.96.0.0/12", "range for Service cluster IPs")
+	f.StringVar(&cfg.ServiceCIDR, "service-cidr", "10.0.0.0/16", "range for Service cluster IPs")
 	f.Int64Var(&cfg.ChangeLogRetain, "change-log-retain", 0, "revisions the change log keeps for resuming watches (0: 100000)")
 	f.DurationVar(&cfg.CompactInterval, "compact-interval", 0, "how often the change log is compacted (0: 30s)")
+	f.StringVar(&cfg.TunnelListen, "tunnel-listen", "", "UDP address of the edge tunnel (default: the API's address and port)")
+	f.StringVar(&cfg.ClusterCIDR, "cluster-cidr", "10.42.0.0/16", "range node pod CIDRs are taken from")
+	f.IntVar(&cfg.NodeCIDRMaskSize, "node-cidr-mask-size", 24, "prefix length of each node's pod CIDR")
+	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 365*24*time.Hour, "lifetime of node certificates (agents renew at two thirds)")
+	f.Float64Var(&cfg.TunnelHandshakeRate, "tunnel-handshake-rate", 500, "edge connections admitted per second at most (token bucket)")
+	f.IntVar(&cfg.TunnelHandshakeBurst, "tunnel-handshake-burst", 100, "burst of edge connections admitted at once")
+	f.DurationVar(&cfg.DrainWindow, "drain-window", 10*time.Second, "on shutdown, the window over which edges are told to spread their reconnects")
+	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd

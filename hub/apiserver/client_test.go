@@ -43,7 +43,10 @@ type hub struct {
 
 // newHub serves the API over TLS on loopback, backed by a real storage over
 // a real SQLite file.
-func newHub(t *testing.T) *hub {
+func newHub(t *testing.T) *hub { t.Helper(); return newHubWith(t, nil) }
+
+// newHubWith is newHub with a chance to change the server's Config.
+func newHubWith(t *testing.T, tweak func(*Config)) *hub {
 	t.Helper()
 	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
@@ -58,8 +61,12 @@ func newHub(t *testing.T) *hub {
 	if err := stg.Bootstrap(context.Background(), storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}
-	s, err := New(Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet,
-		Version: version.Info{Major: "1", Minor: "37", GitVersion: "v1.37.2"}})
+	cfg := Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet,
+		Version: version.Info{Major: "1", Minor: "37", GitVersion: "v1.37.2"}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +74,12 @@ func newHub(t *testing.T) *hub {
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	cfg := &rest.Config{Host: srv.URL, BearerToken: "good", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
-	cs, err := kubernetes.NewForConfig(cfg)
+	rcfg := &rest.Config{Host: srv.URL, BearerToken: "good", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cs, err := kubernetes.NewForConfig(rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hub{srv: srv, cfg: cfg, cs: cs, store: st}
+	return &hub{srv: srv, cfg: rcfg, cs: cs, store: st}
 }
 
 func reasonOf(err error) metav1.StatusReason { return apierrors.ReasonForError(err) }

@@ -280,6 +280,8 @@ func statusErr(code int, message string) *apierrors.StatusError {
 		reason = metav1.StatusReasonInvalid
 	case http.StatusBadRequest:
 		reason = metav1.StatusReasonBadRequest
+	case http.StatusServiceUnavailable:
+		reason = metav1.StatusReasonServiceUnavailable
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message}}
 }

@@ -32,6 +32,8 @@ type target struct {
 	namespace   string
 	name        string
 	subresource string
+	// proxyPath is what follows nodes/<name>/proxy, with its leading slash.
+	proxyPath string
 }
 
 // parseResourcePath resolves /api/v1/... or /apis/<g>/<v>/... segments.
@@ -85,6 +87,11 @@ func (s *Server) parseResourcePath(segs []string) (target, schema.GroupVersion, 
 		}
 		t.name, t.subresource = rest[1], rest[2]
 	default:
+		if !k.Namespaced && k.GVK.Group == "" && k.Resource == "nodes" && rest[2] == "proxy" {
+			t.name, t.subresource = rest[1], "proxy"
+			t.proxyPath = "/" + strings.Join(rest[3:], "/")
+			break
+		}
 		return target{}, gv, notFoundPath()
 	}
 	return t, gv, nil
@@ -139,6 +146,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	req.kind = t.kind
 	req.attrs = Attributes{Verb: verb, Resource: true, Group: gv.Group, Version: gv.Version, Kind: t.kind.Resource,
 		Namespace: t.namespace, Name: t.name, Subresource: t.subresource, Path: r.URL.Path}
+	if verb == "list" || verb == "watch" || verb == "deletecollection" {
+		q := r.URL.Query()
+		req.attrs.LabelSelector, req.attrs.FieldSelector = q.Get("labelSelector"), q.Get("fieldSelector")
+	}
 	if err := s.authz.Authorize(u, req.attrs); err != nil {
 		s.writeError(w, toStatus(err))
 		return
@@ -209,6 +220,22 @@ func (s *Server) serveSubresource(w http.ResponseWriter, r *http.Request, t targ
 			return
 		}
 		s.update(w, r, t, "finalize")
+	case t.subresource == "proxy" && k.GVK.Group == "" && k.Resource == "nodes":
+		s.nodeProxy(w, r, t)
+	case t.subresource == "token" && k.GVK.Group == "" && k.Resource == "serviceaccounts":
+		if verb != "create" {
+			s.writeError(w, notAllowed)
+			return
+		}
+		s.requestToken(w, r, t)
+	case t.subresource == "eviction" && k.GVK.Group == "" && k.Resource == "pods":
+		if verb != "create" {
+			s.writeError(w, notAllowed)
+			return
+		}
+		s.evict(w, r, t)
+	case podStreamPaths[t.subresource] != "" && k.GVK.Group == "" && k.Resource == "pods":
+		s.podStream(w, r, t)
 	case t.subresource == "binding" && k.GVK.Group == "" && k.Resource == "pods":
 		if verb != "create" {
 			s.writeError(w, notAllowed)
@@ -408,6 +435,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, t target) {
 		if err := checkNamespace(obj, t.namespace); err != nil {
 			s.writeError(w, err)
 			return
+		}
+	}
+	if ca, ok := s.authz.(CreateAuthorizer); ok {
+		u, _ := auth.UserFrom(r.Context())
+		attrs := Attributes{Verb: "create", Resource: true, Group: t.kind.GVK.Group, Version: t.kind.GVK.Version,
+			Kind: t.kind.Resource, Namespace: t.namespace, Path: r.URL.Path}
+		if u != nil {
+			if err := ca.AuthorizeCreate(u, attrs, obj); err != nil {
+				s.writeError(w, toStatus(err))
+				return
+			}
 		}
 	}
 	created, err := s.cfg.Storage.Create(r.Context(), t.kind, t.namespace, obj,

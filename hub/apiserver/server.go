@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -55,6 +56,15 @@ type Attributes struct {
 	Subresource string
 	// Path is the request path (used for non-resource requests).
 	Path string
+	// LabelSelector and FieldSelector are the raw selectors of list,
+	// watch and deletecollection requests.
+	LabelSelector, FieldSelector string
+}
+
+// CreateAuthorizer is implemented by Authorizers that also decide on the
+// object of a create, whose name only the body carries.
+type CreateAuthorizer interface {
+	AuthorizeCreate(u *auth.User, a Attributes, obj runtime.Object) error
 }
 
 type allowAll struct{}
@@ -88,6 +98,20 @@ type Config struct {
 	// ReadyChecks are extra named checks for /readyz; each returns nil
 	// when ready. Nil means only the built-in ping check.
 	ReadyChecks map[string]func() error
+	// ExtraMetrics appends metrics of other parts of the hub (Prometheus
+	// text format) to /metrics; may be nil.
+	ExtraMetrics func(w io.Writer)
+	// ServiceAccountTokens signs tokens for serviceaccounts/token; nil
+	// leaves that subresource unserved.
+	ServiceAccountTokens *auth.ServiceAccountTokens
+	// DialNode reaches node agents for nodes/proxy, pods/log, pods/exec,
+	// pods/attach and pods/portforward; nil answers 503 there.
+	DialNode NodeDialer
+	// Extensions serve tether's own endpoints, keyed by exact path (e.g.
+	// the node join exchanges under /tether/). They run with the
+	// authenticated user in the request context when the request carries
+	// valid credentials, and without one otherwise: each decides itself.
+	Extensions map[string]http.Handler
 }
 
 // Server serves the Kubernetes API over HTTP.
@@ -243,6 +267,14 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 		s.serveNonResource(w, r, path)
 		return
 	}
+	if h := s.cfg.Extensions[path]; h != nil {
+		req.attrs = Attributes{Verb: strings.ToLower(r.Method), Path: path}
+		if u, err := s.authenticate(r); err == nil {
+			r = r.WithContext(auth.WithUser(r.Context(), u))
+		}
+		h.ServeHTTP(w, r)
+		return
+	}
 	u, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(w, err)
@@ -319,6 +351,9 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request, path s
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
 		s.metrics.write(w)
+		if s.cfg.ExtraMetrics != nil {
+			s.cfg.ExtraMetrics(w)
+		}
 	default:
 		s.writeError(w, notFoundPath())
 	}

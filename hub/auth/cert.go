@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -31,6 +32,12 @@ func NewCertAuthenticator(roots *x509.CertPool) *CertAuthenticator {
 // Authenticate implements [Authenticator].
 func (a *CertAuthenticator) Authenticate(r *http.Request) (*User, bool, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		// Requests that come through a node's tunnel carry no TLS state
+		// of their own: the tunnel verified the node's certificate in
+		// its handshake and put it in the connection's context.
+		if certs := peerCertificates(r.Context()); len(certs) > 0 {
+			return userOf(certs[0])
+		}
 		return nil, false, nil
 	}
 	leaf := r.TLS.PeerCertificates[0]
@@ -52,6 +59,10 @@ func (a *CertAuthenticator) Authenticate(r *http.Request) (*User, bool, error) {
 			return nil, false, fmt.Errorf("verify client certificate: %w", err)
 		}
 	}
+	return userOf(leaf)
+}
+
+func userOf(leaf *x509.Certificate) (*User, bool, error) {
 	if leaf.Subject.CommonName == "" {
 		return nil, false, errors.New("verify client certificate: empty common name")
 	}
@@ -79,4 +90,18 @@ func (u Union) Authenticate(r *http.Request) (*User, bool, error) {
 		}
 	}
 	return nil, false, nil
+}
+
+type peerKey struct{}
+
+// WithPeerCertificates returns a context carrying the verified certificate
+// chain of a connection that is not TLS itself (a tunnel stream); requests
+// served on it authenticate as the chain's leaf.
+func WithPeerCertificates(ctx context.Context, certs []*x509.Certificate) context.Context {
+	return context.WithValue(ctx, peerKey{}, certs)
+}
+
+func peerCertificates(ctx context.Context) []*x509.Certificate {
+	certs, _ := ctx.Value(peerKey{}).([]*x509.Certificate)
+	return certs
 }

@@ -60,6 +60,7 @@ type Authority struct {
 	caPEM   []byte
 	mu      sync.RWMutex
 	serving tls.Certificate
+	saKey   *ecdsa.PrivateKey
 }
 
 const (
@@ -296,6 +297,10 @@ func (a *Authority) ServerTLSConfig() *tls.Config {
 			a.mu.RLock()
 			defer a.mu.RUnlock()
 			c := a.serving
+			// The CA travels with the serving certificate so that a
+			// joining node, which has only the CA's hash from its join
+			// token, can check the hub in the handshake.
+			c.Certificate = append(c.Certificate[:1:1], a.caCert.Raw)
 			return &c, nil
 		},
 	}
@@ -346,6 +351,9 @@ func (a *Authority) Sign(csr []byte, ttl time.Duration) ([]byte, error) {
 	}
 	return certPEM, nil
 }
+
+// CA returns the CA certificate.
+func (a *Authority) CA() *x509.Certificate { return a.caCert }
 
 // CAPEM returns the CA certificate in PEM form.
 func (a *Authority) CAPEM() []byte { return bytes.Clone(a.caPEM) }
@@ -442,4 +450,43 @@ func serial() *big.Int {
 		panic(fmt.Sprintf("read random serial: %v", err))
 	}
 	return n.Add(n, big.NewInt(1))
+}
+
+// ServiceAccountKey returns the key that signs service account tokens,
+// creating pki/sa.key on first use. It is separate from the CA key so that
+// it can be rotated without re-issuing every certificate.
+func (a *Authority) ServiceAccountKey() (*ecdsa.PrivateKey, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.saKey != nil {
+		return a.saKey, nil
+	}
+	path := a.path("sa.key")
+	if data, err := os.ReadFile(path); err == nil {
+		block, _ := pem.Decode(data)
+		if block == nil {
+			return nil, fmt.Errorf("load %s: no PEM block", path)
+		}
+		key, err := x509.ParseECPrivateKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %w", path, err)
+		}
+		a.saKey = key
+		return key, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate service account key: %w", err)
+	}
+	data, err := encodeKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(path, data, 0o600); err != nil {
+		return nil, err
+	}
+	a.saKey = key
+	return key, nil
 }

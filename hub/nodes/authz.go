@@ -1,0 +1,259 @@
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tether-edge/tether/hub/apiserver"
+	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/join"
+)
+
+// Authorizer is the node authorizer: a node's credentials may read its own
+// Node and the pods bound to it, the secrets, config maps and claims those
+// pods reference, Services and EndpointSlices; write its own Node and its
+// status, its Lease, its pods' status, and events; and delete its pods once
+// they stopped (graceful deletion ends with the node). Anything else is 403.
+// Requests of other users go to Next.
+type Authorizer struct {
+	cfg   Config
+	graph *graph
+	// Next decides for users that are not nodes; nil allows them.
+	Next apiserver.Authorizer
+}
+
+// NewAuthorizer returns a node authorizer; Run must be running for it to
+// know which pods are bound where.
+func NewAuthorizer(cfg Config) *Authorizer {
+	cfg.setDefaults()
+	return &Authorizer{cfg: cfg, graph: newGraph()}
+}
+
+// Run keeps the authorizer's view of pods current until ctx ends.
+func (a *Authorizer) Run(ctx context.Context) {
+	a.graph.run(ctx, a.cfg.Storage, a.cfg.Logger.Warn)
+}
+
+// nodeOf returns the node a user is, or false for other users.
+func nodeOf(u *auth.User) (string, bool) {
+	name, ok := join.NodeName(u.Name)
+	if !ok || !u.InGroup(join.NodesGroup) {
+		return "", false
+	}
+	return name, true
+}
+
+// Authorize implements apiserver.Authorizer.
+func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
+	node, ok := nodeOf(u)
+	if !ok {
+		if a.Next != nil {
+			return a.Next.Authorize(u, at)
+		}
+		return nil
+	}
+	if !at.Resource {
+		// Discovery, OpenAPI, version and health: what client-go reads
+		// before it does anything else.
+		if at.Verb == "get" || at.Verb == "head" {
+			p := at.Path
+			if p == "/api" || p == "/apis" || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/apis/") ||
+				strings.HasPrefix(p, "/openapi/") || p == "/version" || p == "/healthz" || p == "/livez" || p == "/readyz" {
+				return nil
+			}
+		}
+		return forbiddenPath(u, at)
+	}
+	if at.Verb == "create" && at.Name == "" && at.Subresource == "" && (at.Group == "" && at.Kind == "nodes" ||
+		at.Group == "coordination.k8s.io" && at.Kind == "leases" && at.Namespace == corev1.NamespaceNodeLease) {
+		// The name is in the body: AuthorizeCreate decides.
+		return nil
+	}
+	why := a.decide(node, at)
+	if why == "" {
+		return nil
+	}
+	return forbidden(u, at, why)
+}
+
+// AuthorizeCreate implements apiserver.CreateAuthorizer: for creates whose
+// name comes in the body, it decides with the name filled in.
+func (a *Authorizer) AuthorizeCreate(u *auth.User, at apiserver.Attributes, obj runtime.Object) error {
+	node, ok := nodeOf(u)
+	if !ok || at.Name != "" {
+		return nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return forbidden(u, at, "object without metadata")
+	}
+	at.Name = m.GetName()
+	if why := a.decide(node, at); why != "" {
+		return forbidden(u, at, why)
+	}
+	return nil
+}
+
+// decide returns "" to allow, else the reason for refusing.
+func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
+	read := at.Verb == "get" || at.Verb == "list" || at.Verb == "watch"
+	switch {
+	case at.Group == "" && at.Kind == "nodes":
+		if at.Subresource != "" && at.Subresource != "status" {
+			return fmt.Sprintf("node '%s' cannot use nodes/%s", node, at.Subresource)
+		}
+		switch at.Verb {
+		case "get", "create", "update", "patch":
+			if at.Name == node {
+				return ""
+			}
+		case "list", "watch":
+			if selects(at.FieldSelector, "metadata.name", node) {
+				return ""
+			}
+			return fmt.Sprintf("node '%s' can only list or watch its own Node (fieldSelector metadata.name=%s)", node, node)
+		}
+		return fmt.Sprintf("node '%s' cannot %s node '%s'", node, at.Verb, at.Name)
+
+	case at.Group == "" && at.Kind == "pods":
+		switch {
+		case (at.Verb == "list" || at.Verb == "watch") && at.Subresource == "":
+			if selects(at.FieldSelector, "spec.nodeName", node) {
+				return ""
+			}
+			return fmt.Sprintf("node '%s' can only list or watch pods with fieldSelector spec.nodeName=%s", node, node)
+		case at.Subresource == "" && (at.Verb == "get" || at.Verb == "delete"),
+			at.Subresource == "status" && (at.Verb == "get" || at.Verb == "update" || at.Verb == "patch"):
+			if a.podOn(node, at.Namespace, at.Name) {
+				return ""
+			}
+			return fmt.Sprintf("no relationship found between node '%s' and this object", node)
+		}
+		return fmt.Sprintf("node '%s' cannot %s pods%s", node, at.Verb, sub(at.Subresource))
+
+	case at.Group == "" && (at.Kind == "secrets" || at.Kind == "configmaps" || at.Kind == "persistentvolumeclaims"):
+		if !read || at.Subresource != "" {
+			return fmt.Sprintf("node '%s' cannot %s %s", node, at.Verb, at.Kind)
+		}
+		name := at.Name
+		if at.Verb != "get" {
+			// The kubelet's watch-based managers list and watch one
+			// object at a time by name.
+			n, ok := exactField(at.FieldSelector, "metadata.name")
+			if !ok || at.Namespace == "" {
+				return fmt.Sprintf("node '%s' can only list or watch single %s in a namespace (fieldSelector metadata.name=<name>)", node, at.Kind)
+			}
+			name = n
+		}
+		if a.needs(node, ref{at.Kind, at.Namespace, name}) {
+			return ""
+		}
+		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
+
+	case at.Group == "" && (at.Kind == "services" || at.Kind == "endpoints"),
+		at.Group == "discovery.k8s.io" && at.Kind == "endpointslices":
+		if read && at.Subresource == "" {
+			return ""
+		}
+		return fmt.Sprintf("node '%s' may only read %s", node, at.Kind)
+
+	case at.Group == "coordination.k8s.io" && at.Kind == "leases":
+		if at.Namespace == corev1.NamespaceNodeLease && at.Name == node && at.Subresource == "" &&
+			(at.Verb == "get" || at.Verb == "create" || at.Verb == "update" || at.Verb == "patch") {
+			return ""
+		}
+		return fmt.Sprintf("node '%s' may only use its own Lease in %s", node, corev1.NamespaceNodeLease)
+
+	case (at.Group == "" || at.Group == "events.k8s.io") && at.Kind == "events":
+		if at.Verb == "create" || at.Verb == "update" || at.Verb == "patch" {
+			return ""
+		}
+		return fmt.Sprintf("node '%s' may only write events", node)
+	}
+	return fmt.Sprintf("node '%s' has no access to %s", node, resourceName(at))
+}
+
+// podOn reports whether pod ns/name is bound to node.
+func (a *Authorizer) podOn(node, ns, name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !a.graph.waitSynced(ctx) {
+		return false
+	}
+	if a.graph.podNode(ns, name) == node {
+		return true
+	}
+	// A pod bound a moment ago may not have reached the graph yet: read
+	// it.
+	obj, err := a.cfg.Storage.Get(ctx, podsKind, ns, name)
+	if err != nil {
+		return false
+	}
+	return obj.(*corev1.Pod).Spec.NodeName == node
+}
+
+func (a *Authorizer) needs(node string, r ref) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !a.graph.waitSynced(ctx) {
+		return false
+	}
+	return a.graph.nodeNeeds(node, r)
+}
+
+// selects reports whether a field selector requires field=value exactly.
+func selects(selector, field, value string) bool {
+	v, ok := exactField(selector, field)
+	return ok && v == value
+}
+
+func exactField(selector, field string) (string, bool) {
+	if selector == "" {
+		return "", false
+	}
+	sel, err := fields.ParseSelector(selector)
+	if err != nil {
+		return "", false
+	}
+	return sel.RequiresExactMatch(field)
+}
+
+func sub(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "/" + s
+}
+
+func resourceName(at apiserver.Attributes) string {
+	r := at.Kind + sub(at.Subresource)
+	if at.Group != "" {
+		r += "." + at.Group
+	}
+	return r
+}
+
+// forbidden builds the 403 upstream's node authorizer answers with.
+func forbidden(u *auth.User, at apiserver.Attributes, why string) error {
+	scope := "at the cluster scope"
+	if at.Namespace != "" {
+		scope = fmt.Sprintf("in the namespace %q", at.Namespace)
+	}
+	res := at.Kind + sub(at.Subresource)
+	return apierrors.NewForbidden(schema.GroupResource{Group: at.Group, Resource: res}, at.Name,
+		fmt.Errorf("User %q cannot %s resource %q in API group %q %s: %s", u.Name, at.Verb, res, at.Group, scope, why))
+}
+
+func forbiddenPath(u *auth.User, at apiserver.Attributes) error {
+	return apierrors.NewForbidden(schema.GroupResource{}, "",
+		fmt.Errorf("User %q cannot %s path %q", u.Name, at.Verb, at.Path))
+}

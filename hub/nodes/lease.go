@@ -1,0 +1,198 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/tether-edge/tether/hub/storage"
+)
+
+// Leases keeps the Lease in kube-node-lease of every node whose tunnel is
+// up and whose heartbeats arrive. The agent sends a few bytes on its
+// tunnel's control stream instead of writing its Lease through the API
+// every ten seconds, which is most of an idle node's uplink traffic with
+// upstream's kubelet; the hub turns them into the same Lease renewals, so
+// the node lifecycle controller and kubectl see what they expect.
+type Leases struct {
+	cfg Config
+
+	mu    sync.Mutex
+	nodes map[string]*leaseState
+	kick  chan struct{}
+}
+
+type leaseState struct {
+	// conns counts the node's open tunnel sessions: a reconnecting agent's
+	// new session may open before the old one is closed.
+	conns         int
+	lastHeartbeat time.Time
+	renewed       time.Time // when the hub last wrote renewTime
+	writing       bool
+}
+
+// NewLeases returns a Lease keeper; Run does the writing.
+func NewLeases(cfg Config) *Leases {
+	cfg.setDefaults()
+	return &Leases{cfg: cfg, nodes: map[string]*leaseState{}, kick: make(chan struct{}, 1)}
+}
+
+// Connected records that node's tunnel came up; its Lease is renewed at
+// once.
+func (l *Leases) Connected(node string) {
+	l.mu.Lock()
+	st := l.state(node)
+	st.conns++
+	st.lastHeartbeat = l.cfg.Now()
+	st.renewed = time.Time{}
+	l.mu.Unlock()
+	l.poke()
+}
+
+// Heartbeat records a heartbeat from node.
+func (l *Leases) Heartbeat(node string) {
+	l.mu.Lock()
+	st := l.state(node)
+	st.lastHeartbeat = l.cfg.Now()
+	l.mu.Unlock()
+}
+
+// Disconnected records that node's tunnel went down: its Lease is no
+// longer renewed and expires as a dead kubelet's would.
+func (l *Leases) Disconnected(node string) {
+	l.mu.Lock()
+	if st := l.nodes[node]; st != nil && st.conns > 0 {
+		st.conns--
+	}
+	l.mu.Unlock()
+}
+
+func (l *Leases) state(node string) *leaseState {
+	st := l.nodes[node]
+	if st == nil {
+		st = &leaseState{}
+		l.nodes[node] = st
+	}
+	return st
+}
+
+func (l *Leases) poke() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run renews Leases until ctx ends. Renewals are spread: each node's
+// Lease is written when it reaches LeaseRenew of age, so nodes that
+// connected at different times never renew together.
+func (l *Leases) Run(ctx context.Context) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	sem := make(chan struct{}, 16)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-l.kick:
+		}
+		now := l.cfg.Now()
+		var due []string
+		l.mu.Lock()
+		for name, st := range l.nodes {
+			if st.conns == 0 {
+				if !st.writing {
+					delete(l.nodes, name)
+				}
+				continue
+			}
+			if st.writing || now.Sub(st.lastHeartbeat) > l.cfg.HeartbeatTimeout || now.Sub(st.renewed) < l.cfg.LeaseRenew {
+				continue
+			}
+			st.writing = true
+			due = append(due, name)
+		}
+		l.mu.Unlock()
+		for _, name := range due {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func(name string) {
+				defer func() { <-sem }()
+				at := l.cfg.Now()
+				err := l.renew(ctx, name, at)
+				l.mu.Lock()
+				if st := l.nodes[name]; st != nil {
+					st.writing = false
+					if err == nil {
+						st.renewed = at
+					}
+				}
+				l.mu.Unlock()
+				if err != nil && err != errNotRegistered && ctx.Err() == nil {
+					l.cfg.Logger.Warn("renew node lease", "node", name, "err", err)
+				}
+			}(name)
+		}
+	}
+}
+
+var errNotRegistered = errors.New("node not registered")
+
+// renew writes renewTime of node's Lease, creating the Lease (owned by the
+// Node, so it goes when the Node goes) when it is missing.
+func (l *Leases) renew(ctx context.Context, node string, at time.Time) error {
+	now := metav1.NewMicroTime(at)
+	opts := storage.Options{FieldManager: "tether-hub"}
+	_, err := l.cfg.Storage.GuaranteedUpdate(ctx, leasesKind, corev1.NamespaceNodeLease, node, opts, func(cur runtime.Object) (runtime.Object, error) {
+		lease := cur.(*coordinationv1.Lease)
+		lease.Spec.HolderIdentity = ptr.To(node)
+		lease.Spec.LeaseDurationSeconds = ptr.To(int32(l.cfg.LeaseDuration / time.Second))
+		lease.Spec.RenewTime = &now
+		return lease, nil
+	})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	obj, err := l.cfg.Storage.Get(ctx, nodesKind, "", node)
+	if err != nil {
+		// Not registered yet: the agent creates its Node right after
+		// connecting, and a later round creates the Lease.
+		return errNotRegistered
+	}
+	n := obj.(*corev1.Node)
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(node),
+			LeaseDurationSeconds: ptr.To(int32(l.cfg.LeaseDuration / time.Second)),
+			AcquireTime:          &now,
+			RenewTime:            &now,
+		},
+	}
+	_, err = l.cfg.Storage.Create(ctx, leasesKind, corev1.NamespaceNodeLease, lease, opts)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// Alive reports whether node's tunnel is up and its heartbeats arrive.
+func (l *Leases) Alive(node string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.nodes[node]
+	return st != nil && st.conns > 0 && l.cfg.Now().Sub(st.lastHeartbeat) <= l.cfg.HeartbeatTimeout
+}

@@ -1,0 +1,104 @@
+// Package nodes is the hub's side of edge nodes: it joins them (bootstrap
+// tokens, node certificates, renewal and re-attestation), authorizes what a
+// node's credentials may do (the node authorizer), and keeps the Lease of
+// every node whose tunnel is up.
+package nodes
+
+import (
+	"crypto/x509"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/join"
+)
+
+// DefaultCertTTL is how long a node certificate is valid unless configured.
+const DefaultCertTTL = 365 * 24 * time.Hour
+
+// Config configures the node services.
+type Config struct {
+	// Storage reads and writes objects. Required.
+	Storage storage.API
+	// Authority signs node certificates. Required.
+	Authority *pki.Authority
+	// CertTTL is the lifetime of node certificates; zero means one year.
+	// Agents renew at two thirds of it.
+	CertTTL time.Duration
+	// LeaseDuration is leaseDurationSeconds of node Leases; zero means 40s,
+	// as the kubelet's.
+	LeaseDuration time.Duration
+	// LeaseRenew is how old a connected node's Lease may get before the
+	// hub renews it; zero means 5s.
+	LeaseRenew time.Duration
+	// HeartbeatTimeout is how long after its last heartbeat a connected
+	// node still counts as alive; zero means 45s (the tunnel's idle
+	// timeout).
+	HeartbeatTimeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.CertTTL <= 0 {
+		c.CertTTL = DefaultCertTTL
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = 40 * time.Second
+	}
+	if c.LeaseRenew <= 0 {
+		c.LeaseRenew = 5 * time.Second
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 45 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+var (
+	nodesKind   = mustKind(schema.GroupVersionResource{Version: "v1", Resource: "nodes"})
+	podsKind    = mustKind(schema.GroupVersionResource{Version: "v1", Resource: "pods"})
+	secretsKind = mustKind(schema.GroupVersionResource{Version: "v1", Resource: "secrets"})
+	leasesKind  = mustKind(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"})
+)
+
+func mustKind(gvr schema.GroupVersionResource) *registry.Kind {
+	k := registry.Lookup(gvr)
+	if k == nil {
+		panic("nodes: kind not served: " + gvr.String())
+	}
+	return k
+}
+
+// Identify maps the verified client certificate of a tunnel to the node it
+// belongs to: only node certificates (CN system:node:<name>, O
+// system:nodes) may open a tunnel.
+func Identify(cert *x509.Certificate) (string, error) {
+	name, ok := join.NodeName(cert.Subject.CommonName)
+	if !ok {
+		return "", errNotNode(cert.Subject.CommonName)
+	}
+	for _, o := range cert.Subject.Organization {
+		if o == join.NodesGroup {
+			return name, nil
+		}
+	}
+	return "", errNotNode(cert.Subject.CommonName)
+}
+
+type errNotNode string
+
+func (e errNotNode) Error() string {
+	return "certificate of " + string(e) + " is not a node certificate (CN system:node:<name>, O system:nodes)"
+}

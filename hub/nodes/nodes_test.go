@@ -1,0 +1,366 @@
+package nodes
+
+import (
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-edge/tether/hub/apiserver"
+	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/join"
+	"github.com/tether-edge/tether/store/sqlite"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newStorage(t *testing.T) *storage.Storage {
+	t.Helper()
+	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	stg, err := storage.New(storage.Config{Store: st, Kinds: registry.All(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"default", "kube-system", "kube-node-lease", "shop"} {
+		if _, err := stg.Create(context.Background(), mustKindT(t, "namespaces"), "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return stg
+}
+
+func mustKindT(t *testing.T, resource string) *registry.Kind {
+	for _, k := range registry.All() {
+		if k.Resource == resource && (k.GVK.Group == "" || resource == "leases" || resource == "endpointslices") {
+			return k
+		}
+	}
+	t.Fatalf("no kind %s", resource)
+	return nil
+}
+
+func nodeUser(name string) *auth.User {
+	return &auth.User{Name: join.NodeUserPrefix + name, Groups: []string{join.NodesGroup, auth.GroupAuthenticated}}
+}
+
+func TestIdentify(t *testing.T) {
+	ok := &x509.Certificate{Subject: pkix.Name{CommonName: "system:node:n1", Organization: []string{"system:nodes"}}}
+	if n, err := Identify(ok); err != nil || n != "n1" {
+		t.Fatalf("Identify = %q, %v", n, err)
+	}
+	for _, c := range []*x509.Certificate{
+		{Subject: pkix.Name{CommonName: "system:node:n1"}},
+		{Subject: pkix.Name{CommonName: "tether-admin", Organization: []string{"system:masters"}}},
+		{Subject: pkix.Name{CommonName: "system:node:", Organization: []string{"system:nodes"}}},
+	} {
+		if _, err := Identify(c); err == nil {
+			t.Errorf("Identify(%q %v) accepted", c.Subject.CommonName, c.Subject.Organization)
+		}
+	}
+}
+
+func TestNodeAuthorizer(t *testing.T) {
+	st := newStorage(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := NewAuthorizer(Config{Storage: st, Logger: quiet})
+	go a.Run(ctx)
+
+	pod := func(name, node string, spec corev1.PodSpec) *corev1.Pod {
+		spec.NodeName = node
+		if len(spec.Containers) == 0 {
+			spec.Containers = []corev1.Container{{Name: "c", Image: "img"}}
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"}, Spec: spec}
+	}
+	podsKind := mustKindT(t, "pods")
+	for _, p := range []*corev1.Pod{
+		pod("p1", "n1", corev1.PodSpec{
+			Volumes: []corev1.Volume{
+				{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s1"}}},
+				{Name: "pr", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "cm-projected"}}}}}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim1"}}},
+			},
+			Containers: []corev1.Container{{Name: "c", Image: "img",
+				Env: []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "cm-env"}, Key: "k"}}}},
+				EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s-envfrom"}}}},
+			}},
+			ImagePullSecrets: []corev1.LocalObjectReference{{Name: "pull"}},
+		}),
+		pod("p2", "n2", corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s2"}}}}}),
+		pod("unbound", "", corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s3"}}}}}),
+	} {
+		if _, err := st.Create(ctx, podsKind, "shop", p, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1 := nodeUser("n1")
+	res := func(verb, group, kind, ns, name, sub, fieldSel string) apiserver.Attributes {
+		return apiserver.Attributes{Verb: verb, Resource: true, Group: group, Version: "v1", Kind: kind,
+			Namespace: ns, Name: name, Subresource: sub, FieldSelector: fieldSel}
+	}
+	allowed := []apiserver.Attributes{
+		res("get", "", "nodes", "", "n1", "", ""),
+		res("patch", "", "nodes", "", "n1", "status", ""),
+		res("update", "", "nodes", "", "n1", "", ""),
+		res("watch", "", "nodes", "", "", "", "metadata.name=n1"),
+		res("list", "", "pods", "", "", "", "spec.nodeName=n1"),
+		res("watch", "", "pods", "shop", "", "", "spec.nodeName=n1"),
+		res("get", "", "pods", "shop", "p1", "", ""),
+		res("patch", "", "pods", "shop", "p1", "status", ""),
+		res("delete", "", "pods", "shop", "p1", "", ""),
+		res("get", "", "secrets", "shop", "s1", "", ""),
+		res("get", "", "secrets", "shop", "s-envfrom", "", ""),
+		res("get", "", "secrets", "shop", "pull", "", ""),
+		res("watch", "", "configmaps", "shop", "", "", "metadata.name=cm-env"),
+		res("list", "", "configmaps", "shop", "", "", "metadata.name=cm-projected"),
+		res("get", "", "persistentvolumeclaims", "shop", "claim1", "", ""),
+		res("list", "", "services", "", "", "", ""),
+		res("watch", "discovery.k8s.io", "endpointslices", "", "", "", ""),
+		res("get", "coordination.k8s.io", "leases", "kube-node-lease", "n1", "", ""),
+		res("update", "coordination.k8s.io", "leases", "kube-node-lease", "n1", "", ""),
+		res("create", "", "events", "shop", "", "", ""),
+		res("create", "events.k8s.io", "events", "shop", "", "", ""),
+		{Verb: "get", Path: "/api/v1"},
+		{Verb: "get", Path: "/version"},
+	}
+	for _, at := range allowed {
+		if err := a.Authorize(n1, at); err != nil {
+			t.Errorf("%s %s/%s %s/%s (%s) refused: %v", at.Verb, at.Kind, at.Subresource, at.Namespace, at.Name, at.FieldSelector, err)
+		}
+	}
+	refused := []apiserver.Attributes{
+		res("get", "", "nodes", "", "n2", "", ""),
+		res("patch", "", "nodes", "", "n2", "status", ""),
+		res("list", "", "nodes", "", "", "", ""),
+		res("delete", "", "nodes", "", "n1", "", ""),
+		res("list", "", "pods", "", "", "", ""),
+		res("list", "", "pods", "", "", "", "spec.nodeName=n2"),
+		res("get", "", "pods", "shop", "p2", "", ""),
+		res("update", "", "pods", "shop", "p2", "status", ""),
+		res("get", "", "pods", "shop", "unbound", "", ""),
+		res("create", "", "pods", "shop", "", "", ""),
+		res("get", "", "pods", "shop", "p1", "log", ""),
+		res("get", "", "secrets", "shop", "s2", "", ""),
+		res("get", "", "secrets", "shop", "s3", "", ""),
+		res("list", "", "secrets", "shop", "", "", ""),
+		res("list", "", "secrets", "", "", "", "metadata.name=s1"),
+		res("update", "", "secrets", "shop", "s1", "", ""),
+		res("get", "", "configmaps", "shop", "other", "", ""),
+		res("create", "", "services", "shop", "", "", ""),
+		res("get", "coordination.k8s.io", "leases", "kube-node-lease", "n2", "", ""),
+		res("get", "", "events", "shop", "e", "", ""),
+		res("list", "apps", "deployments", "", "", "", ""),
+		res("get", "", "namespaces", "", "shop", "", ""),
+		{Verb: "get", Path: "/metrics"},
+		{Verb: "post", Path: "/tether/v1/whatever"},
+	}
+	for _, at := range refused {
+		err := a.Authorize(n1, at)
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s %s/%s %s/%s (%s) = %v, want 403", at.Verb, at.Kind, at.Subresource, at.Namespace, at.Name, at.FieldSelector, err)
+		}
+	}
+	// The message names the user and what was asked, as upstream's.
+	err := a.Authorize(n1, res("get", "", "secrets", "shop", "s2", "", ""))
+	if !strings.Contains(err.Error(), `User "system:node:n1" cannot get resource "secrets" in API group "" in the namespace "shop"`) {
+		t.Errorf("message: %v", err)
+	}
+	// Other users are not the node authorizer's business.
+	if err := a.Authorize(&auth.User{Name: "alice", Groups: []string{auth.GroupAuthenticated}}, res("list", "", "secrets", "", "", "", "")); err != nil {
+		t.Errorf("non-node user refused: %v", err)
+	}
+
+	// Creates carry the name in the body.
+	nodeAttrs := res("create", "", "nodes", "", "", "", "")
+	if err := a.Authorize(n1, nodeAttrs); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AuthorizeCreate(n1, nodeAttrs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Errorf("create own node: %v", err)
+	}
+	if err := a.AuthorizeCreate(n1, nodeAttrs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}); !apierrors.IsForbidden(err) {
+		t.Errorf("create another node: %v, want 403", err)
+	}
+
+	// The graph follows rebinding and deletion.
+	if _, _, err := st.Delete(ctx, podsKind, "shop", "p1", &metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.Authorize(n1, res("get", "", "secrets", "shop", "s1", "", "")) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("secret of a deleted pod still readable after 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestJoinerAndLeases(t *testing.T) {
+	st := newStorage(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	authority, err := pki.LoadOrCreate(pki.Config{Dir: t.TempDir(), Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	cfg := Config{Storage: st, Authority: authority, CertTTL: time.Hour, Logger: quiet, LeaseRenew: 200 * time.Millisecond,
+		Now: func() time.Time { return now }}
+	j := NewJoiner(cfg)
+	mux := http.NewServeMux()
+	for p, h := range j.Handlers() {
+		mux.Handle(p, h)
+	}
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	secretsKind := mustKindT(t, "secrets")
+	mkToken := func(id, exp string) {
+		data := map[string][]byte{"token-id": []byte(id), "token-secret": []byte("0123456789abcdef"), "usage-bootstrap-authentication": []byte("true")}
+		if exp != "" {
+			data["expiration"] = []byte(exp)
+		}
+		if _, err := st.Create(ctx, secretsKind, "kube-system", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id},
+			Type: "bootstrap.kubernetes.io/token", Data: data}, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkToken("good01", now.Add(time.Hour).UTC().Format(time.RFC3339))
+	mkToken("old001", now.Add(-time.Minute).UTC().Format(time.RFC3339))
+
+	key, _ := join.NewKey()
+	csr, _ := join.NewCSR(key, "n1")
+	post := func(path, bearer string, req join.Request) (int, string, join.Response) {
+		body, _ := json.Marshal(req)
+		hreq, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(string(body)))
+		if bearer != "" {
+			hreq.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := http.DefaultClient.Do(hreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var out join.Response
+		_ = json.Unmarshal(data, &out)
+		return resp.StatusCode, string(data), out
+	}
+	for _, c := range []struct {
+		bearer, want string
+		code         int
+	}{
+		{"", "needs a bootstrap token", 401},
+		{"nope00.0123456789abcdef", "join token nope00 is unknown", 401},
+		{"old001.0123456789abcdef", "join token old001 expired", 401},
+		{"good01.fedcba9876543210", "wrong secret", 401},
+	} {
+		code, body, _ := post(join.JoinPath, c.bearer, join.Request{Node: "n1", CSR: csr})
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("join with %q: %d %s, want %d %q", c.bearer, code, body, c.code, c.want)
+		}
+	}
+	// A request for another subject than the node it names is refused.
+	otherCSR, _ := join.NewCSR(key, "n2")
+	if code, body, _ := post(join.JoinPath, "good01.0123456789abcdef", join.Request{Node: "n1", CSR: otherCSR}); code != 400 {
+		t.Errorf("mismatched CSR: %d %s", code, body)
+	}
+	code, body, resp := post(join.JoinPath, "good01.0123456789abcdef", join.Request{Node: "n1", CSR: csr})
+	if code != 200 {
+		t.Fatalf("join: %d %s", code, body)
+	}
+	cert, err := join.ParseCertificate(resp.Certificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "system:node:n1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != "system:nodes" {
+		t.Fatalf("subject %v", cert.Subject)
+	}
+	if got := cert.NotAfter.Sub(now); got > time.Hour+time.Minute || got < time.Hour-time.Minute {
+		t.Errorf("lifetime %v, want 1h", got)
+	}
+
+	// Re-attestation needs the Node to exist and the same key.
+	code, body, _ = post(join.ReattestPath, "", join.Request{Node: "n1", CSR: csr, Certificate: resp.Certificate})
+	if code != 403 || !strings.Contains(body, "no longer exists") {
+		t.Errorf("re-attest without a Node: %d %s", code, body)
+	}
+	nodesK := mustKindT(t, "nodes")
+	if _, err := st.Create(ctx, nodesK, "", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, storage.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	otherKey, _ := join.NewKey()
+	otherKeyCSR, _ := join.NewCSR(otherKey, "n1")
+	if code, body, _ = post(join.ReattestPath, "", join.Request{Node: "n1", CSR: otherKeyCSR, Certificate: resp.Certificate}); code != 403 {
+		t.Errorf("re-attest with another key: %d %s", code, body)
+	}
+	if code, body, _ = post(join.ReattestPath, "", join.Request{Node: "n1", CSR: csr, Certificate: resp.Certificate}); code != 200 {
+		t.Errorf("re-attest: %d %s", code, body)
+	}
+
+	// Leases: a connected node with heartbeats gets its Lease, owned by
+	// its Node.
+	l := NewLeases(Config{Storage: st, Logger: quiet, LeaseRenew: 100 * time.Millisecond})
+	go l.Run(ctx)
+	l.Connected("n1")
+	leasesK := mustKindT(t, "leases")
+	var first *coordinationv1.Lease
+	deadline := time.Now().Add(5 * time.Second)
+	for first == nil {
+		if obj, err := st.Get(ctx, leasesK, "kube-node-lease", "n1"); err == nil {
+			first = obj.(*coordinationv1.Lease)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no lease after 5s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(first.OwnerReferences) != 1 || first.OwnerReferences[0].Kind != "Node" || *first.Spec.HolderIdentity != "n1" {
+		t.Fatalf("lease %+v", first)
+	}
+	for i := 0; i < 4; i++ {
+		l.Heartbeat("n1")
+		time.Sleep(100 * time.Millisecond)
+	}
+	obj, _ := st.Get(ctx, leasesK, "kube-node-lease", "n1")
+	renewed := obj.(*coordinationv1.Lease)
+	if !renewed.Spec.RenewTime.After(first.Spec.RenewTime.Time) {
+		t.Errorf("lease not renewed: %v then %v", first.Spec.RenewTime, renewed.Spec.RenewTime)
+	}
+	l.Disconnected("n1")
+	time.Sleep(300 * time.Millisecond)
+	obj, _ = st.Get(ctx, leasesK, "kube-node-lease", "n1")
+	stopped := obj.(*coordinationv1.Lease)
+	time.Sleep(400 * time.Millisecond)
+	obj, _ = st.Get(ctx, leasesK, "kube-node-lease", "n1")
+	if obj.(*coordinationv1.Lease).Spec.RenewTime.After(stopped.Spec.RenewTime.Time) {
+		t.Error("lease of a disconnected node still renewed")
+	}
+	if l.Alive("n1") {
+		t.Error("disconnected node reported alive")
+	}
+}

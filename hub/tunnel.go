@@ -1,0 +1,68 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/tether-edge/tether/hub/apiserver"
+	"github.com/tether-edge/tether/hub/nodes"
+	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/tunnel"
+)
+
+// newTunnelServer builds the server end of the edge tunnels: node
+// certificates only, heartbeats and connection changes fed to the Lease
+// keeper.
+func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases, log *slog.Logger) (*tunnel.Server, error) {
+	return tunnel.NewServer(tunnel.ServerConfig{
+		TLS:                 authority.ServerTLSConfig(),
+		HandshakesPerSecond: cfg.TunnelHandshakeRate,
+		HandshakeBurst:      cfg.TunnelHandshakeBurst,
+		Identify: func(cs tls.ConnectionState) (string, error) {
+			if len(cs.PeerCertificates) == 0 {
+				return "", errors.New("no client certificate")
+			}
+			return nodes.Identify(cs.PeerCertificates[0])
+		},
+		OnConnect:    func(s *tunnel.Session) { leases.Connected(s.Node()) },
+		OnDisconnect: func(s *tunnel.Session, _ error) { leases.Disconnected(s.Node()) },
+		OnHeartbeat:  func(s *tunnel.Session) { leases.Heartbeat(s.Node()) },
+		Logger:       log,
+	})
+}
+
+// tunnelMetrics writes the tunnel server's counters for /metrics.
+func tunnelMetrics(edges *tunnel.Server) func(io.Writer) {
+	return func(w io.Writer) {
+		st := edges.Stats()
+		for _, m := range []struct {
+			name, typ, help string
+			v               int64
+		}{
+			{"tether_tunnel_sessions", "gauge", "Edge tunnel sessions open now.", int64(st.Sessions)},
+			{"tether_tunnel_fallback_sessions", "gauge", "Edge tunnel sessions open now over TCP+TLS instead of QUIC.", int64(st.FallbackSessions)},
+			{"tether_tunnel_handshakes_total", "counter", "Edge tunnel handshakes accepted.", int64(st.Handshakes)},
+			{"tether_tunnel_handshakes_refused_total", "counter", "Edge tunnel handshakes refused (rate limit, identity).", int64(st.HandshakesRefused)},
+			{"tether_tunnel_streams_opened_total", "counter", "Streams edges opened to the hub.", int64(st.StreamsOpened)},
+			{"tether_tunnel_dials_total", "counter", "Streams the hub opened to edges.", int64(st.Dials)},
+		} {
+			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", m.name, m.help, m.name, m.typ, m.name, m.v)
+		}
+	}
+}
+
+// dialNode opens a stream to a node agent's own server.
+func dialNode(edges *tunnel.Server) apiserver.NodeDialer {
+	return func(ctx context.Context, node string) (net.Conn, error) {
+		c, err := edges.Dial(ctx, node, tunnel.TargetNode)
+		if errors.Is(err, tunnel.ErrNoSession) {
+			return nil, apiserver.ErrNodeNotConnected
+		}
+		return c, err
+	}
+}
