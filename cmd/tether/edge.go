@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/sim"
+)
+
+func newEdgeCmd() *cobra.Command {
+	var (
+		cfg        edge.Config
+		runtime    string
+		containerd string
+		nodeIP     string
+		logLevel   string
+		simCfg     sim.Config
+		simCPU     string
+		simMemory  string
+		simPods    string
+	)
+	cmd := &cobra.Command{
+		Use:   "edge --hub https://HOST:6443 --token TOKEN --data-dir DIR",
+		Short: "Run the edge agent: join the hub, register this node and run its pods",
+		Long: `Run the edge agent. The first start joins the hub with the join token and
+saves the node's key and certificate in the data directory; later starts use
+the certificate and need no token. The agent reaches the hub over one tunnel
+(QUIC over UDP to the hub's API port, TCP+TLS where UDP is blocked).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			cfg.Version = version
+			if nodeIP != "" {
+				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
+					return fmt.Errorf("parse --node-ip: %w", err)
+				}
+			}
+			switch runtime {
+			case "sim":
+				simCfg.Capacity = corev1.ResourceList{}
+				for name, v := range map[corev1.ResourceName]string{
+					corev1.ResourceCPU: simCPU, corev1.ResourceMemory: simMemory, corev1.ResourcePods: simPods,
+				} {
+					if v == "" {
+						continue
+					}
+					q, err := resource.ParseQuantity(v)
+					if err != nil {
+						return fmt.Errorf("parse --sim-%s: %w", name, err)
+					}
+					simCfg.Capacity[name] = q
+				}
+				cfg.Runtime = sim.New(simCfg)
+			case "containerd":
+				return fmt.Errorf("the containerd runtime is not built yet (--containerd-address %s): use --runtime sim for a simulated node", containerd)
+			default:
+				return fmt.Errorf("unknown --runtime %q: want containerd or sim", runtime)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			a, err := edge.New(cfg)
+			if err != nil {
+				return err
+			}
+			return a.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.HubURL, "hub", "", "the hub's API address, https://HOST:PORT (required)")
+	f.StringVar(&cfg.Token, "token", "", "join token from `tether token create`; needed only the first time")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's key, certificate and state (required)")
+	f.StringVar(&cfg.NodeName, "name", "", "node name (default: the name in the saved certificate, or the host name)")
+	f.StringVar(&runtime, "runtime", "containerd", "container runtime: containerd or sim")
+	f.StringVar(&containerd, "containerd-address", "/run/containerd/containerd.sock", "containerd socket")
+	f.StringVar(&cfg.Zone, "zone", "", "the node's site, set as the topology.kubernetes.io/zone label")
+	f.StringToStringVar(&cfg.Labels, "labels", nil, "extra node labels, key=value,...")
+	f.StringVar(&nodeIP, "node-ip", "", "the node's InternalIP (default: the address used to reach the hub)")
+	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "", "tunnel address HOST:PORT (default: the --hub host and port)")
+	f.DurationVar(&cfg.StatusInterval, "node-status-report-frequency", 5*time.Minute, "longest time between node status reports when nothing changes")
+	f.BoolVar(&cfg.WatchServices, "watch-services", true, "watch Services and EndpointSlices for the data plane")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&simCfg.StartDelay, "sim-start-delay", time.Second, "sim runtime: time a container takes to start")
+	f.DurationVar(&simCfg.BackoffBase, "sim-backoff-base", 0, "sim runtime: first crash-loop back-off (0: 10s)")
+	f.StringVar(&simCPU, "sim-cpu", "", "sim runtime: cpu capacity (default 4)")
+	f.StringVar(&simMemory, "sim-memory", "", "sim runtime: memory capacity (default 8Gi)")
+	f.StringVar(&simPods, "sim-pods", "", "sim runtime: pod capacity (default 110)")
+	_ = cmd.MarkFlagRequired("hub")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}

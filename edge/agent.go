@@ -1,0 +1,294 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+
+	"github.com/tether-edge/tether/tunnel"
+)
+
+// Agent is one edge node's agent. Build it with New and run it with Run.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+
+	// Set by Run before anything else starts.
+	name      string
+	nodeIP    netip.Addr
+	id        *identity
+	tunnel    *tunnel.Client
+	core      corev1client.CoreV1Interface
+	discovery discoveryv1client.DiscoveryV1Interface
+	httpc     *http.Client // plain HTTP to the hub over the tunnel
+
+	api      apiCounters
+	metrics  metrics
+	node     *nodeSync
+	pods     *podManager
+	refs     *refManager
+	status   *statusManager
+	services *serviceWatch
+	server   *http.Server
+	listener *pipeListener
+
+	started sync.Once
+	ready   chan struct{} // closed once the identity is known
+}
+
+// New checks cfg and returns an agent; nothing happens until Run.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("create edge agent: %w", err)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "edge"), ready: make(chan struct{})}
+	a.node = &nodeSync{a: a, ready: make(chan struct{})}
+	a.pods = newPodManager(a)
+	a.refs = newRefManager(a)
+	a.listener = newPipeListener()
+	return a, nil
+}
+
+// Run joins the hub if the node has no certificate yet, connects the
+// tunnel, registers the Node and runs the node's pods until ctx ends. It
+// returns an error only when the agent cannot work at all (the hub refused
+// the join token, the data directory is unusable); an unreachable hub is
+// waited for. Pods are left running when Run returns.
+func (a *Agent) Run(ctx context.Context) error {
+	ran := false
+	a.started.Do(func() { ran = true })
+	if !ran {
+		return errors.New("edge agent already ran")
+	}
+	id, err := establishIdentity(ctx, &a.cfg, a.log)
+	if err != nil {
+		return fmt.Errorf("establish node identity: %w", err)
+	}
+	a.id, a.name = id, id.node
+	a.log = a.log.With("node", a.name)
+	a.nodeIP = a.cfg.NodeIP
+	if !a.nodeIP.IsValid() {
+		a.nodeIP = primaryIP(hubHost(a.cfg.HubURL))
+	}
+	a.node.host = readHostFacts()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tc, err := tunnel.NewClient(tunnel.ClientConfig{
+		Addr:              a.cfg.TunnelAddr,
+		TLS:               id.tlsConfig(hubHost(a.cfg.HubURL)),
+		Hello:             a.hello,
+		HeartbeatInterval: a.cfg.HeartbeatInterval,
+		DialTarget:        a.dialTarget,
+		BackoffBase:       a.cfg.TunnelBackoffBase,
+		BackoffCap:        a.cfg.TunnelBackoffCap,
+		OnConnect: func(p tunnel.Peer) {
+			a.metrics.connected.Store(true)
+			a.metrics.connects.Add(1)
+			a.log.Info("tunnel connected", "transport", p.Transport)
+		},
+		OnDisconnect: func(err error) {
+			a.metrics.connected.Store(false)
+			a.metrics.disconnects.Add(1)
+			a.log.Info("tunnel disconnected", "err", err)
+		},
+		Logger: a.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("create tunnel client: %w", err)
+	}
+	a.tunnel = tc
+	rc := restConfig(tc.DialContext, a.cfg.Version, &a.api)
+	if a.core, err = corev1client.NewForConfig(rc); err != nil {
+		return fmt.Errorf("create API client: %w", err)
+	}
+	if a.discovery, err = discoveryv1client.NewForConfig(rc); err != nil {
+		return fmt.Errorf("create API client: %w", err)
+	}
+	a.httpc = &http.Client{Transport: &http.Transport{DialContext: tc.DialContext}, Timeout: time.Minute}
+	a.status = newStatusManager(a.core.Pods, &a.metrics)
+	close(a.ready)
+
+	a.server = &http.Server{
+		Handler: NewNodeServer(NodeServerConfig{
+			Runtime: a.cfg.Runtime, Pods: a.pods.pods, Metrics: a.writeMetrics, Logger: a.log,
+		}),
+		ReadHeaderTimeout: 30 * time.Second,
+	}
+
+	var wg sync.WaitGroup
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	goRun(func() {
+		if err := tc.Run(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("tunnel stopped", "err", err)
+		}
+	})
+	goRun(func() {
+		if err := a.server.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			a.log.Error("node server stopped", "err", err)
+		}
+	})
+	a.cfg.Runtime.Notify(a.pods.runtimeChanged)
+	a.pods.start(ctx)
+	a.refs.start(ctx)
+	goRun(func() { a.node.run(ctx) })
+	podInformer := a.pods.informer()
+	goRun(func() { podInformer.RunWithContext(ctx) })
+	if a.cfg.WatchServices {
+		a.services = newServiceWatch(a)
+		a.services.run(ctx)
+	}
+	goRun(func() { a.certLoop(ctx) })
+
+	<-ctx.Done()
+	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShutdown()
+	_ = a.server.Shutdown(shutdown)
+	a.listener.Close()
+	a.httpc.CloseIdleConnections()
+	wg.Wait()
+	a.log.Info("edge agent stopped")
+	return nil
+}
+
+// hello is sent to the hub at every tunnel connect. The resourceVersion
+// of the pod watch lets the hub tell what the node has seen.
+func (a *Agent) hello() tunnel.Hello {
+	h := tunnel.Hello{Node: a.name, Version: a.cfg.Version}
+	if rv := a.pods.resourceVersion(); rv != "" {
+		h.ResourceVersions = map[string]string{"pods": rv}
+	}
+	return h
+}
+
+// dialTarget connects a stream the hub opened to its target.
+func (a *Agent) dialTarget(ctx context.Context, target string) (net.Conn, error) {
+	if target == tunnel.TargetNode {
+		return a.listener.dial(ctx)
+	}
+	if addr, ok := strings.CutPrefix(target, "tcp:"); ok {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	return nil, fmt.Errorf("%w %q", errUnknownTarget, target)
+}
+
+// hostIPs are the node's addresses as pod status reports them.
+func (a *Agent) hostIPs() []string {
+	if !a.nodeIP.IsValid() {
+		return nil
+	}
+	return []string{a.nodeIP.String()}
+}
+
+// certLoop renews the node certificate at CertRenewFraction of its
+// lifetime, over the tunnel; once it expired (the agent was cut off too
+// long) it re-attests directly with the hub.
+func (a *Agent) certLoop(ctx context.Context) {
+	retry := 30 * time.Second
+	for {
+		leaf := a.id.current().Leaf
+		life := leaf.NotAfter.Sub(leaf.NotBefore)
+		renewAt := leaf.NotBefore.Add(time.Duration(float64(life) * a.cfg.CertRenewFraction))
+		t := time.NewTimer(time.Until(renewAt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var err error
+		if time.Now().After(leaf.NotAfter) {
+			err = a.id.reattest(ctx, a.cfg.HubURL)
+		} else {
+			err = a.id.renew(ctx, a.httpc)
+		}
+		if err == nil {
+			a.log.Info("renewed node certificate", "expires", a.id.current().Leaf.NotAfter)
+			retry = 30 * time.Second
+			continue
+		}
+		a.log.Warn("renew node certificate", "err", err, "retry in", retry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+		retry = min(2*retry, 10*time.Minute)
+	}
+}
+
+// Stats are an agent's counters.
+type Stats struct {
+	Node       string
+	Connected  bool // the tunnel is up
+	Registered bool // the Node was registered
+	// Connects and Disconnects count tunnel connections.
+	Connects, Disconnects int64
+	// Lists, Watches, Gets and Writes count requests to the hub's API;
+	// RequestFailures those that got no answer or a 5xx.
+	Lists, Watches, Gets, Writes, RequestFailures int64
+	NodeStatusWrites, PodStatusWrites             int64
+	// Pods is the number of pods the agent runs; WatchedObjects the
+	// ConfigMaps and Secrets it watches for them.
+	Pods, WatchedObjects int
+	// TunnelBytesSent and TunnelBytesReceived count the tunnel's wire
+	// bytes.
+	TunnelBytesSent, TunnelBytesReceived uint64
+	CertificateExpiry                    time.Time
+}
+
+// Stats returns the agent's counters; it may be called at any time.
+func (a *Agent) Stats() Stats {
+	s := Stats{
+		Connected:        a.metrics.connected.Load(),
+		Registered:       a.node.registered(),
+		Connects:         a.metrics.connects.Load(),
+		Disconnects:      a.metrics.disconnects.Load(),
+		Lists:            a.api.lists.Load(),
+		Watches:          a.api.watches.Load(),
+		Gets:             a.api.gets.Load(),
+		Writes:           a.api.writes.Load(),
+		RequestFailures:  a.api.failures.Load(),
+		NodeStatusWrites: a.metrics.nodeStatusWrites.Load(),
+		PodStatusWrites:  a.metrics.podStatusWrites.Load(),
+		Pods:             len(a.pods.pods()),
+		WatchedObjects:   a.refs.watched(),
+	}
+	select {
+	case <-a.ready:
+		s.Node = a.name
+		ts := a.tunnel.Stats()
+		s.TunnelBytesSent, s.TunnelBytesReceived = ts.BytesSent, ts.BytesReceived
+		s.CertificateExpiry = a.id.current().Leaf.NotAfter
+	default:
+	}
+	return s
+}
+
+// NodeName returns the node's name once Run established the identity, or
+// "" before.
+func (a *Agent) NodeName() string {
+	select {
+	case <-a.ready:
+		return a.name
+	default:
+		return ""
+	}
+}
+
+// Registered is closed once the Node is registered with the hub.
+func (a *Agent) Registered() <-chan struct{} { return a.node.ready }

@@ -1,0 +1,16 @@
+// Package edge is tether's node agent. An [Agent] joins a hub once with a
+// join token, then identifies itself with the node certificate it obtained;
+// it keeps one tunnel connection to the hub and talks to the hub's
+// Kubernetes API only through it. Over that API it registers its Node,
+// reports the Node's status, watches the pods bound to it and the objects
+// they reference, runs those pods through a [Runtime] and reports their
+// status as the kubelet does. The hub reaches the agent's node server
+// (health, metrics, the pod list, container logs) through streams it opens
+// on the same tunnel, so nothing listens on the node's network.
+//
+// The agent is a library so that one process can run many of them (hollow
+// nodes in testbench/hollow); everything an agent owns hangs off its
+// [Agent] value, and agents share nothing.
+//
+// Runtimes live in sub-packages: edge/sim runs pods without containers.
+package edge

@@ -1,0 +1,58 @@
+package edge_test
+
+import (
+	"flag"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tether-edge/tether/edge"
+)
+
+var (
+	idleWindow = flag.Duration("edge.idle-window", 30*time.Second, "how long TestIdleUplink measures")
+	idleSettle = flag.Duration("edge.idle-settle", 20*time.Second, "how long TestIdleUplink waits before measuring")
+)
+
+// TestIdleUplink measures what an idle agent sends once settled: the
+// tunnel's heartbeats, plus one node status report per StatusInterval
+// (5 min), whose cost is measured on a second agent that reports every 10s.
+// The whole must stay at or below 0.1 kbit/s.
+func TestIdleUplink(t *testing.T) {
+	e := startHub(t)
+	idle := startAgent(t, edge.Config{HubURL: e.url, Token: e.token, DataDir: t.TempDir(), NodeName: "idle",
+		NodeIP: netip.MustParseAddr("192.0.2.20"), StatusCheckInterval: 10 * time.Second})
+	chatty := startAgent(t, edge.Config{HubURL: e.url, Token: e.token, DataDir: t.TempDir(), NodeName: "chatty",
+		NodeIP: netip.MustParseAddr("192.0.2.21"), StatusInterval: 10 * time.Second, StatusCheckInterval: time.Second})
+	<-idle.Registered()
+	<-chatty.Registered()
+	waitNodeReady(t, e, "idle")
+	waitNodeReady(t, e, "chatty")
+	// Registration, and a burst the tunnel sends in the first seconds of
+	// a connection, are not idle traffic: measured apart.
+	r0 := idle.Stats()
+	time.Sleep(*idleSettle)
+
+	i0, c0 := idle.Stats(), chatty.Stats()
+	time.Sleep(*idleWindow)
+	i1, c1 := idle.Stats(), chatty.Stats()
+
+	secs := idleWindow.Seconds()
+	idleRate := float64(i1.TunnelBytesSent-i0.TunnelBytesSent) * 8 / secs
+	reports := c1.NodeStatusWrites - c0.NodeStatusWrites
+	if reports == 0 {
+		t.Fatalf("the chatty agent wrote no status in %v", *idleWindow)
+	}
+	extra := float64(c1.TunnelBytesSent-c0.TunnelBytesSent) - float64(i1.TunnelBytesSent-i0.TunnelBytesSent)
+	perReport := max(extra/float64(reports), 0)
+	total := idleRate + perReport*8/300
+	t.Logf("idle agent: %.1f bit/s of heartbeats and keepalives; a node status report costs %.0f B on the uplink; "+
+		"with one report per 5 min: %.1f bit/s (budget 100)", idleRate, perReport, total)
+	t.Logf("after registration, %v of settling sent %d B (the tunnel's start-up burst)", *idleSettle, i0.TunnelBytesSent-r0.TunnelBytesSent)
+	if i1.Lists+i1.Gets+i1.Watches != i0.Lists+i0.Gets+i0.Watches {
+		t.Errorf("idle agent made read requests: %+v → %+v", i0, i1)
+	}
+	if total > 100 {
+		t.Errorf("idle uplink %.1f bit/s exceeds 100 bit/s", total)
+	}
+}

@@ -1,0 +1,56 @@
+package edge
+
+import (
+	"fmt"
+	"io"
+	"sync/atomic"
+)
+
+// metrics are the agent's own counters; the tunnel and API counters are
+// read where they are kept.
+type metrics struct {
+	registrations    atomic.Int64
+	nodeStatusWrites atomic.Int64
+	podStatusWrites  atomic.Int64
+	connects         atomic.Int64
+	disconnects      atomic.Int64
+	connected        atomic.Bool
+}
+
+// writeMetrics writes the agent's metrics in the Prometheus text format.
+func (a *Agent) writeMetrics(w io.Writer) {
+	s := a.Stats()
+	connected := 0
+	if s.Connected {
+		connected = 1
+	}
+	type metric struct {
+		name, kind, help string
+		values           [][2]any // label set (or ""), value
+	}
+	ms := []metric{
+		{"tether_edge_tunnel_connected", "gauge", "Whether the tunnel to the hub is up.", [][2]any{{"", connected}}},
+		{"tether_edge_tunnel_connects_total", "counter", "Tunnel connections established.", [][2]any{{"", s.Connects}}},
+		{"tether_edge_tunnel_disconnects_total", "counter", "Tunnel connections lost.", [][2]any{{"", s.Disconnects}}},
+		{"tether_edge_tunnel_sent_bytes_total", "counter", "Bytes the tunnel sent on the wire.", [][2]any{{"", s.TunnelBytesSent}}},
+		{"tether_edge_tunnel_received_bytes_total", "counter", "Bytes the tunnel received on the wire.", [][2]any{{"", s.TunnelBytesReceived}}},
+		{"tether_edge_api_requests_total", "counter", "Requests to the hub's API by kind.", [][2]any{
+			{`kind="list"`, s.Lists}, {`kind="watch"`, s.Watches}, {`kind="get"`, s.Gets}, {`kind="write"`, s.Writes}}},
+		{"tether_edge_api_request_failures_total", "counter", "Requests to the hub's API that failed or got a 5xx answer.", [][2]any{{"", s.RequestFailures}}},
+		{"tether_edge_node_status_writes_total", "counter", "Node status patches written.", [][2]any{{"", s.NodeStatusWrites}}},
+		{"tether_edge_pod_status_writes_total", "counter", "Pod status patches written.", [][2]any{{"", s.PodStatusWrites}}},
+		{"tether_edge_pods", "gauge", "Pods bound to this node that the agent runs.", [][2]any{{"", s.Pods}}},
+		{"tether_edge_watched_objects", "gauge", "ConfigMaps and Secrets watched for the node's pods.", [][2]any{{"", s.WatchedObjects}}},
+		{"tether_edge_certificate_expiry_timestamp_seconds", "gauge", "When the node certificate expires (Unix time).", [][2]any{{"", s.CertificateExpiry.Unix()}}},
+	}
+	for _, m := range ms {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.kind)
+		for _, v := range m.values {
+			if v[0] == "" {
+				fmt.Fprintf(w, "%s %v\n", m.name, v[1])
+			} else {
+				fmt.Fprintf(w, "%s{%s} %v\n", m.name, v[0], v[1])
+			}
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// nodeSync registers the Node and keeps its status current: it computes
+// the status every StatusCheckInterval and writes it when it changed or
+// when StatusInterval passed, as a patch of what changed. It never polls:
+// besides those writes it reads the Node only while the hub has not yet
+// assigned the pod range.
+type nodeSync struct {
+	a     *Agent
+	host  hostFacts
+	ready chan struct{} // closed once registered
+
+	mu         sync.Mutex
+	node       *corev1.Node // as last returned by the hub
+	lastReport time.Time
+}
+
+func (s *nodeSync) input(ctx context.Context) nodeInput {
+	info, err := s.a.cfg.Runtime.Info(ctx)
+	return nodeInput{
+		name: s.a.name, ip: s.a.nodeIP, zone: s.a.cfg.Zone, labels: s.a.cfg.Labels,
+		info: info, infoErr: err, capacity: s.a.cfg.Capacity, host: s.host, now: time.Now(),
+	}
+}
+
+// network returns the node's addresses for the runtime.
+func (s *nodeSync) network() Network {
+	n := Network{}
+	if s.a.nodeIP.IsValid() {
+		n.HostIPs = []netip.Addr{s.a.nodeIP}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.node != nil {
+		cidrs := s.node.Spec.PodCIDRs
+		if len(cidrs) == 0 && s.node.Spec.PodCIDR != "" {
+			cidrs = []string{s.node.Spec.PodCIDR}
+		}
+		for _, c := range cidrs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				n.PodCIDRs = append(n.PodCIDRs, p)
+			}
+		}
+	}
+	return n
+}
+
+func (s *nodeSync) registered() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// run registers the node, then reports its status until ctx ends.
+func (s *nodeSync) run(ctx context.Context) {
+	wait := time.Second
+	for {
+		err := s.register(ctx)
+		if err == nil {
+			break
+		}
+		s.a.log.Warn("register node", "err", err, "retry in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Minute)
+	}
+	close(s.ready)
+	s.a.pods.wakeAll()
+	t := time.NewTicker(s.a.cfg.StatusCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.report(ctx); err != nil {
+			s.a.log.Warn("report node status", "err", err)
+		}
+	}
+}
+
+// register creates the Node, or takes over the one a previous run of this
+// node left.
+func (s *nodeSync) register(ctx context.Context) error {
+	in := s.input(ctx)
+	nodes := s.a.core.Nodes()
+	want := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: s.a.name, Labels: nodeLabels(in)},
+		Status:     buildNodeStatus(in, nil),
+	}
+	node, err := nodes.Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		node, err = nodes.Get(ctx, s.a.name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get existing node: %w", err)
+		}
+		if missingLabels(node.Labels, want.Labels) {
+			n := node.DeepCopy()
+			if n.Labels == nil {
+				n.Labels = map[string]string{}
+			}
+			for k, v := range want.Labels {
+				n.Labels[k] = v
+			}
+			if node, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update node labels: %w", err)
+			}
+		}
+		s.a.log.Info("node already registered: updating it", "node", s.a.name)
+	} else if err != nil {
+		return fmt.Errorf("create node: %w", err)
+	} else {
+		s.a.log.Info("registered node", "node", s.a.name, "podCIDR", node.Spec.PodCIDR)
+	}
+	s.mu.Lock()
+	s.node = node
+	s.mu.Unlock()
+	s.a.metrics.registrations.Add(1)
+	return s.write(ctx, buildNodeStatus(in, &node.Status), true)
+}
+
+func missingLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return true
+		}
+	}
+	return false
+}
+
+// report writes the node status if it changed or is due.
+func (s *nodeSync) report(ctx context.Context) error {
+	s.mu.Lock()
+	old := s.node.Status
+	due := time.Since(s.lastReport) >= s.a.cfg.StatusInterval
+	noCIDR := s.node.Spec.PodCIDR == "" && len(s.node.Spec.PodCIDRs) == 0
+	s.mu.Unlock()
+	if noCIDR && due {
+		// The hub assigns the range at creation; a hub that did not
+		// might do so later.
+		if n, err := s.a.core.Nodes().Get(ctx, s.a.name, metav1.GetOptions{}); err == nil {
+			s.mu.Lock()
+			s.node = n
+			s.mu.Unlock()
+			if n.Spec.PodCIDR != "" {
+				s.a.pods.wakeAll()
+			}
+		}
+	}
+	st := buildNodeStatus(s.input(ctx), &old)
+	return s.write(ctx, st, due)
+}
+
+func (s *nodeSync) write(ctx context.Context, st corev1.NodeStatus, force bool) error {
+	s.mu.Lock()
+	old := s.node.Status
+	s.mu.Unlock()
+	if !force && sameNodeStatus(old, st) {
+		return nil
+	}
+	patch, err := statusPatch(corev1.Node{Status: old}, corev1.Node{Status: st}, corev1.Node{})
+	if err != nil {
+		return err
+	}
+	if emptyPatch(patch) {
+		// The hub has this status already (the Node was just created
+		// with it): that counts as a report.
+		s.mu.Lock()
+		s.lastReport = time.Now()
+		s.mu.Unlock()
+		return nil
+	}
+	node, err := s.a.core.Nodes().Patch(ctx, s.a.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		// Someone deleted the Node: register again.
+		s.a.log.Warn("node was deleted from the hub: registering again", "node", s.a.name)
+		return s.register(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("patch node status: %w", err)
+	}
+	s.mu.Lock()
+	s.node, s.lastReport = node, time.Now()
+	s.mu.Unlock()
+	s.a.metrics.nodeStatusWrites.Add(1)
+	return nil
+}

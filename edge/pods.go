@@ -1,0 +1,323 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// podManager watches the pods bound to the node and runs one worker per
+// pod (by UID, as a pod deleted and created again under the same name is
+// another pod). Workers are woken by watch events and by the runtime.
+type podManager struct {
+	a     *Agent
+	store cache.Store
+	ctrl  atomic.Pointer[cache.Controller]
+
+	mu      sync.Mutex
+	workers map[types.UID]*podWorker
+	ctx     context.Context
+}
+
+func newPodManager(a *Agent) *podManager {
+	return &podManager{a: a, workers: map[types.UID]*podWorker{}}
+}
+
+// informer returns the controller that watches the node's pods.
+func (m *podManager) informer() cache.Controller {
+	sel := fields.OneTermEqualSelector("spec.nodeName", m.a.name).String()
+	lw := &listWatch{
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return m.a.core.Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return m.a.core.Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}
+	store, ctrl := newInformer(lw, &corev1.Pod{}, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { m.update(obj.(*corev1.Pod)) },
+		UpdateFunc: func(_, obj any) { m.update(obj.(*corev1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				m.gone(p)
+			}
+		},
+	})
+	m.store = store
+	m.ctrl.Store(&ctrl)
+	return ctrl
+}
+
+// resourceVersion is the last resourceVersion the pod watch saw.
+func (m *podManager) resourceVersion() string {
+	if c := m.ctrl.Load(); c != nil {
+		return (*c).LastSyncResourceVersion()
+	}
+	return ""
+}
+
+// podWorker serialises everything done for one pod.
+type podWorker struct {
+	uid  types.UID
+	wake chan struct{}
+
+	mu      sync.Mutex
+	pod     *corev1.Pod // latest API object
+	gone    bool        // deleted from the API
+	syncErr error
+	killed  bool // killed for deletion
+	deleted bool // the agent deleted it from the API
+	retry   *time.Timer
+	backoff time.Duration
+}
+
+func (w *podWorker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *podManager) start(ctx context.Context) {
+	m.mu.Lock()
+	m.ctx = ctx
+	m.mu.Unlock()
+}
+
+func (m *podManager) worker(uid types.UID, create bool) *podWorker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.workers[uid]
+	if w == nil && create && m.ctx != nil {
+		w = &podWorker{uid: uid, wake: make(chan struct{}, 1)}
+		m.workers[uid] = w
+		go m.run(m.ctx, w)
+	}
+	return w
+}
+
+func (m *podManager) update(p *corev1.Pod) {
+	w := m.worker(p.UID, true)
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.pod = p
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (m *podManager) gone(p *corev1.Pod) {
+	w := m.worker(p.UID, false)
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.gone = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+// runtimeChanged is the runtime's notification.
+func (m *podManager) runtimeChanged(uid types.UID) {
+	if w := m.worker(uid, false); w != nil {
+		w.poke()
+	}
+}
+
+func (m *podManager) wakeAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.workers {
+		w.poke()
+	}
+}
+
+// pods returns the API objects of the pods the agent runs.
+func (m *podManager) pods() []*corev1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(m.workers))
+	for _, w := range m.workers {
+		w.mu.Lock()
+		if w.pod != nil && !w.gone {
+			out = append(out, w.pod)
+		}
+		w.mu.Unlock()
+	}
+	return out
+}
+
+// lookup finds a running pod by namespace and name.
+func (m *podManager) lookup(namespace, name string) *corev1.Pod {
+	for _, p := range m.pods() {
+		if p.Namespace == namespace && p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func (m *podManager) run(ctx context.Context, w *podWorker) {
+	defer func() {
+		w.mu.Lock()
+		if w.retry != nil {
+			w.retry.Stop()
+		}
+		w.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		done, err := m.sync(ctx, w)
+		if done {
+			m.mu.Lock()
+			delete(m.workers, w.uid)
+			m.mu.Unlock()
+			return
+		}
+		w.mu.Lock()
+		if err != nil {
+			// Retry on the back-off; the next event retries sooner.
+			w.backoff = min(max(2*w.backoff, time.Second), time.Minute)
+			if w.retry != nil {
+				w.retry.Stop()
+			}
+			w.retry = time.AfterFunc(w.backoff, w.poke)
+			if ctx.Err() == nil {
+				m.a.log.Warn("sync pod", "uid", w.uid, "err", err, "retry in", w.backoff)
+			}
+		} else {
+			w.backoff = 0
+		}
+		w.mu.Unlock()
+	}
+}
+
+// sync does one round of work for a pod. It reports done when the pod is
+// gone from both the hub and the runtime.
+func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err error) {
+	w.mu.Lock()
+	pod, gone, killed, deleted := w.pod, w.gone, w.killed, w.deleted
+	w.mu.Unlock()
+	rt := m.a.cfg.Runtime
+
+	if gone {
+		// Deleted from the hub (by the agent, or forcibly by someone
+		// else): nothing may keep running.
+		if err := rt.KillPod(ctx, w.uid, 0); err != nil {
+			return false, err
+		}
+		if err := rt.RemovePod(ctx, w.uid); err != nil {
+			return false, err
+		}
+		m.a.status.forget(w.uid)
+		m.a.refs.release(w.uid)
+		m.a.log.Debug("pod removed", "pod", pod.Namespace+"/"+pod.Name)
+		return true, nil
+	}
+	if deleted || !m.a.node.registered() {
+		return false, nil
+	}
+	m.a.refs.track(pod)
+
+	if pod.DeletionTimestamp != nil {
+		if !killed {
+			grace := gracePeriod(pod)
+			m.a.log.Debug("killing pod", "pod", pod.Namespace+"/"+pod.Name, "grace", grace)
+			if err := rt.KillPod(ctx, w.uid, grace); err != nil {
+				return false, err
+			}
+			w.mu.Lock()
+			w.killed = true
+			w.mu.Unlock()
+		}
+		if err := m.writeStatus(ctx, w, pod, true); err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		// Stopped: the hub may now forget the pod. The UID
+		// precondition keeps this from deleting a successor.
+		zero := int64(0)
+		err := m.a.core.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero,
+			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return false, fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		w.mu.Lock()
+		w.deleted = true
+		w.mu.Unlock()
+		return false, nil
+	}
+
+	if terminal(m.a.status.base(pod).Phase) {
+		// A finished pod never runs again, even when the agent
+		// restarted and its runtime forgot it.
+		return false, nil
+	}
+	syncErr := rt.SyncPod(ctx, pod, m.a.node.network())
+	w.mu.Lock()
+	w.syncErr = syncErr
+	w.mu.Unlock()
+	if err := m.writeStatus(ctx, w, pod, false); err != nil {
+		return false, err
+	}
+	if syncErr != nil {
+		return false, syncErr
+	}
+	return false, nil
+}
+
+// writeStatus computes the pod's status from the runtime and writes it.
+func (m *podManager) writeStatus(ctx context.Context, w *podWorker, pod *corev1.Pod, terminating bool) error {
+	rs, err := m.a.cfg.Runtime.PodStatus(ctx, w.uid)
+	if err != nil && !errors.Is(err, ErrPodNotFound) {
+		return fmt.Errorf("read runtime status: %w", err)
+	}
+	w.mu.Lock()
+	syncErr := w.syncErr
+	w.mu.Unlock()
+	base := pod.DeepCopy()
+	base.Status = m.a.status.base(pod)
+	st := computePodStatus(podStatusInput{
+		pod: base, rt: rs, syncErr: syncErr, hostIPs: m.a.hostIPs(),
+		terminating: terminating, now: time.Now(),
+	})
+	return m.a.status.set(ctx, pod, st)
+}
+
+// gracePeriod is how long the pod's containers get to stop.
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
+func terminal(p corev1.PodPhase) bool {
+	return p == corev1.PodSucceeded || p == corev1.PodFailed
+}

@@ -1,0 +1,233 @@
+package edge
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// refKind is a kind of object pods reference.
+type refKind string
+
+const (
+	refConfigMap refKind = "configmaps"
+	refSecret    refKind = "secrets"
+)
+
+// objectRef names an object a pod references.
+type objectRef struct {
+	kind            refKind
+	namespace, name string
+}
+
+// refManager watches exactly the ConfigMaps and Secrets the node's pods
+// reference, one watch per object (selected by metadata.name, which is all
+// the hub lets a node read), started when the first pod references the
+// object and stopped when the last one goes.
+type refManager struct {
+	a *Agent
+
+	mu       sync.Mutex
+	ctx      context.Context
+	watchers map[objectRef]*objectWatcher
+	byPod    map[types.UID][]objectRef
+}
+
+type objectWatcher struct {
+	stop  context.CancelFunc
+	store cache.Store
+	users int
+}
+
+func newRefManager(a *Agent) *refManager {
+	return &refManager{a: a, watchers: map[objectRef]*objectWatcher{}, byPod: map[types.UID][]objectRef{}}
+}
+
+func (m *refManager) start(ctx context.Context) {
+	m.mu.Lock()
+	m.ctx = ctx
+	m.mu.Unlock()
+}
+
+// podRefs lists the ConfigMaps and Secrets pod uses.
+func podRefs(pod *corev1.Pod) []objectRef {
+	var refs []objectRef
+	add := func(k refKind, name string) {
+		if name == "" {
+			return
+		}
+		r := objectRef{kind: k, namespace: pod.Namespace, name: name}
+		if !slices.Contains(refs, r) {
+			refs = append(refs, r)
+		}
+	}
+	for _, s := range pod.Spec.ImagePullSecrets {
+		add(refSecret, s.Name)
+	}
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.ConfigMap != nil:
+			add(refConfigMap, v.ConfigMap.Name)
+		case v.Secret != nil:
+			add(refSecret, v.Secret.SecretName)
+		case v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil {
+					add(refConfigMap, src.ConfigMap.Name)
+				}
+				if src.Secret != nil {
+					add(refSecret, src.Secret.Name)
+				}
+			}
+		}
+	}
+	containers := append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...)
+	for _, c := range containers {
+		for _, e := range c.EnvFrom {
+			if e.ConfigMapRef != nil {
+				add(refConfigMap, e.ConfigMapRef.Name)
+			}
+			if e.SecretRef != nil {
+				add(refSecret, e.SecretRef.Name)
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+				add(refConfigMap, r.Name)
+			}
+			if r := e.ValueFrom.SecretKeyRef; r != nil {
+				add(refSecret, r.Name)
+			}
+		}
+	}
+	return refs
+}
+
+// track makes sure the objects pod references are watched.
+func (m *refManager) track(pod *corev1.Pod) {
+	refs := podRefs(pod)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx == nil {
+		return
+	}
+	old := m.byPod[pod.UID]
+	for _, r := range refs {
+		if slices.Contains(old, r) {
+			continue
+		}
+		w := m.watchers[r]
+		if w == nil {
+			w = m.watch(r)
+			m.watchers[r] = w
+		}
+		w.users++
+	}
+	for _, r := range old {
+		if !slices.Contains(refs, r) {
+			m.drop(r)
+		}
+	}
+	if len(refs) == 0 {
+		delete(m.byPod, pod.UID)
+	} else {
+		m.byPod[pod.UID] = refs
+	}
+}
+
+// release stops the watches only pod needed.
+func (m *refManager) release(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.byPod[uid] {
+		m.drop(r)
+	}
+	delete(m.byPod, uid)
+}
+
+func (m *refManager) drop(r objectRef) {
+	w := m.watchers[r]
+	if w == nil {
+		return
+	}
+	if w.users--; w.users <= 0 {
+		w.stop()
+		delete(m.watchers, r)
+	}
+}
+
+// watch starts watching one object. m.mu is held.
+func (m *refManager) watch(r objectRef) *objectWatcher {
+	ctx, cancel := context.WithCancel(m.ctx)
+	sel := fields.OneTermEqualSelector("metadata.name", r.name).String()
+	var lw *listWatch
+	var obj runtime.Object
+	switch r.kind {
+	case refConfigMap:
+		c := m.a.core.ConfigMaps(r.namespace)
+		obj = &corev1.ConfigMap{}
+		lw = &listWatch{
+			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = sel
+				return c.List(ctx, o)
+			},
+			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = sel
+				return c.Watch(ctx, o)
+			},
+		}
+	default:
+		c := m.a.core.Secrets(r.namespace)
+		obj = &corev1.Secret{}
+		lw = &listWatch{
+			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = sel
+				return c.List(ctx, o)
+			},
+			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = sel
+				return c.Watch(ctx, o)
+			},
+		}
+	}
+	// A change of the object concerns the pods that use it (their
+	// volumes, later); wake them.
+	notify := func(any) { m.wakeUsers(r) }
+	store, ctrl := newInformer(lw, obj, cache.ResourceEventHandlerFuncs{
+		AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
+	})
+	go ctrl.RunWithContext(ctx)
+	return &objectWatcher{stop: cancel, store: store}
+}
+
+func (m *refManager) wakeUsers(r objectRef) {
+	m.mu.Lock()
+	var uids []types.UID
+	for uid, refs := range m.byPod {
+		if slices.Contains(refs, r) {
+			uids = append(uids, uid)
+		}
+	}
+	m.mu.Unlock()
+	for _, uid := range uids {
+		m.a.pods.runtimeChanged(uid)
+	}
+}
+
+// watched returns how many objects are watched.
+func (m *refManager) watched() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.watchers)
+}

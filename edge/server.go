@@ -1,0 +1,197 @@
+package edge
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeServerConfig configures the node server.
+type NodeServerConfig struct {
+	// Runtime serves container logs. Required.
+	Runtime Runtime
+	// Pods returns the pods the node runs. Required.
+	Pods func() []*corev1.Pod
+	// Metrics writes the agent's metrics in the Prometheus text format.
+	// Nil means an empty /metrics.
+	Metrics func(w io.Writer)
+	// Logger receives request errors. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewNodeServer returns the node server's handler: what the hub reaches
+// through the tunnel when it proxies /api/v1/nodes/<node>/proxy/... and
+// pods/log. It serves
+//
+//	GET /healthz                                  "ok"
+//	GET /metrics                                  Prometheus text
+//	GET /pods                                     a PodList of the node's pods
+//	GET /containerLogs/{namespace}/{pod}/{container}
+//	    ?follow=&tailLines=&limitBytes=&sinceSeconds=&sinceTime=&timestamps=&previous=
+//
+// It does no authentication of its own: only the hub can open streams to
+// it, over the tunnel's mutually authenticated connection.
+func NewNodeServer(cfg NodeServerConfig) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &nodeServer{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok")
+	})
+	mux.HandleFunc("GET /metrics", s.metrics)
+	mux.HandleFunc("GET /pods", s.pods)
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.logs)
+	return mux
+}
+
+type nodeServer struct {
+	cfg NodeServerConfig
+}
+
+func (s *nodeServer) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics(w)
+	}
+}
+
+func (s *nodeServer) pods(w http.ResponseWriter, _ *http.Request) {
+	list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+	for _, p := range s.cfg.Pods() {
+		p = p.DeepCopy()
+		p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+		list.Items = append(list.Items, *p)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&list); err != nil {
+		s.cfg.Logger.Debug("write pod list", "err", err)
+	}
+}
+
+// logOptions parses the pods/log query parameters as the API defines them.
+func logOptions(r *http.Request) (LogOptions, error) {
+	q := r.URL.Query()
+	opts := LogOptions{TailLines: -1}
+	var err error
+	boolean := func(name string, dst *bool) {
+		if v := q.Get(name); v != "" && err == nil {
+			b, perr := strconv.ParseBool(v)
+			if perr != nil {
+				err = fmt.Errorf("%s: %q is not a boolean", name, v)
+			}
+			*dst = b
+		}
+	}
+	integer := func(name string, minimum int64, dst *int64) bool {
+		v := q.Get(name)
+		if v == "" || err != nil {
+			return false
+		}
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || n < minimum {
+			err = fmt.Errorf("%s: %q must be an integer of at least %d", name, v, minimum)
+			return false
+		}
+		*dst = n
+		return true
+	}
+	boolean("follow", &opts.Follow)
+	boolean("timestamps", &opts.Timestamps)
+	boolean("previous", &opts.Previous)
+	integer("tailLines", 0, &opts.TailLines)
+	integer("limitBytes", 1, &opts.LimitBytes)
+	var since int64
+	if integer("sinceSeconds", 1, &since) {
+		opts.Since = time.Now().Add(-time.Duration(since) * time.Second)
+	}
+	if v := q.Get("sinceTime"); v != "" && err == nil {
+		if since != 0 {
+			return opts, errors.New("sinceSeconds and sinceTime are mutually exclusive")
+		}
+		t, perr := time.Parse(time.RFC3339, v)
+		if perr != nil {
+			return opts, fmt.Errorf("sinceTime: %q is not an RFC 3339 time", v)
+		}
+		opts.Since = t
+	}
+	return opts, err
+}
+
+func (s *nodeServer) logs(w http.ResponseWriter, r *http.Request) {
+	ns, name, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
+	opts, err := logOptions(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var pod *corev1.Pod
+	for _, p := range s.cfg.Pods() {
+		if p.Namespace == ns && p.Name == name {
+			pod = p
+		}
+	}
+	if pod == nil {
+		http.Error(w, fmt.Sprintf("pod %s/%s is not on this node", ns, name), http.StatusNotFound)
+		return
+	}
+	// Nothing is written before the runtime found the container, so
+	// errors still get their status code.
+	out := &lazyWriter{w: w, flush: opts.Follow}
+	err = s.cfg.Runtime.ContainerLogs(r.Context(), pod.UID, container, opts, out)
+	if err == nil {
+		out.start()
+		return
+	}
+	if out.started {
+		s.cfg.Logger.Debug("container log stream ended", "pod", ns+"/"+name, "container", container, "err", err)
+		return
+	}
+	switch {
+	case errors.Is(err, ErrPodNotFound), errors.Is(err, ErrContainerNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	case errors.Is(err, ErrContainerWaiting):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	default:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// lazyWriter sends the response header with the first bytes, and flushes
+// every write of a followed log so that lines reach the client as they are
+// written.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	flush   bool
+	started bool
+}
+
+func (l *lazyWriter) start() {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		l.w.WriteHeader(http.StatusOK)
+		if l.flush {
+			http.NewResponseController(l.w).Flush()
+		}
+	}
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	l.start()
+	n, err := l.w.Write(p)
+	if err == nil && l.flush {
+		err = http.NewResponseController(l.w).Flush()
+	}
+	return n, err
+}
