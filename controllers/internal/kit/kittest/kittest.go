@@ -1,0 +1,248 @@
+// Package kittest runs workload controllers against a real hub in tests: it
+// starts a `tether hub` process, joins hollow nodes (real edge agents with
+// the sim runtime) so pods are scheduled, started and reported Ready, and
+// runs the controllers under test in-process on a shared typed informer
+// factory.
+package kittest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tether-edge/tether/edge/sim"
+	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/testbench/hollow"
+)
+
+// Env is a hub with hollow nodes.
+type Env struct {
+	Hub    *hubtest.Hub
+	Rest   *rest.Config
+	Client kubernetes.Interface
+	Log    *slog.Logger
+	token  string
+	fleets int
+}
+
+// Runner is a controller: New registered its informers, Run blocks.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Start runs a hub with hubArgs and joins nodes hollow nodes named
+// node-0, node-1, …; it waits until they are registered and Ready.
+func Start(t testing.TB, hubArgs []string, nodes int) *Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a hub process and hollow nodes")
+	}
+	h := hubtest.Start(t, hubArgs...)
+	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	level := slog.LevelInfo
+	if os.Getenv("TETHER_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	var w io.Writer = testWriter{t}
+	e := &Env{
+		Hub: h, Rest: rc, Client: kubernetes.NewForConfigOrDie(rc),
+		Log:   slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})),
+		token: strings.TrimSpace(string(out)),
+	}
+	if nodes > 0 {
+		e.AddNodes(t, "node-", nodes)
+	}
+	return e
+}
+
+// AddNodes joins n more hollow nodes named prefix0, prefix1, … and waits
+// until they are registered.
+func (e *Env) AddNodes(t testing.TB, prefix string, n int) *hollow.Fleet {
+	t.Helper()
+	f, err := hollow.New(hollow.Config{
+		HubURL: "https://" + e.Hub.Addr, Token: e.token, N: n, DataDir: t.TempDir(),
+		NamePrefix: prefix, Sim: sim.Config{StartDelay: 50 * time.Millisecond},
+		StartWindow: time.Duration(n) * 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("hollow nodes did not stop within 30s")
+		}
+	})
+	deadline := time.Now().Add(2*time.Minute + time.Duration(n)*50*time.Millisecond)
+	for {
+		s := f.Stats()
+		if s.Registered == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hollow nodes: %d of %d registered: %s", s.Registered, n, s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.fleets++
+	return f
+}
+
+// Factory returns a new informer factory on the hub.
+func (e *Env) Factory() informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactory(e.Client, 0)
+}
+
+// Run starts factory and runs the controllers until the test ends.
+func (e *Env) Run(t testing.TB, factory informers.SharedInformerFactory, ctrls ...Runner) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	factory.Start(ctx.Done())
+	done := make(chan error, len(ctrls))
+	for _, c := range ctrls {
+		go func() { done <- c.Run(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range ctrls {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("controller: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("controller did not stop within 20s")
+				return
+			}
+		}
+		factory.Shutdown()
+	})
+}
+
+// Kubectl runs kubectl and fails the test on error.
+func (e *Env) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	return e.Hub.MustRun(args...)
+}
+
+// WaitFor polls cond every 100ms until it holds or timeout passes.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s (last error: %v)", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var writeLine = regexp.MustCompile(`^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$`)
+var labelRe = regexp.MustCompile(`(\w+)="([^"]*)"`)
+
+// WritesBy returns the hub's count of create, update, patch and delete
+// requests so far, from apiserver_request_total on its /metrics, by
+// "verb resource[/subresource]".
+func (e *Env) WritesBy(t testing.TB) map[string]float64 {
+	t.Helper()
+	body, err := e.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("read hub metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		m := writeLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, kv := range labelRe.FindAllStringSubmatch(m[1], -1) {
+			l[kv[1]] = kv[2]
+		}
+		switch l["verb"] {
+		case "create", "update", "patch", "delete", "deletecollection":
+		default:
+			continue
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			continue
+		}
+		out[l["verb"]+" "+l["resource"]] += v
+	}
+	return out
+}
+
+// Writes sums WritesBy over the resources named (with or without a
+// subresource: "pods" counts pods, pods/status and pods/binding).
+func (e *Env) Writes(t testing.TB, resources ...string) float64 {
+	t.Helper()
+	var total float64
+	for k, v := range e.WritesBy(t) {
+		_, res, _ := strings.Cut(k, " ")
+		base, _, _ := strings.Cut(res, "/")
+		for _, r := range resources {
+			if r == base {
+				total += v
+			}
+		}
+	}
+	return total
+}
+
+func hasAny(s string, subs ...string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// testWriter sends log lines to the test log while the test runs.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	defer func() { _ = recover() }() // a log line after the test ended
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Name returns a name unique within the test binary run, for namespaces.
+func Name(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1_000_000)
+}
