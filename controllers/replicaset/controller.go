@@ -1,0 +1,247 @@
+// Package replicaset runs tether's ReplicaSet controller: it keeps
+// spec.replicas pods matching a ReplicaSet's selector, creating them from
+// its template and deleting the surplus, adopts matching orphans, releases
+// pods whose labels stop matching, and reports the counts in status.
+//
+// The controller is level-based: informer events queue ReplicaSet keys, and
+// a worker compares the cached pods with the desired count. Expectations
+// (see package kit) keep a sync from acting on a cache that does not yet
+// show the controller's own creates and deletes. At most BurstReplicas pods
+// are created or deleted per sync, in batches of 1, 2, 4, … so a failing
+// template costs one failed create, not thousands.
+package replicaset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
+)
+
+// controllerKind is the kind in the owner references this controller writes.
+var controllerKind = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
+
+// Config configures the controller. Client and Informers are required.
+type Config struct {
+	// Client reaches the hub with rights over pods, replicasets and events.
+	Client kubernetes.Interface
+	// Informers is the shared factory New registers its informers on; the
+	// caller starts it after New.
+	Informers informers.SharedInformerFactory
+	// Workers is the number of ReplicaSets synced at once; 0 means 5.
+	Workers int
+	// Logger receives the controller's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// BurstReplicas caps the pods created or deleted by one sync; 0 means
+	// 500.
+	BurstReplicas int
+	// Now is the clock for availability (minReadySeconds); nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Controller is the ReplicaSet controller.
+type Controller struct {
+	client   kubernetes.Interface
+	log      *slog.Logger
+	workers  int
+	burst    int
+	now      func() time.Time
+	rsLister appslisters.ReplicaSetLister
+	rsIndex  cache.Indexer
+	pods     corelisters.PodLister
+	podIndex cache.Indexer
+	synced   []cache.InformerSynced
+
+	queue    *kit.Queue
+	exp      *kit.Expectations
+	recorder *kit.Recorder
+	control  kit.PodControl
+}
+
+// New registers the controller's informers on cfg.Informers.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, errors.New("create replicaset controller: client and informers are required")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 5
+	}
+	if cfg.BurstReplicas <= 0 {
+		cfg.BurstReplicas = 500
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger.With("controller", "replicaset")
+	rsInf := cfg.Informers.Apps().V1().ReplicaSets()
+	podInf := cfg.Informers.Core().V1().Pods()
+	if err := kit.AddControllerIndex(podInf.Informer()); err != nil {
+		return nil, fmt.Errorf("create replicaset controller: %w", err)
+	}
+	if err := kit.AddControllerIndex(rsInf.Informer()); err != nil {
+		return nil, fmt.Errorf("create replicaset controller: %w", err)
+	}
+	rec := kit.NewRecorder(cfg.Client, "replicaset-controller", log)
+	c := &Controller{
+		client: cfg.Client, log: log, workers: cfg.Workers, burst: cfg.BurstReplicas, now: cfg.Now,
+		rsLister: rsInf.Lister(), rsIndex: rsInf.Informer().GetIndexer(),
+		pods: podInf.Lister(), podIndex: podInf.Informer().GetIndexer(),
+		synced:   []cache.InformerSynced{rsInf.Informer().HasSynced, podInf.Informer().HasSynced},
+		queue:    kit.NewQueue("replicaset"),
+		exp:      kit.NewExpectations(0, cfg.Now),
+		recorder: rec,
+		control:  kit.PodControl{Client: cfg.Client, Recorder: rec},
+	}
+	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.queue.Enqueue,
+		UpdateFunc: func(_, cur any) { c.queue.Enqueue(cur) },
+		DeleteFunc: func(obj any) {
+			if key, ok := kit.Key(obj); ok {
+				c.exp.Forget(key)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("watch replicasets: %w", err)
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.addPod,
+		UpdateFunc: c.updatePod,
+		DeleteFunc: c.deletePod,
+	}); err != nil {
+		return nil, fmt.Errorf("watch pods: %w", err)
+	}
+	return c, nil
+}
+
+// Run waits for the informers, then syncs ReplicaSets until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	go c.recorder.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return nil // ctx ended first
+	}
+	c.log.Info("replicaset controller running", "workers", c.workers)
+	c.queue.Run(ctx, c.workers, c.log, c.sync)
+	return nil
+}
+
+// ownerOf returns the ReplicaSet a controller reference names, if it is
+// in the cache with the same UID.
+func (c *Controller) ownerOf(ns string, ref *metav1.OwnerReference) *appsv1.ReplicaSet {
+	if ref == nil || ref.Kind != controllerKind.Kind {
+		return nil
+	}
+	rs, err := c.rsLister.ReplicaSets(ns).Get(ref.Name)
+	if err != nil || rs.UID != ref.UID {
+		return nil
+	}
+	return rs
+}
+
+// matching returns the ReplicaSets of ns whose selector matches pod.
+func (c *Controller) matching(pod *corev1.Pod) []*appsv1.ReplicaSet {
+	all, err := c.rsLister.ReplicaSets(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []*appsv1.ReplicaSet
+	for _, rs := range all {
+		sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+func (c *Controller) addPod(obj any) {
+	pod := obj.(*corev1.Pod)
+	if pod.DeletionTimestamp != nil {
+		c.deletePod(pod)
+		return
+	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		if rs := c.ownerOf(pod.Namespace, ref); rs != nil {
+			key, _ := kit.Key(rs)
+			c.exp.CreationObserved(key)
+			c.queue.Add(key)
+		}
+		return
+	}
+	for _, rs := range c.matching(pod) {
+		c.queue.Enqueue(rs)
+	}
+}
+
+func (c *Controller) updatePod(oldObj, curObj any) {
+	old, cur := oldObj.(*corev1.Pod), curObj.(*corev1.Pod)
+	if old.ResourceVersion == cur.ResourceVersion {
+		return // a resync: nothing changed
+	}
+	labelsChanged := !labels.Equals(old.Labels, cur.Labels)
+	if cur.DeletionTimestamp != nil && old.DeletionTimestamp == nil {
+		// Being deleted counts as deleted: the pod stops counting now,
+		// and a replacement is made without waiting for the node.
+		c.deletePod(cur)
+		if labelsChanged {
+			c.deletePod(old)
+		}
+		return
+	}
+	curRef, oldRef := metav1.GetControllerOfNoCopy(cur), metav1.GetControllerOfNoCopy(old)
+	if oldRef != nil && (curRef == nil || oldRef.UID != curRef.UID) {
+		if rs := c.ownerOf(old.Namespace, oldRef); rs != nil {
+			c.queue.Enqueue(rs)
+		}
+	}
+	if curRef != nil {
+		rs := c.ownerOf(cur.Namespace, curRef)
+		if rs == nil {
+			return
+		}
+		c.queue.Enqueue(rs)
+		// A pod that just became ready becomes available minReadySeconds
+		// later, with no event to say so.
+		if rs.Spec.MinReadySeconds > 0 && !kit.IsPodReady(old) && kit.IsPodReady(cur) {
+			key, _ := kit.Key(rs)
+			c.queue.AddAfter(key, time.Duration(rs.Spec.MinReadySeconds)*time.Second+time.Second)
+		}
+		return
+	}
+	if labelsChanged || oldRef != nil {
+		for _, rs := range c.matching(cur) {
+			c.queue.Enqueue(rs)
+		}
+	}
+}
+
+func (c *Controller) deletePod(obj any) {
+	pod, ok := kit.Tombstone(obj).(*corev1.Pod)
+	if !ok {
+		return
+	}
+	rs := c.ownerOf(pod.Namespace, metav1.GetControllerOfNoCopy(pod))
+	if rs == nil {
+		return
+	}
+	key, _ := kit.Key(rs)
+	c.exp.DeletionObserved(key, pod.UID)
+	c.queue.Add(key)
+}
