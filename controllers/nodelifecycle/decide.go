@@ -1,0 +1,208 @@
+package nodelifecycle
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Condition reasons and messages the controller writes, as upstream's.
+const (
+	ReasonStatusUnknown        = "NodeStatusUnknown"
+	MessageStatusUnknown       = "Kubelet stopped posting node status."
+	ReasonStatusNeverUpdated   = "NodeStatusNeverUpdated"
+	MessageStatusNeverUpdated  = "Kubelet never posted node status."
+	TaintUnreachable           = corev1.TaintNodeUnreachable // node.kubernetes.io/unreachable
+	TaintNotReady              = corev1.TaintNodeNotReady    // node.kubernetes.io/not-ready
+	reasonDeletionByTaintMgr   = "DeletionByTaintManager"
+	messageDeletionByTaintMgr  = "Taint manager: deleting due to NoExecute taint"
+	eventReasonTaintEviction   = "TaintManagerEviction"
+	eventReasonNodeNotReady    = "NodeNotReady"
+	eventReasonRemovingTaints  = "RemovingNodeLifecycleTaints"
+	eventReasonNodeUnreachable = "NodeUnreachable"
+)
+
+// State is what the controller concludes about a node.
+type State int
+
+const (
+	// Healthy: heartbeats arrive and the node reports Ready=True.
+	Healthy State = iota + 1
+	// Pending: heartbeats arrive but the node has never reported its
+	// Ready condition; it is left alone.
+	Pending
+	// NotReady: heartbeats arrive and the node reports Ready=False.
+	NotReady
+	// Unreachable: no heartbeat within the grace period, and nothing says
+	// the node is alive.
+	Unreachable
+	// Partitioned: no heartbeat within the grace period, but the node's
+	// site peers see it alive: its link to the hub is down, not the node.
+	Partitioned
+	// Recovering: heartbeats arrive again, but the node has not yet
+	// reported its status since the controller marked it Unknown.
+	Recovering
+)
+
+func (s State) String() string {
+	switch s {
+	case Healthy:
+		return "Healthy"
+	case Pending:
+		return "Pending"
+	case NotReady:
+		return "NotReady"
+	case Unreachable:
+		return "Unreachable"
+	case Partitioned:
+		return "Partitioned"
+	case Recovering:
+		return "Recovering"
+	}
+	return "Invalid"
+}
+
+// Evidence is what the controller knows about a node at one moment.
+type Evidence struct {
+	// LeaseAge is how long ago the controller last saw a heartbeat: the
+	// node's Lease renewed or its Ready condition's heartbeat advance.
+	// It is measured on the controller's clock, so clock skew between the
+	// hub and the node does not matter.
+	LeaseAge time.Duration
+	// GracePeriod is how long heartbeats may be missing before the node
+	// is taken as unreachable.
+	GracePeriod time.Duration
+	// Ready is the node's Ready condition as stored; nil when the node
+	// never reported it.
+	Ready *corev1.NodeCondition
+	// PeersSeeAlive says that the nodes of the same site still see this
+	// node alive through site gossip.
+	PeersSeeAlive bool
+}
+
+// Decision is what the controller should make true of a node.
+type Decision struct {
+	State State
+	// MarkUnknown says the node's conditions must read Unknown: the hub
+	// no longer knows them.
+	MarkUnknown bool
+	// NoSchedule is the lifecycle taint key that keeps new pods off the
+	// node ("" for none).
+	NoSchedule string
+	// NoExecute is the lifecycle taint key whose NoExecute taint evicts
+	// the node's pods after their tolerations ("" for none). Adding it is
+	// subject to the eviction rate limits.
+	NoExecute string
+	// MarkPodsNotReady says the node's pods must read Ready=False, so
+	// they leave Service endpoints.
+	MarkPodsNotReady bool
+}
+
+// Decide turns evidence about a node into a decision. It is a pure
+// function, so that new sources of evidence (site gossip) change its input
+// and not the controller.
+func Decide(ev Evidence) Decision {
+	stale := ev.LeaseAge > ev.GracePeriod
+	switch {
+	case stale && ev.PeersSeeAlive:
+		// Cut off from the hub but alive: no new pods, but the running
+		// ones stay, and stay in their Services, which the site's nodes
+		// serve from their local state.
+		return Decision{State: Partitioned, MarkUnknown: true, NoSchedule: TaintUnreachable}
+	case stale:
+		return Decision{State: Unreachable, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable, MarkPodsNotReady: true}
+	case ev.Ready == nil:
+		return Decision{State: Pending}
+	}
+	switch ev.Ready.Status {
+	case corev1.ConditionTrue:
+		return Decision{State: Healthy}
+	case corev1.ConditionFalse:
+		return Decision{State: NotReady, NoSchedule: TaintNotReady, NoExecute: TaintNotReady, MarkPodsNotReady: true}
+	}
+	if ev.Ready.Reason == ReasonStatusUnknown || ev.Ready.Reason == ReasonStatusNeverUpdated {
+		// The controller's own Unknown, with heartbeats back: the node
+		// is reachable, so nothing is evicted, but no pod is placed until
+		// it reports its status.
+		return Decision{State: Recovering, NoSchedule: TaintUnreachable}
+	}
+	// The node itself says Unknown.
+	return Decision{State: Unreachable, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable, MarkPodsNotReady: true}
+}
+
+// ZoneHealth is the state of a zone (a site) as a whole.
+type ZoneHealth int
+
+const (
+	// ZoneNormal: few enough nodes are unhealthy.
+	ZoneNormal ZoneHealth = iota + 1
+	// ZonePartialDisruption: at least UnhealthyZoneThreshold of the
+	// zone's nodes, and more than two, are unhealthy.
+	ZonePartialDisruption
+	// ZoneFullDisruption: every node of the zone is unhealthy.
+	ZoneFullDisruption
+)
+
+func (z ZoneHealth) String() string {
+	switch z {
+	case ZoneNormal:
+		return "Normal"
+	case ZonePartialDisruption:
+		return "PartialDisruption"
+	case ZoneFullDisruption:
+		return "FullDisruption"
+	}
+	return "Invalid"
+}
+
+// healthyForZone says whether a node counts as healthy in its zone.
+func healthyForZone(s State) bool { return s == Healthy || s == Pending || s == Recovering }
+
+// ZoneState computes a zone's health from its nodes' states.
+func ZoneState(states []State, unhealthyThreshold float64) ZoneHealth {
+	unhealthy := 0
+	for _, s := range states {
+		if !healthyForZone(s) {
+			unhealthy++
+		}
+	}
+	switch {
+	case len(states) > 0 && unhealthy == len(states):
+		return ZoneFullDisruption
+	case unhealthy > 2 && float64(unhealthy)/float64(len(states)) >= unhealthyThreshold:
+		return ZonePartialDisruption
+	}
+	return ZoneNormal
+}
+
+// RateLimits are the eviction rate settings.
+type RateLimits struct {
+	Rate, SecondaryRate   float64 // nodes per second
+	LargeClusterThreshold int
+	// EvictFullyDisruptedZones evicts from a zone where every node is
+	// down, at Rate, as upstream does when other zones are healthy.
+	EvictFullyDisruptedZones bool
+}
+
+// ZoneRate returns how many nodes per second of a zone may get the
+// NoExecute taint. allDown says every zone is fully disrupted, which
+// points at the hub's own connectivity: nothing is evicted then.
+func ZoneRate(h ZoneHealth, zoneSize int, allDown bool, l RateLimits) float64 {
+	if allDown {
+		return 0
+	}
+	switch h {
+	case ZonePartialDisruption:
+		if zoneSize <= l.LargeClusterThreshold {
+			return 0
+		}
+		return l.SecondaryRate
+	case ZoneFullDisruption:
+		// A whole site gone dark is most often its uplink: freeze it
+		// unless told to behave as upstream.
+		if !l.EvictFullyDisruptedZones {
+			return 0
+		}
+	}
+	return l.Rate
+}
