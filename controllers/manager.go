@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -45,6 +46,13 @@ type Config struct {
 	// DiscoveryPeriod is how often served resources are rediscovered so
 	// new kinds get watched; 0 means 30 seconds.
 	DiscoveryPeriod time.Duration
+	// RootCA is the hub's CA certificate (PEM), published in every
+	// namespace as the kube-root-ca.crt ConfigMap; empty publishes none.
+	RootCA []byte
+	// Controllers selects the controllers to run, as
+	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
+	// runs them all.
+	Controllers []string
 }
 
 // Manager runs the controllers and the informers they share.
@@ -68,6 +76,10 @@ type Manager struct {
 
 	gc *garbageCollector
 	ns *namespaceController
+
+	// typed feeds the controllers that work on typed objects.
+	typed   informers.SharedInformerFactory
+	runners []runner
 }
 
 // resourceInfo describes one served resource.
@@ -106,11 +118,14 @@ func New(cfg Config) (*Manager, error) {
 		log = slog.Default()
 	}
 	rc := rest.CopyConfig(cfg.RestConfig)
+	// The controllers reach the hub over loopback; client-go's default of
+	// 5 requests a second would throttle a node lifecycle pass or a large
+	// rollout.
 	if rc.QPS == 0 {
-		rc.QPS = 50
+		rc.QPS = 500
 	}
 	if rc.Burst == 0 {
-		rc.Burst = 100
+		rc.Burst = 1000
 	}
 	if rc.UserAgent == "" {
 		rc.UserAgent = "tether-controllers"
@@ -136,6 +151,20 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.gc = newGarbageCollector(m, log.With("controller", "garbagecollector"))
 	m.ns = newNamespaceController(m, log.With("controller", "namespace"))
+	if err := CheckNames(cfg.Controllers); err != nil {
+		return nil, fmt.Errorf("create controllers: %w", err)
+	}
+	m.typed = informers.NewSharedInformerFactory(kube, cfg.ResyncPeriod)
+	for _, b := range builtins {
+		if !Enabled(cfg.Controllers, b.name) {
+			continue
+		}
+		r, err := b.build(kube, m.typed, cfg.Workers, log.With("controller", b.name), &cfg)
+		if err != nil {
+			return nil, fmt.Errorf("create %s controller: %w", b.name, err)
+		}
+		m.runners = append(m.runners, r)
+	}
 	return m, nil
 }
 
@@ -163,8 +192,20 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	for range m.cfg.Workers {
-		wg.Go(func() { m.gc.worker(ctx) })
-		wg.Go(func() { m.ns.worker(ctx) })
+		if Enabled(m.cfg.Controllers, "garbagecollector") {
+			wg.Go(func() { m.gc.worker(ctx) })
+		}
+		if Enabled(m.cfg.Controllers, "namespace") {
+			wg.Go(func() { m.ns.worker(ctx) })
+		}
+	}
+	m.typed.Start(ctx.Done())
+	for _, r := range m.runners {
+		wg.Go(func() {
+			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
+				m.log.Error("controller stopped", "err", err)
+			}
+		})
 	}
 	m.log.Info("controllers running", "resources", len(m.watched), "workers", m.cfg.Workers)
 
@@ -186,6 +227,7 @@ loop:
 	m.ns.queue.ShutDown()
 	wg.Wait()
 	m.factory.Shutdown()
+	m.typed.Shutdown()
 	return nil
 }
 

@@ -97,6 +97,10 @@ type Config struct {
 	// DrainWindow is the reconnect window the hub announces to edges when
 	// it shuts down; they spread their reconnects over it. Zero means 10s.
 	DrainWindow time.Duration
+	// Controllers selects the built-in controllers to run, as
+	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
+	// runs them all.
+	Controllers []string
 	// DisableScheduler leaves pods unscheduled by the hub, for another
 	// scheduler or for tests that run their own.
 	DisableScheduler bool
@@ -142,6 +146,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.DrainWindow <= 0 {
 		cfg.DrainWindow = 10 * time.Second
+	}
+	if err := controllers.CheckNames(cfg.Controllers); err != nil {
+		return nil, fmt.Errorf("create hub: %w", err)
 	}
 	if cfg.AdvertiseAddress != "" && net.ParseIP(cfg.AdvertiseAddress) == nil {
 		return nil, fmt.Errorf("create hub: advertise address %q is not an IP", cfg.AdvertiseAddress)
@@ -348,7 +355,9 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 			Host:            url,
 			TLSClientConfig: rest.TLSClientConfig{CAData: authority.CAPEM(), CertData: ctrlCert, KeyData: ctrlKey},
 		},
-		Logger: cfg.Logger.With("component", "controllers"),
+		Logger:      cfg.Logger.With("component", "controllers"),
+		Controllers: cfg.Controllers,
+		RootCA:      authority.CAPEM(),
 	})
 	if err != nil {
 		_ = srv.Close()
@@ -387,14 +396,28 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	_ = edges.Drain(drainCtx, cfg.DrainWindow)
 	cancelDrain()
 	stopSched()
-	stopCtrl()       // before requests end, so the controllers see no broken watches
-	cancelRequests() // ends watches and streams so Shutdown need not wait for them
+	stopCtrl() // before requests end, so the controllers see no broken watches
+
+	// Close the door before ending the watches in flight. Shutdown closes
+	// the listener and tells HTTP/2 clients (GOAWAY) to open no new
+	// streams; a client whose watch then ends finds the port closed, which
+	// client-go retries from its resourceVersion. Were the door still open,
+	// its new watch would end at once, and client-go answers a watch that
+	// ends within a second with a full re-list.
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
+	shutDone := make(chan error, 1)
+	go func() { shutDone <- srv.Shutdown(shutCtx) }()
+	tunnelShutDone := make(chan error, 1)
+	go func() { tunnelShutDone <- tunnelHTTP.Shutdown(shutCtx) }()
+	time.Sleep(200 * time.Millisecond) // the GOAWAYs go out from goroutines of their own
+	cancelRequests()                   // ends watches and streams so Shutdown need not wait for them
+	if err := <-shutDone; err != nil {
 		_ = srv.Close()
 	}
-	_ = tunnelHTTP.Close()
+	if err := <-tunnelShutDone; err != nil {
+		_ = tunnelHTTP.Close()
+	}
 	stopBackground()
 	return nil
 }

@@ -23,8 +23,10 @@ import (
 )
 
 // hubArgs are passed to every hub the tests start: the hub's own
-// scheduler stays off so the one under test is the only one binding.
-var hubArgs = []string{"--disable-scheduler"}
+// scheduler stays off so the one under test is the only one binding, and
+// the node lifecycle controller stays off because the test's nodes have no
+// agents renewing their Leases.
+var hubArgs = []string{"--disable-scheduler", "--controllers=*,-nodelifecycle"}
 
 type testHub struct {
 	h  *hubtest.Hub

@@ -1,0 +1,104 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/tether-edge/tether/controllers/batch"
+	"github.com/tether-edge/tether/controllers/daemonset"
+	"github.com/tether-edge/tether/controllers/deployment"
+	"github.com/tether-edge/tether/controllers/disruption"
+	"github.com/tether-edge/tether/controllers/endpoints"
+	"github.com/tether-edge/tether/controllers/nodelifecycle"
+	"github.com/tether-edge/tether/controllers/replicaset"
+	"github.com/tether-edge/tether/controllers/serviceaccount"
+	"github.com/tether-edge/tether/controllers/statefulset"
+)
+
+// runner is a controller with its own loop.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// builtin describes one controller the Manager can run on the shared typed
+// informers.
+type builtin struct {
+	name  string
+	build func(kube kubernetes.Interface, inf informers.SharedInformerFactory, workers int, log *slog.Logger, cfg *Config) (runner, error)
+}
+
+// builtins are the typed controllers, by the names kube-controller-manager
+// gives them in its --controllers flag.
+var builtins = []builtin{
+	{"replicaset", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return replicaset.New(replicaset.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	{"deployment", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return deployment.New(deployment.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	{"statefulset", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return statefulset.New(statefulset.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	{"daemonset", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return daemonset.New(daemonset.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	// One controller runs both Jobs and CronJobs.
+	{"job", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return batch.New(batch.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	// EndpointSlices and the legacy Endpoints alongside them.
+	{"endpointslice", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return endpoints.New(endpoints.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	{"nodelifecycle", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return nodelifecycle.New(nodelifecycle.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	{"disruption", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return disruption.New(disruption.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	// The default ServiceAccount and kube-root-ca.crt of every namespace.
+	{"serviceaccount", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
+		return serviceaccount.New(serviceaccount.Config{Client: k, Informers: inf, Workers: w, Logger: l, RootCA: c.RootCA})
+	}},
+}
+
+// Names returns the names of every controller, for --controllers.
+func Names() []string {
+	names := []string{"garbagecollector", "namespace"}
+	for _, b := range builtins {
+		names = append(names, b.name)
+	}
+	return names
+}
+
+// Enabled reports whether the controller name runs under spec, which reads
+// like kube-controller-manager's --controllers: "*" turns on every
+// controller, "name" one, and "-name" turns one off. An empty spec means
+// "*".
+func Enabled(spec []string, name string) bool {
+	if len(spec) == 0 {
+		return true
+	}
+	if slices.Contains(spec, "-"+name) {
+		return false
+	}
+	return slices.Contains(spec, name) || slices.Contains(spec, "*")
+}
+
+// CheckNames rejects names in spec that name no controller.
+func CheckNames(spec []string) error {
+	known := Names()
+	for _, s := range spec {
+		n := strings.TrimPrefix(s, "-")
+		if n != "*" && !slices.Contains(known, n) {
+			return fmt.Errorf("unknown controller %q (known: %s)", n, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
