@@ -47,7 +47,7 @@ func TestAPIBenchmark(t *testing.T) {
 	if *apiBenchFull {
 		pods, watchers = 10000, 1000
 	}
-	h := hubtest.Start(t)
+	h := hubtest.Start(t, apiOnly...)
 	cs := clientFor(t, h)
 	ctx := t.Context()
 	time.Sleep(2 * time.Second)

@@ -35,7 +35,7 @@ func clientFor(t *testing.T, h *hubtest.Hub) *kubernetes.Clientset {
 // clients write, restarts it and checks that every write the hub
 // acknowledged is there, twenty times over.
 func TestKillNineKeepsAcknowledgedWrites(t *testing.T) {
-	h := hubtest.Start(t)
+	h := hubtest.Start(t, apiOnly...)
 	rounds := 20
 	if testing.Short() {
 		rounds = 3

@@ -35,7 +35,7 @@ func TestInformersAcrossRestart(t *testing.T) {
 		perObject = 84 // 3 kinds × 40 objects × 84 writes = 10,080 writes
 		ns        = "informers"
 	)
-	h := hubtest.Start(t)
+	h := hubtest.Start(t, apiOnly...)
 	// The informers' client counts the lists it sends; the hub's own
 	// controllers list too, so the hub's metrics cannot tell them apart.
 	var (
@@ -229,7 +229,7 @@ var listPath = regexp.MustCompile(`/(configmaps|secrets|leases)$`)
 // relists and converges on the current state.
 func TestInformerRelistsBelowWindow(t *testing.T) {
 	const ns = "default"
-	h := hubtest.Start(t, "--change-log-retain=50", "--compact-interval=100ms")
+	h := hubtest.Start(t, append(apiOnly, "--change-log-retain=50", "--compact-interval=100ms")...)
 	cs := clientFor(t, h)
 
 	var (

@@ -81,6 +81,7 @@ type Hub struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *bytes.Buffer
+	args []string // the extra flags of the last start
 }
 
 // Start runs `tether hub` with a fresh data directory on a free loopback
@@ -107,6 +108,7 @@ func freeAddr(t testing.TB) string {
 
 func (h *Hub) startArgs(extra []string) {
 	h.t.Helper()
+	h.args = extra
 	args := append([]string{"hub", "--data-dir", h.DataDir, "--listen", h.Addr}, extra...)
 	cmd := exec.Command(h.Bin, args...)
 	h.log = &bytes.Buffer{}
@@ -173,9 +175,13 @@ func (h *Hub) signal(sig syscall.Signal) {
 	h.mu.Unlock()
 }
 
-// Restart starts the hub again on the same data directory and address.
+// Restart starts the hub again on the same data directory and address,
+// with extraArgs, or with the flags of the last start when none are given.
 func (h *Hub) Restart(extraArgs ...string) {
 	h.t.Helper()
+	if len(extraArgs) == 0 {
+		extraArgs = h.args
+	}
 	h.startArgs(extraArgs)
 }
 
