@@ -33,6 +33,7 @@ import (
 
 	"github.com/tether-edge/tether/controllers"
 
+	"github.com/tether-edge/tether/hub/admission"
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/discovery"
@@ -211,10 +212,13 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, st.Close()) }()
 
 	kinds := registry.All()
-	objs, err := storage.New(storage.Config{Store: st, Kinds: kinds, Logger: cfg.Logger.With("component", "storage")})
+	adm := admission.New(cfg.Logger.With("component", "admission"))
+	objs, err := storage.New(storage.Config{Store: st, Kinds: kinds, Logger: cfg.Logger.With("component", "storage"),
+		Admission: adm.Admitters()})
 	if err != nil {
 		return err
 	}
+	adm.SetStorage(objs)
 	if err := objs.Bootstrap(ctx, storage.BootstrapConfig{AdvertiseAddress: advertise, Port: int32(port), ServiceIP: serviceIP.String()}); err != nil {
 		return fmt.Errorf("bootstrap objects: %w", err)
 	}
@@ -314,6 +318,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	defer stopBackground()
 	go authz.Run(bgCtx)
 	go leases.Run(bgCtx)
+	go adm.Run(bgCtx)
 
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()

@@ -482,3 +482,7 @@ func addDefaultTolerations(pod *corev1.Pod) {
 		}
 	}
 }
+
+// PodQOSClass returns the quality-of-service class of a pod spec, for
+// admission that changes requests or limits after the pod was prepared.
+func PodQOSClass(spec *corev1.PodSpec) corev1.PodQOSClass { return podQOSClass(spec) }

@@ -39,6 +39,19 @@ type Config struct {
 	// FutureWait is how long a read at a resourceVersion the store has
 	// not reached waits for it before failing; zero means 3 seconds.
 	FutureWait time.Duration
+	// Admission runs on every create, after the kind's own admission,
+	// in order: quota and limit ranges, for example.
+	Admission []Admitter
+}
+
+// Admitter is admission that applies across kinds.
+type Admitter interface {
+	// AdmitCreate checks and may change obj, about to be created in its
+	// namespace. The returned done, when not nil, is called once the
+	// write is over, whether it was stored or not; an Admitter may hold a
+	// lock until then so that the decisions of concurrent writes see each
+	// other's results.
+	AdmitCreate(ctx context.Context, k *registry.Kind, obj runtime.Object, dryRun bool) (done func(), err error)
 }
 
 // Storage implements API and registry.Lister on a store.Store.
@@ -51,6 +64,8 @@ type Storage struct {
 	scheme *runtime.Scheme
 	bmk    time.Duration
 	wait   time.Duration
+
+	admission []Admitter
 
 	tcOnce sync.Once
 	tc     managedfields.TypeConverter
@@ -73,15 +88,16 @@ func New(cfg Config) (*Storage, error) {
 		kinds = registry.All()
 	}
 	s := &Storage{
-		st:     cfg.Store,
-		kinds:  kinds,
-		byGVK:  map[schema.GroupVersionKind]*registry.Kind{},
-		byRes:  map[string]*registry.Kind{},
-		log:    cfg.Logger,
-		scheme: scheme.Scheme,
-		bmk:    cfg.BookmarkInterval,
-		wait:   cfg.FutureWait,
-		fms:    map[fmKey]*managedfields.FieldManager{},
+		st:        cfg.Store,
+		kinds:     kinds,
+		byGVK:     map[schema.GroupVersionKind]*registry.Kind{},
+		byRes:     map[string]*registry.Kind{},
+		log:       cfg.Logger,
+		scheme:    scheme.Scheme,
+		bmk:       cfg.BookmarkInterval,
+		admission: cfg.Admission,
+		wait:      cfg.FutureWait,
+		fms:       map[fmKey]*managedfields.FieldManager{},
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -221,6 +221,16 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 			k.Release(obj)
 		}
 	}
+	for _, a := range s.admission {
+		done, err := a.AdmitCreate(ctx, k, obj, opts.DryRun)
+		if err != nil {
+			release()
+			return nil, admitError(err)
+		}
+		if done != nil {
+			defer done()
+		}
+	}
 	if record {
 		empty, err := s.newObject(k.GVK)
 		if err != nil {
