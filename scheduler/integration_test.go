@@ -242,9 +242,17 @@ func TestLoopAgainstHub(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// The pods of the earlier subtests have priority 0, below it-low:
+		// remove them so that the low pods fill the nodes exactly (2+2+4
+		// cpu) without preempting anything themselves.
+		for _, n := range []string{"fits", "big"} {
+			if err := th.cs.CoreV1().Pods("default").Delete(ctx, n, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
 		// Fill every schedulable node with low-priority pods.
 		var low []string
-		for i := range 6 {
+		for i := range 8 {
 			p := testPod(fmt.Sprintf("low-%d", i), "1")
 			p.Spec.PriorityClassName = "it-low"
 			if _, err := th.cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -285,7 +293,8 @@ func TestLoopAgainstHub(t *testing.T) {
 				left++
 			}
 		}
-		alloc := map[string]int{"node-a": 1, "node-b": 1, "node-c": 2}[node]
+		// urgent needs 1.5 cpu: two 1-cpu pods make way on any node.
+		alloc := map[string]int{"node-a": 0, "node-b": 0, "node-c": 2}[node]
 		if left > alloc {
 			t.Fatalf("%d low pods still on %s next to urgent", left, node)
 		}
