@@ -249,3 +249,33 @@ func (h *Hub) RSS() (int64, error) {
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", cmd.Process.Pid)
 }
+
+// CPU returns the user plus system CPU time the hub process has used.
+func (h *Hub) CPU() (time.Duration, error) {
+	h.mu.Lock()
+	cmd := h.cmd
+	h.mu.Unlock()
+	if cmd == nil {
+		return 0, fmt.Errorf("hub is not running")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("read hub stat: %w", err)
+	}
+	// The command name may hold spaces; the fields after it are fixed.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", cmd.Process.Pid)
+	}
+	var utime, stime int64
+	if _, err := fmt.Sscan(f[11], &utime); err != nil {
+		return 0, fmt.Errorf("parse utime: %w", err)
+	}
+	if _, err := fmt.Sscan(f[12], &stime); err != nil {
+		return 0, fmt.Errorf("parse stime: %w", err)
+	}
+	// Linux reports clock ticks of 1/100 s (USER_HZ) on every platform Go
+	// supports here.
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
