@@ -400,6 +400,9 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = edges.Drain(drainCtx, cfg.DrainWindow)
 	cancelDrain()
+	// Close what is left explicitly, so every edge gets a close frame now
+	// instead of finding out by its idle timeout after the socket is gone.
+	_ = edges.Close()
 	stopSched()
 	stopCtrl() // before requests end, so the controllers see no broken watches
 
