@@ -17,41 +17,9 @@ import (
 // is placed as soon as a node that fits it joins.
 func TestSchedulingOnSimEdges(t *testing.T) {
 	h := hubtest.Start(t)
-	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("tether token create: %v", err)
-	}
-	token := strings.TrimSpace(string(out))
-	startEdge := func(name, cpu string) {
-		cmd := exec.Command(h.Bin, "edge", "--hub", "https://"+h.Addr, "--token", token, "--data-dir", filepath.Join(t.TempDir(), name),
-			"--name", name, "--runtime", "sim", "--sim-cpu", cpu, "--sim-start-delay", "200ms", "--watch-services=false")
-		log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			_ = cmd.Wait()
-			if t.Failed() {
-				b, _ := os.ReadFile(log.Name())
-				t.Logf("%s log:\n%s", name, b)
-			}
-		})
-	}
-	waitFor := func(what string, timeout time.Duration, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %v", what, timeout)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	}
+	token := joinToken(t, h)
+	startEdge := func(name, cpu string) { startSimEdge(t, h, token, name, "--sim-cpu", cpu) }
+	waitFor := func(what string, timeout time.Duration, ok func() bool) { t.Helper(); waitUntil(t, what, timeout, ok) }
 	startEdge("small-1", "1")
 	startEdge("small-2", "1")
 	waitFor("two Ready nodes", 60*time.Second, func() bool {
@@ -106,4 +74,50 @@ spec:
 	})
 	t.Logf("the pending pod ran %v after the fitting node started", time.Since(joined).Round(time.Millisecond))
 	t.Logf("kubectl describe pod big:\n%s", h.MustRun("describe", "pod", "big"))
+}
+
+// startSimEdge runs `tether edge --runtime sim` on loopback against h.
+func startSimEdge(t *testing.T, h *hubtest.Hub, token, name string, extra ...string) {
+	t.Helper()
+	args := append([]string{"edge", "--hub", "https://" + h.Addr, "--token", token, "--data-dir", filepath.Join(t.TempDir(), name),
+		"--name", name, "--runtime", "sim", "--sim-start-delay", "200ms", "--watch-services=false"}, extra...)
+	cmd := exec.Command(h.Bin, args...)
+	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("%s log:\n%s", name, b)
+		}
+	})
+}
+
+// joinToken creates a join token on h.
+func joinToken(t *testing.T, h *hubtest.Hub) string {
+	t.Helper()
+	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("tether token create: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// waitUntil polls ok every 250ms until it holds or timeout passes.
+func waitUntil(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

@@ -356,13 +356,31 @@ func TestDeploymentRecreate(t *testing.T) {
 func TestDeploymentsQuiet(t *testing.T) {
 	e := start(t, 3)
 	ctx := context.Background()
-	const n = 5
+	const n = 100
 	for i := range n {
-		must(e.Client.AppsV1().Deployments("default").Create(ctx, nginx(fmt.Sprintf("quiet-%d", i), 2), metav1.CreateOptions{}))
+		must(e.Client.AppsV1().Deployments("default").Create(ctx, nginx(fmt.Sprintf("quiet-%d", i), 1), metav1.CreateOptions{}))
 	}
-	for i := range n {
-		e.Kubectl(t, "rollout", "status", fmt.Sprintf("deployment/quiet-%d", i), "--timeout=60s")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		list, err := e.Client.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := 0
+		for _, d := range list.Items {
+			if d.Status.ObservedGeneration == d.Generation && d.Status.AvailableReplicas == 1 && d.Status.UpdatedReplicas == 1 {
+				ready++
+			}
+		}
+		if ready == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deployments available after 2 minutes", ready, n)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
+	e.Kubectl(t, "rollout", "status", "deployment/quiet-0", "--timeout=60s")
 	time.Sleep(2 * time.Second) // let the last status writes land
 	resources := []string{"deployments", "replicasets", "pods", "events"}
 	before := e.Writes(t, resources...)
