@@ -47,6 +47,7 @@ func tunnelMetrics(edges *tunnel.Server) func(io.Writer) {
 			{"tether_tunnel_sessions", "gauge", "Edge tunnel sessions open now.", int64(st.Sessions)},
 			{"tether_tunnel_fallback_sessions", "gauge", "Edge tunnel sessions open now over TCP+TLS instead of QUIC.", int64(st.FallbackSessions)},
 			{"tether_tunnel_handshakes_total", "counter", "Edge tunnel handshakes accepted.", int64(st.Handshakes)},
+			{"tether_tunnel_handshakes_peak_per_second", "gauge", "Most edge tunnel handshakes admitted within one second since the hub started.", int64(st.PeakHandshakesPerSecond)},
 			{"tether_tunnel_handshakes_refused_total", "counter", "Edge tunnel handshakes refused (rate limit, identity).", int64(st.HandshakesRefused)},
 			{"tether_tunnel_streams_opened_total", "counter", "Streams edges opened to the hub.", int64(st.StreamsOpened)},
 			{"tether_tunnel_dials_total", "counter", "Streams the hub opened to edges.", int64(st.Dials)},

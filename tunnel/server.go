@@ -172,6 +172,10 @@ type ServerStats struct {
 	DialsRefused      uint64 // Dial calls refused by MaxDialsPerEdge
 	WindowReserved    int64  // connection-window growth held against MemoryBudget
 	WindowDenied      uint64 // window increases refused by MemoryBudget
+	// PeakHandshakesPerSecond is the most connection attempts admitted
+	// within one calendar second since the server started: what the
+	// admission token bucket let through at its busiest.
+	PeakHandshakesPerSecond uint64
 }
 
 // Server is the hub side of the tunnel. Its methods are safe for concurrent
@@ -181,6 +185,7 @@ type Server struct {
 	log     *slog.Logger
 	quicTLS *tls.Config
 	limiter *rate.Limiter // nil: no limit
+	peak    peakMeter
 	budget  *windowBudget
 	ln      *listener
 
@@ -276,6 +281,7 @@ func (s *Server) admit() error {
 		return errors.New("tunnel: handshake rate limit")
 	}
 	s.handshakes.Add(1)
+	s.peak.add(time.Now())
 	return nil
 }
 
@@ -499,14 +505,15 @@ func (s *Server) Close() error {
 // Stats returns the server's counters; it is cheap.
 func (s *Server) Stats() ServerStats {
 	st := ServerStats{
-		Handshakes:        s.handshakes.Load(),
-		HandshakesRefused: s.refused.Load(),
-		SessionsRefused:   s.sessRefused.Load(),
-		StreamsOpened:     s.streams.Load(),
-		Dials:             s.dials.Load(),
-		DialsRefused:      s.dialsRefused.Load(),
-		WindowReserved:    s.budget.used.Load(),
-		WindowDenied:      s.budget.denied.Load(),
+		Handshakes:              s.handshakes.Load(),
+		PeakHandshakesPerSecond: s.peak.max(),
+		HandshakesRefused:       s.refused.Load(),
+		SessionsRefused:         s.sessRefused.Load(),
+		StreamsOpened:           s.streams.Load(),
+		Dials:                   s.dials.Load(),
+		DialsRefused:            s.dialsRefused.Load(),
+		WindowReserved:          s.budget.used.Load(),
+		WindowDenied:            s.budget.denied.Load(),
 	}
 	s.mu.Lock()
 	st.Sessions = len(s.sessions)
@@ -523,4 +530,28 @@ func (s *Server) Stats() ServerStats {
 func (s *Server) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
+}
+
+// peakMeter remembers the largest count of events in one calendar second.
+type peakMeter struct {
+	mu     sync.Mutex
+	second int64
+	count  uint64
+	peak   uint64
+}
+
+func (m *peakMeter) add(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sec := now.Unix(); sec != m.second {
+		m.second, m.count = sec, 0
+	}
+	m.count++
+	m.peak = max(m.peak, m.count)
+}
+
+func (m *peakMeter) max() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
 }

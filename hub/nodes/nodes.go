@@ -33,7 +33,8 @@ type Config struct {
 	// as the kubelet's.
 	LeaseDuration time.Duration
 	// LeaseRenew is how old a connected node's Lease may get before the
-	// hub renews it; zero means 5s.
+	// hub renews it; zero means 7s, which keeps renewTime under 10s old
+	// with room for a slow write.
 	LeaseRenew time.Duration
 	// HeartbeatTimeout is how long after its last heartbeat a connected
 	// node still counts as alive; zero means 45s (the tunnel's idle
@@ -53,7 +54,7 @@ func (c *Config) setDefaults() {
 		c.LeaseDuration = 40 * time.Second
 	}
 	if c.LeaseRenew <= 0 {
-		c.LeaseRenew = 5 * time.Second
+		c.LeaseRenew = 7 * time.Second
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 45 * time.Second
