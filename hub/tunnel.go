@@ -2,12 +2,15 @@ package hub
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/nodes"
@@ -19,8 +22,13 @@ import (
 // certificates only, heartbeats and connection changes fed to the Lease
 // keeper.
 func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases, log *slog.Logger) (*tunnel.Server, error) {
+	resetKey, err := loadOrCreateResetKey(filepath.Join(cfg.DataDir, "pki", "tunnel-reset.key"))
+	if err != nil {
+		return nil, err
+	}
 	return tunnel.NewServer(tunnel.ServerConfig{
 		TLS:                 authority.ServerTLSConfig(),
+		StatelessResetKey:   resetKey,
 		HandshakesPerSecond: cfg.TunnelHandshakeRate,
 		HandshakeBurst:      cfg.TunnelHandshakeBurst,
 		Identify: func(cs tls.ConnectionState) (string, error) {
@@ -66,4 +74,30 @@ func dialNode(edges *tunnel.Server) apiserver.NodeDialer {
 		}
 		return c, err
 	}
+}
+
+// loadOrCreateResetKey returns the key QUIC derives stateless resets from.
+// It outlives the process so that a restarted hub answers packets of
+// connections its previous run held with a reset the edge recognises: the
+// edge then reconnects at once instead of waiting out its idle timeout.
+func loadOrCreateResetKey(path string) (*[32]byte, error) {
+	var key [32]byte
+	if b, err := os.ReadFile(path); err == nil && len(b) == len(key) {
+		copy(key[:], b)
+		return &key, nil
+	}
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, fmt.Errorf("generate tunnel reset key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("write tunnel reset key: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, key[:], 0o600); err != nil {
+		return nil, fmt.Errorf("write tunnel reset key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, fmt.Errorf("write tunnel reset key: %w", err)
+	}
+	return &key, nil
 }

@@ -71,4 +71,3 @@ func TestDrainHonoursDisruptionBudget(t *testing.T) {
 		t.Errorf("drained node is not cordoned: %q", s)
 	}
 }
-
