@@ -46,7 +46,7 @@ type hub struct {
 func newHub(t *testing.T) *hub { t.Helper(); return newHubWith(t, nil) }
 
 // newHubWith is newHub with a chance to change the server's Config.
-func newHubWith(t *testing.T, tweak func(*Config)) *hub {
+func newHubWith(t testing.TB, tweak func(*Config)) *hub {
 	t.Helper()
 	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {

@@ -149,11 +149,32 @@ func (s *Server) setKind(obj runtime.Object, gv schema.GroupVersion) error {
 	return nil
 }
 
+// kindOf returns the kind setKind would give obj.
+func (s *Server) kindOf(obj runtime.Object, gv schema.GroupVersion) (schema.GroupVersionKind, error) {
+	gvks, _, err := s.scheme.ObjectKinds(obj)
+	if err != nil {
+		return schema.GroupVersionKind{}, fmt.Errorf("find kind of %T: %w", obj, err)
+	}
+	for _, g := range gvks {
+		if g.GroupVersion() == gv {
+			return g, nil
+		}
+	}
+	return gvks[0], nil
+}
+
 // encode serializes obj with the output's serializer after setting its
-// TypeMeta.
+// TypeMeta. An object that already has the right TypeMeta is only read, so
+// objects shared between watches can be encoded concurrently; one that
+// needs another TypeMeta is copied first.
 func (s *Server) encode(out output, obj runtime.Object, gv schema.GroupVersion, w io.Writer) error {
-	if err := s.setKind(obj, gv); err != nil {
+	gvk, err := s.kindOf(obj, gv)
+	if err != nil {
 		return err
+	}
+	if obj.GetObjectKind().GroupVersionKind() != gvk {
+		obj = obj.DeepCopyObject()
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
 	}
 	return out.info.Serializer.Encode(obj, w)
 }

@@ -124,6 +124,7 @@ type Server struct {
 	authz   Authorizer
 	metrics *metrics
 	maxBody int64
+	frames  frameCache
 }
 
 // New returns a Server for cfg.

@@ -40,7 +40,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 	defer cancel()
 	wi, err := s.cfg.Storage.Watch(ctx, t.kind, t.namespace, storage.WatchOptions{
 		Label: opts.LabelSelector, Field: opts.FieldSelector,
-		ResourceVersion: opts.ResourceVersion, AllowBookmarks: opts.AllowWatchBookmarks})
+		ResourceVersion: opts.ResourceVersion, AllowBookmarks: opts.AllowWatchBookmarks,
+		// Events are only read and encoded here, so every watch of a kind
+		// can use one decoded object per change.
+		Shared: true})
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -112,18 +115,40 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 			}
 			obj, ogv = p, schema.GroupVersion{Group: metav1.GroupName, Version: out.asVersion}
 		}
-		obuf.Reset()
-		if err := s.encode(out, obj, ogv, &obuf); err != nil {
+		encodeEvent := func() ([]byte, error) {
+			obuf.Reset()
+			if err := s.encode(out, obj, ogv, &obuf); err != nil {
+				return nil, err
+			}
+			we := &metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: obuf.Bytes()}}
+			ebuf.Reset()
+			if err := framed.Serializer.Encode(we, &ebuf); err != nil {
+				return nil, err
+			}
+			return ebuf.Bytes(), nil
+		}
+		var b []byte
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+			if out.as != "" {
+				b, err = encodeEvent()
+				break
+			}
+			// The same change reaches every watch of the kind: encode it
+			// once per output format.
+			key := frameKey{obj: obj, typ: ev.Type, media: out.info.MediaType, gv: ogv}
+			b, err = s.frames.get(key, func() ([]byte, error) {
+				b, err := encodeEvent()
+				return bytes.Clone(b), err
+			})
+		default:
+			b, err = encodeEvent()
+		}
+		if err != nil {
 			s.log.Error("apiserver: encode watch event", "error", err)
 			return
 		}
-		we := &metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: obuf.Bytes()}}
-		ebuf.Reset()
-		if err := framed.Serializer.Encode(we, &ebuf); err != nil {
-			s.log.Error("apiserver: encode watch event", "error", err)
-			return
-		}
-		if _, err := fw.Write(ebuf.Bytes()); err != nil {
+		if _, err := fw.Write(b); err != nil {
 			return
 		}
 		if len(wi.ResultChan()) == 0 && flusher != nil {

@@ -67,6 +67,12 @@ type Storage struct {
 
 	admission []Admitter
 
+	shared decodeCache
+
+	nsMu sync.Mutex
+	// guards the following field
+	nsCache map[string]nsState // namespace name → state at a revision
+
 	tcOnce sync.Once
 	tc     managedfields.TypeConverter
 	mu     sync.Mutex
@@ -98,6 +104,7 @@ func New(cfg Config) (*Storage, error) {
 		admission: cfg.Admission,
 		wait:      cfg.FutureWait,
 		fms:       map[fmKey]*managedfields.FieldManager{},
+		nsCache:   map[string]nsState{},
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -66,6 +66,12 @@ type WatchOptions struct {
 	// AllowBookmarks lets the watch send BOOKMARK events carrying only the
 	// current resourceVersion.
 	AllowBookmarks bool
+	// Shared lets the objects of change events be shared with other
+	// watches of the same kind that set Shared: each change is then
+	// decoded once however many watches receive it. The caller must not
+	// modify such objects; without Shared every event's object belongs to
+	// the caller.
+	Shared bool
 }
 
 // API is what the HTTP layer calls. *Storage implements it; the interface

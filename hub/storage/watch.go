@@ -76,12 +76,16 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 		w.cancel()
 		return nil, storeError(err, k.GroupResource(), "")
 	}
-	go s.run(ctx, k, w, sw, initial, rv, opts.AllowBookmarks)
+	go s.run(ctx, k, w, sw, initial, rv, opts.AllowBookmarks, opts.Shared)
 	return w, nil
 }
 
 // run forwards store events as typed watch events.
-func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw store.Watcher, initial []watch.Event, rv int64, bookmarks bool) {
+func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw store.Watcher, initial []watch.Event, rv int64, bookmarks, shared bool) {
+	decode := s.decode
+	if shared {
+		decode = s.decodeShared
+	}
 	defer close(w.out)
 	defer w.cancel()
 	defer sw.Stop()
@@ -130,7 +134,7 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 				}
 				return
 			}
-			obj, err := s.decode(k, ev.Object)
+			obj, err := decode(k, ev.Object)
 			if err != nil {
 				s.log.Error("decode watch event", "key", ev.Object.Key.String(), "err", err)
 				return

@@ -61,13 +61,37 @@ func (s *Storage) fieldManager(k *registry.Kind, sub string) (*managedfields.Fie
 			fieldpath.APIVersion(k.GVK.GroupVersion().String()): fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie(p))),
 		}
 	}
-	fm, err := managedfields.NewDefaultFieldManager(s.typeConverter(), s.scheme, s.scheme, s.scheme,
+	fm, err := managedfields.NewDefaultFieldManager(s.typeConverter(), inPlaceConvertor{s.scheme}, s.scheme, s.scheme,
 		k.GVK, k.GVK.GroupVersion(), sub, reset)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("build field manager for %s: %w", k.GVK, err))
 	}
 	s.fms[key] = fm
 	return fm, nil
+}
+
+// inPlaceConvertor is the scheme, except that converting a typed object to
+// the version it already has returns the object itself where the scheme
+// returns a deep copy. The field managers convert the live and the new
+// object of every write only to read them (or convert objects they have
+// just built), so the two copies per write bought nothing.
+type inPlaceConvertor struct{ *runtime.Scheme }
+
+// ConvertToVersion implements runtime.ObjectConvertor.
+func (c inPlaceConvertor) ConvertToVersion(in runtime.Object, target runtime.GroupVersioner) (runtime.Object, error) {
+	if _, ok := in.(runtime.Unstructured); !ok {
+		gvk := in.GetObjectKind().GroupVersionKind()
+		if t, ok := target.KindForGroupVersionKinds([]schema.GroupVersionKind{gvk}); ok && t == gvk && !gvk.Empty() {
+			if kinds, _, err := c.ObjectKinds(in); err == nil {
+				for _, k := range kinds {
+					if k == gvk {
+						return in, nil
+					}
+				}
+			}
+		}
+	}
+	return c.Scheme.ConvertToVersion(in, target)
 }
 
 // recordUpdate records an Update entry for the manager in obj's
@@ -126,15 +150,44 @@ func (s *Storage) namespaceAdmits(ctx context.Context, k *registry.Kind, name, n
 	if err != nil {
 		return storeError(err, corev1.Resource("namespaces"), namespace)
 	}
-	var ns corev1.Namespace
-	if err := json.Unmarshal(o.Value, &ns); err != nil {
+	terminating, err := s.nsTerminating(o)
+	if err != nil {
 		return apierrors.NewInternalError(fmt.Errorf("decode namespace %s: %w", namespace, err))
 	}
-	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+	if terminating {
 		return apierrors.NewForbidden(k.GroupResource(), name,
 			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
 	}
 	return nil
+}
+
+// nsState is what namespace admission needs of one stored namespace.
+type nsState struct {
+	rev         int64
+	terminating bool
+}
+
+// nsTerminating reports whether the stored namespace o is being deleted.
+// Every namespaced create asks, so the answer is kept per namespace until
+// the namespace changes instead of decoding it each time.
+func (s *Storage) nsTerminating(o store.Object) (bool, error) {
+	s.nsMu.Lock()
+	st, ok := s.nsCache[o.Key.Name]
+	s.nsMu.Unlock()
+	if ok && st.rev == o.Revision {
+		return st.terminating, nil
+	}
+	var ns corev1.Namespace
+	if err := json.Unmarshal(o.Value, &ns); err != nil {
+		return false, err
+	}
+	st = nsState{rev: o.Revision, terminating: ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating}
+	s.nsMu.Lock()
+	if cur, ok := s.nsCache[o.Key.Name]; !ok || cur.rev < st.rev {
+		s.nsCache[o.Key.Name] = st
+	}
+	s.nsMu.Unlock()
+	return st.terminating, nil
 }
 
 // clearStatus resets the Status field of a typed object.
@@ -385,17 +438,9 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		}
 		// An update that changes nothing, or only the timestamps of
 		// managedFields entries, is not written.
-		same := out.DeepCopyObject()
-		keepManagedFieldsTimes(same, cur)
-		cmpNew, err := s.encode(k, same)
-		if err != nil {
+		if same, err := s.unchanged(k, out, cur, enc, o); err != nil {
 			return nil, err
-		}
-		cmpOld, err := s.encode(k, cur)
-		if err != nil {
-			return nil, err
-		}
-		if bytes.Equal(cmpNew.Value, cmpOld.Value) && reflect.DeepEqual(cmpNew.Fields, cmpOld.Fields) {
+		} else if same {
 			return cur, nil
 		}
 		if opts.DryRun {
@@ -568,6 +613,61 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		}
 	}
 	return obj, nil
+}
+
+// unchanged reports whether out, about to be stored as enc over the stored
+// o (decoded as cur), is the stored object again, ignoring timestamps of
+// managedFields entries.
+//
+// Stored values are written by encoding/json from the typed object, so
+// encoding the decoded cur would give o.Value back byte for byte: the
+// comparison uses o.Value and encodes nothing more unless managedFields
+// differ only in their timestamps. A kind stored as another kind is
+// converted on the way, so its comparison encodes cur as before.
+func (s *Storage) unchanged(k *registry.Kind, out, cur runtime.Object, enc store.Object, o store.Object) (bool, error) {
+	cmpNew := enc
+	if onlyManagedFieldsTimes(out, cur) {
+		same := out.DeepCopyObject()
+		keepManagedFieldsTimes(same, cur)
+		var err error
+		if cmpNew, err = s.encode(k, same); err != nil {
+			return false, err
+		}
+	}
+	if s.storedKind(k) == k {
+		return bytes.Equal(cmpNew.Value, o.Value), nil
+	}
+	cmpOld, err := s.encode(k, cur)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(cmpNew.Value, cmpOld.Value) && reflect.DeepEqual(cmpNew.Fields, cmpOld.Fields), nil
+}
+
+// onlyManagedFieldsTimes reports whether obj's managedFields entries differ
+// from cur's, and differ only in their timestamps.
+func onlyManagedFieldsTimes(obj, cur runtime.Object) bool {
+	m, err1 := meta.Accessor(obj)
+	om, err2 := meta.Accessor(cur)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	nf, of := m.GetManagedFields(), om.GetManagedFields()
+	if len(nf) != len(of) {
+		return false
+	}
+	differ := false
+	for i := range nf {
+		a, b := nf[i], of[i]
+		if !differ && !apiequality.Semantic.DeepEqual(a.Time, b.Time) {
+			differ = true
+		}
+		a.Time, b.Time = nil, nil
+		if !apiequality.Semantic.DeepEqual(a, b) {
+			return false
+		}
+	}
+	return differ
 }
 
 // keepManagedFieldsTimes gives managedFields entries that only changed
