@@ -141,6 +141,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("node server stopped", "err", err)
 		}
 	})
+	if u, ok := a.cfg.Runtime.(SourceUser); ok {
+		u.SetSources(agentSources{a: a})
+	}
 	a.cfg.Runtime.Notify(a.pods.runtimeChanged)
 	a.pods.start(ctx)
 	a.refs.start(ctx)

@@ -42,9 +42,10 @@ type refManager struct {
 }
 
 type objectWatcher struct {
-	stop  context.CancelFunc
-	store cache.Store
-	users int
+	stop   context.CancelFunc
+	store  cache.Store
+	synced func() bool
+	users  int
 }
 
 func newRefManager(a *Agent) *refManager {
@@ -208,7 +209,7 @@ func (m *refManager) watch(r objectRef) *objectWatcher {
 		AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
 	})
 	go ctrl.RunWithContext(ctx)
-	return &objectWatcher{stop: cancel, store: store}
+	return &objectWatcher{stop: cancel, store: store, synced: ctrl.HasSynced}
 }
 
 func (m *refManager) wakeUsers(r objectRef) {

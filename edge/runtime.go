@@ -58,6 +58,9 @@ type Runtime interface {
 	// back-off ended). fn may be called from any goroutine and must not
 	// block; the agent calls Notify once, before the first SyncPod.
 	Notify(fn func(uid types.UID))
+
+	// Streamer serves exec, attach and port-forward.
+	Streamer
 }
 
 // Errors of a Runtime.
@@ -165,4 +168,63 @@ type LogOptions struct {
 	Timestamps bool
 	// Previous reads the previous instance of the container.
 	Previous bool
+}
+
+// Streams are the standard streams of an exec or attach session; a nil
+// stream is not connected.
+type Streams struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// TTY gives the process a terminal: Stderr is unused and Resize
+	// carries the client's terminal sizes.
+	TTY    bool
+	Resize <-chan TermSize
+}
+
+// TermSize is a terminal's size in characters.
+type TermSize struct {
+	Width, Height uint16
+}
+
+// Streamer is what a runtime offers for exec, attach and port-forward.
+// Runtimes that cannot do it return ErrNotSupported.
+type Streamer interface {
+	// Exec runs cmd in a running container of the pod and returns its
+	// exit code once it exited and its output was written.
+	Exec(ctx context.Context, uid types.UID, container string, cmd []string, s Streams) (exitCode int, err error)
+	// Attach connects s to the main process of a running container
+	// until ctx ends or the process exits.
+	Attach(ctx context.Context, uid types.UID, container string, s Streams) error
+	// PortForward connects conn to port on the pod's loopback (its
+	// network namespace) and copies both ways until either side closes.
+	PortForward(ctx context.Context, uid types.UID, port int32, conn io.ReadWriteCloser) error
+}
+
+// ErrNotSupported is returned by runtimes for what they cannot do.
+var ErrNotSupported = errors.New("not supported by the runtime")
+
+// Sources give a runtime the API objects a pod's volumes and environment
+// are made of. The agent passes them to runtimes that implement
+// SourceUser, before the first SyncPod.
+type Sources interface {
+	// ConfigMap and Secret return the object, or an error wrapping
+	// ErrSourceNotFound when the hub says it does not exist, or
+	// ErrSourceNotReady when the agent does not know yet.
+	ConfigMap(namespace, name string) (*corev1.ConfigMap, error)
+	Secret(namespace, name string) (*corev1.Secret, error)
+	// ServiceAccountToken asks the hub for a token of the pod's service
+	// account bound to the pod.
+	ServiceAccountToken(ctx context.Context, pod *corev1.Pod, audience string, expirationSeconds int64) (token string, expires time.Time, err error)
+}
+
+// Errors of Sources.
+var (
+	ErrSourceNotFound = errors.New("object not found")
+	ErrSourceNotReady = errors.New("object not known yet")
+)
+
+// SourceUser is a Runtime that reads ConfigMaps, Secrets and service
+// account tokens.
+type SourceUser interface {
+	SetSources(Sources)
 }

@@ -16,7 +16,8 @@ import (
 
 // NodeServerConfig configures the node server.
 type NodeServerConfig struct {
-	// Runtime serves container logs. Required.
+	// Runtime serves container logs, exec, attach and port-forward.
+	// Required.
 	Runtime Runtime
 	// Pods returns the pods the node runs. Required.
 	Pods func() []*corev1.Pod
@@ -36,6 +37,11 @@ type NodeServerConfig struct {
 //	GET /pods                                     a PodList of the node's pods
 //	GET /containerLogs/{namespace}/{pod}/{container}
 //	    ?follow=&tailLines=&limitBytes=&sinceSeconds=&sinceTime=&timestamps=&previous=
+//	GET|POST /exec/{namespace}/{pod}/{container}?command=...&stdin=&stdout=&stderr=&tty=
+//	GET|POST /attach/{namespace}/{pod}/{container}?stdin=&stdout=&stderr=&tty=
+//	GET|POST /portForward/{namespace}/{pod}
+//
+// The last three upgrade to SPDY (see streaming.go).
 //
 // It does no authentication of its own: only the hub can open streams to
 // it, over the tunnel's mutually authenticated connection.
@@ -52,6 +58,11 @@ func NewNodeServer(cfg NodeServerConfig) http.Handler {
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /pods", s.pods)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.logs)
+	for _, m := range []string{"GET", "POST"} {
+		mux.HandleFunc(m+" /exec/{namespace}/{pod}/{container}", s.exec)
+		mux.HandleFunc(m+" /attach/{namespace}/{pod}/{container}", s.attach)
+		mux.HandleFunc(m+" /portForward/{namespace}/{pod}", s.portForward)
+	}
 	return mux
 }
 

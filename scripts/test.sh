@@ -14,7 +14,9 @@ root=$PWD
 # nftables and conntrack for the network lab and the dataplane tests;
 # iptables for the dataplane's kube-proxy-style comparison. (clang, llvm
 # and libbpf-dev are needed only to regenerate the committed eBPF objects.)
-packages=(gcc libc6-dev iproute2 nftables conntrack iptables)
+# containerd, runc, the CNI plugins and a static busybox (the shell inside
+# the test images) for the edge's container runtime.
+packages=(gcc libc6-dev iproute2 nftables conntrack iptables containerd runc containernetworking-plugins busybox-static)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do

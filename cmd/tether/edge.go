@@ -14,20 +14,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/containerd"
 	"github.com/tether-edge/tether/edge/sim"
 )
 
 func newEdgeCmd() *cobra.Command {
 	var (
-		cfg        edge.Config
-		runtime    string
-		containerd string
-		nodeIP     string
-		logLevel   string
-		simCfg     sim.Config
-		simCPU     string
-		simMemory  string
-		simPods    string
+		cfg            edge.Config
+		runtime        string
+		containerdAddr string
+		nodeIP         string
+		logLevel       string
+		simCfg         sim.Config
+		simCPU         string
+		simMemory      string
+		simPods        string
+		ctrdCfg        containerd.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "edge --hub https://HOST:6443 --token TOKEN --data-dir DIR",
@@ -66,7 +68,15 @@ the certificate and need no token. The agent reaches the hub over one tunnel
 				}
 				cfg.Runtime = sim.New(simCfg)
 			case "containerd":
-				return fmt.Errorf("the containerd runtime is not built yet (--containerd-address %s): use --runtime sim for a simulated node", containerd)
+				ctrdCfg.DataDir = cfg.DataDir
+				ctrdCfg.Address = containerdAddr
+				ctrdCfg.Logger = logger
+				rt, err := containerd.New(cmd.Context(), ctrdCfg)
+				if err != nil {
+					return err
+				}
+				defer rt.Close()
+				cfg.Runtime = rt
 			default:
 				return fmt.Errorf("unknown --runtime %q: want containerd or sim", runtime)
 			}
@@ -85,7 +95,13 @@ the certificate and need no token. The agent reaches the hub over one tunnel
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's key, certificate and state (required)")
 	f.StringVar(&cfg.NodeName, "name", "", "node name (default: the name in the saved certificate, or the host name)")
 	f.StringVar(&runtime, "runtime", "containerd", "container runtime: containerd or sim")
-	f.StringVar(&containerd, "containerd-address", "/run/containerd/containerd.sock", "containerd socket")
+	f.StringVar(&containerdAddr, "containerd-address", defaultContainerdAddress, "containerd socket; when nothing answers there the agent starts containerd itself (state under --data-dir)")
+	f.StringSliceVar(&ctrdCfg.ClusterDNS, "cluster-dns", nil, "name server addresses of ClusterFirst pods (default: the node's resolv.conf)")
+	f.StringVar(&ctrdCfg.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
+	f.StringVar(&ctrdCfg.CNIConfDir, "cni-conf-dir", "", "directory with your own CNI .conflist (default: a bridge network over the node's pod CIDR)")
+	f.StringSliceVar(&ctrdCfg.CNIBinDirs, "cni-bin-dir", nil, "directories of CNI plugins (default /usr/lib/cni,/opt/cni/bin)")
+	f.StringVar(&ctrdCfg.Bridge, "pod-bridge", "tether0", "bridge of the generated pod network")
+	f.StringVar(&ctrdCfg.Snapshotter, "snapshotter", "", "containerd snapshotter (default: containerd's, overlayfs)")
 	f.StringVar(&cfg.Zone, "zone", "", "the node's site, set as the topology.kubernetes.io/zone label")
 	f.StringToStringVar(&cfg.Labels, "labels", nil, "extra node labels, key=value,...")
 	f.StringVar(&nodeIP, "node-ip", "", "the node's InternalIP (default: the address used to reach the hub)")
@@ -98,6 +114,7 @@ the certificate and need no token. The agent reaches the hub over one tunnel
 	f.StringVar(&simCPU, "sim-cpu", "", "sim runtime: cpu capacity (default 4)")
 	f.StringVar(&simMemory, "sim-memory", "", "sim runtime: memory capacity (default 8Gi)")
 	f.StringVar(&simPods, "sim-pods", "", "sim runtime: pod capacity (default 110)")
+	cmd.AddCommand(newEdgeImagesCmd())
 	_ = cmd.MarkFlagRequired("hub")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd

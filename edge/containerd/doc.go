@@ -1,0 +1,12 @@
+// Package containerd is the edge agent's container runtime: it runs pods
+// with containerd through its Go client (not CRI), in the containerd
+// namespace "tether". Each pod gets a network namespace set up through CNI
+// (libcni with the standard bridge, host-local, loopback and portmap
+// plugins), its volumes under the agent's data directory, and one
+// containerd container per container instance. Logs are written in the CRI
+// log format with size-based rotation.
+//
+// Everything the runtime needs to find its pods again lives in containerd
+// (container labels) and in the data directory, so a restarted agent
+// adopts the containers still running instead of restarting them.
+package containerd

@@ -1,0 +1,755 @@
+package containerd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tether-edge/tether/edge"
+)
+
+// Labels on tether's containerd containers: they are how a restarted
+// agent finds its pods' containers and what they were.
+const (
+	labelPodUID       = "io.tether.pod.uid"
+	labelPodNamespace = "io.tether.pod.namespace"
+	labelPodName      = "io.tether.pod.name"
+	labelContainer    = "io.tether.container.name"
+	labelInit         = "io.tether.container.init"
+	labelAttempt      = "io.tether.container.attempt"
+	labelImage        = "io.tether.container.image"
+	labelStarted      = "io.tether.started"
+	labelFinished     = "io.tether.finished"
+	labelExitCode     = "io.tether.exit.code"
+	labelExitReason   = "io.tether.exit.reason"
+	labelExitMessage  = "io.tether.exit.message"
+)
+
+// pod is the runtime's record of a pod.
+type pod struct {
+	uid       types.UID
+	namespace string
+	name      string
+	dir       string
+
+	mu           sync.Mutex
+	spec         *corev1.Pod
+	sandboxReady bool
+	sandboxErr   string
+	netnsPath    string // empty for host-network pods
+	ips          []netip.Addr
+	init, app    []*ctr
+	killing      bool
+	timer        *time.Timer // wakes the pod when a back-off ends
+}
+
+// ctr is a container of a pod across its instances.
+type ctr struct {
+	name    string
+	isInit  bool
+	cur     *instance
+	prev    *instance
+	backoff edge.RestartBackoff
+	// waiting explains why no instance runs (image errors, back-off).
+	waitReason, waitMessage string
+}
+
+// instance is one containerd container (one run of a pod's container).
+type instance struct {
+	id       string
+	attempt  int32
+	image    string
+	imageID  string
+	logPath  string
+	started  time.Time
+	finished time.Time
+	running  bool
+	exitCode int32
+	reason   string
+	message  string
+	ready    bool
+	// startupDone is true once the startup probe succeeded (or when there
+	// is none).
+	startupDone bool
+
+	task   containerd.Task
+	logs   *logWriter
+	stdin  *stdinPipe
+	exited chan struct{} // closed once the exit is recorded
+	stop   context.CancelFunc
+	// killReason, when set, is why the agent killed it (a failed
+	// liveness probe).
+	killReason string
+}
+
+func (p *pod) key() string { return p.namespace + "/" + p.name }
+
+func (p *pod) container(name string, isInit bool, base, max time.Duration) *ctr {
+	list := &p.app
+	if isInit {
+		list = &p.init
+	}
+	for _, c := range *list {
+		if c.name == name {
+			return c
+		}
+	}
+	c := &ctr{name: name, isInit: isInit, backoff: edge.RestartBackoff{Base: base, Max: max}}
+	*list = append(*list, c)
+	return c
+}
+
+func (p *pod) find(name string) *ctr {
+	for _, c := range append(append([]*ctr{}, p.init...), p.app...) {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// stopWatchers ends the probe loops of the pod's instances.
+func (p *pod) stopWatchers() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range append(append([]*ctr{}, p.init...), p.app...) {
+		if c.cur != nil && c.cur.stop != nil {
+			c.cur.stop()
+		}
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+}
+
+// containerID names an instance in containerd. It must stay under 76
+// characters of [A-Za-z0-9._-].
+func containerID(uid types.UID, name string, attempt int32) string {
+	h := sha256.Sum256([]byte(uid))
+	if len(name) > 48 {
+		name = name[:48]
+	}
+	return fmt.Sprintf("%s-%s-%d", hex.EncodeToString(h[:6]), name, attempt)
+}
+
+// sandboxState is what the pod directory records of the sandbox.
+type sandboxState struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Netns     string   `json:"netns,omitempty"`
+	IPs       []string `json:"ips"`
+}
+
+func (r *Runtime) podDir(uid types.UID) string { return filepath.Join(r.podsDir, string(uid)) }
+
+// SyncPod implements edge.Runtime.
+func (r *Runtime) SyncPod(ctx context.Context, spec *corev1.Pod, net edge.Network) error {
+	r.mu.Lock()
+	p := r.pods[spec.UID]
+	if p == nil {
+		p = &pod{uid: spec.UID, namespace: spec.Namespace, name: spec.Name, dir: r.podDir(spec.UID)}
+		r.pods[spec.UID] = p
+	}
+	r.mu.Unlock()
+
+	p.mu.Lock()
+	p.spec = spec
+	killing, ready := p.killing, p.sandboxReady
+	p.mu.Unlock()
+	if killing {
+		return nil
+	}
+	if !ready {
+		if err := r.createSandbox(ctx, p, spec, net); err != nil {
+			p.mu.Lock()
+			p.sandboxErr = err.Error()
+			p.mu.Unlock()
+			return fmt.Errorf("create sandbox of pod %s/%s: %w", spec.Namespace, spec.Name, err)
+		}
+	}
+	if err := r.syncVolumes(ctx, p, spec); err != nil {
+		return fmt.Errorf("set up volumes of pod %s/%s: %w", spec.Namespace, spec.Name, err)
+	}
+	return r.advance(ctx, p, spec)
+}
+
+func (r *Runtime) createSandbox(ctx context.Context, p *pod, spec *corev1.Pod, net edge.Network) error {
+	if err := os.MkdirAll(p.dir, 0o750); err != nil {
+		return err
+	}
+	st := sandboxState{Namespace: spec.Namespace, Name: spec.Name}
+	var ips []netip.Addr
+	nsPath := ""
+	if spec.Spec.HostNetwork {
+		if len(net.HostIPs) == 0 {
+			return errors.New("host-network pod but the node has no address")
+		}
+		ips = net.HostIPs
+	} else {
+		var err error
+		nsPath, ips, err = r.net.setUp(ctx, spec, net)
+		if err != nil {
+			return err
+		}
+	}
+	st.Netns = nsPath
+	for _, ip := range ips {
+		st.IPs = append(st.IPs, ip.String())
+	}
+	if err := r.writeEtcFiles(p, spec, ips); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(st)
+	if err := writeFileAtomic(filepath.Join(p.dir, "sandbox.json"), b, 0o600); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.netnsPath, p.ips, p.sandboxReady, p.sandboxErr = nsPath, ips, true, ""
+	p.mu.Unlock()
+	return nil
+}
+
+// advance starts what the pod is ready for: the next init container, or
+// the app containers; and restarts exited ones as the restart policy and
+// back-off allow.
+func (r *Runtime) advance(ctx context.Context, p *pod, spec *corev1.Pod) error {
+	policy := spec.Spec.RestartPolicy
+	if policy == "" {
+		policy = corev1.RestartPolicyAlways
+	}
+	for i := range spec.Spec.InitContainers {
+		c := &spec.Spec.InitContainers[i]
+		p.mu.Lock()
+		cs := p.container(c.Name, true, r.cfg.BackoffBase, r.cfg.BackoffMax)
+		cur := cs.cur
+		p.mu.Unlock()
+		switch {
+		case cur == nil:
+			return r.start(ctx, p, cs, c, spec, 0)
+		case cur.running:
+			r.ensureProbes(p, cs, c)
+			return nil
+		case cur.exitCode == 0:
+			continue
+		case policy == corev1.RestartPolicyNever:
+			return nil // the pod failed
+		default:
+			return r.restart(ctx, p, cs, c, spec)
+		}
+	}
+	var errs []error
+	for i := range spec.Spec.Containers {
+		c := &spec.Spec.Containers[i]
+		p.mu.Lock()
+		cs := p.container(c.Name, false, r.cfg.BackoffBase, r.cfg.BackoffMax)
+		cur := cs.cur
+		p.mu.Unlock()
+		var err error
+		switch {
+		case cur == nil:
+			err = r.start(ctx, p, cs, c, spec, 0)
+		case cur.running:
+			r.ensureProbes(p, cs, c)
+		case policy == corev1.RestartPolicyAlways, policy == corev1.RestartPolicyOnFailure && cur.exitCode != 0:
+			err = r.restart(ctx, p, cs, c, spec)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// restart starts a new instance of an exited container once its back-off
+// allows, and otherwise leaves it waiting in CrashLoopBackOff with a timer
+// that wakes the pod.
+func (r *Runtime) restart(ctx context.Context, p *pod, cs *ctr, c *corev1.Container, spec *corev1.Pod) error {
+	p.mu.Lock()
+	cur := cs.cur
+	wait := cs.backoff.Wait(cur.finished)
+	at := cur.finished.Add(wait)
+	if now := time.Now(); now.Before(at) {
+		cs.waitReason = "CrashLoopBackOff"
+		cs.waitMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.Name, p.name, p.namespace, p.uid)
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		uid := p.uid
+		p.timer = time.AfterFunc(at.Sub(now), func() { r.changed(uid) })
+		p.mu.Unlock()
+		return nil
+	}
+	cs.backoff.Restarted(time.Now())
+	attempt := cur.attempt + 1
+	p.mu.Unlock()
+	return r.start(ctx, p, cs, c, spec, attempt)
+}
+
+// start creates and starts instance attempt of container c.
+func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Container, spec *corev1.Pod, attempt int32) error {
+	fail := func(reason string, err error) error {
+		p.mu.Lock()
+		cs.waitReason, cs.waitMessage = reason, err.Error()
+		p.mu.Unlock()
+		return fmt.Errorf("start container %s of pod %s: %w", c.Name, p.key(), err)
+	}
+	img, err := r.ensureImage(ctx, spec, c)
+	if err != nil {
+		return fail(imageReason(err), err)
+	}
+	id := containerID(p.uid, c.Name, attempt)
+	// A leftover of an interrupted start has the same name.
+	if old, err := r.client.LoadContainer(ctx, id); err == nil {
+		r.deleteContainer(ctx, old)
+	}
+	p.mu.Lock()
+	ips := p.ips
+	nsPath := p.netnsPath
+	p.mu.Unlock()
+	specOpts, err := r.specOpts(ctx, p, spec, c, img, ips, nsPath, id)
+	if err != nil {
+		return fail("CreateContainerConfigError", err)
+	}
+	labels := map[string]string{
+		labelPodUID: string(p.uid), labelPodNamespace: p.namespace, labelPodName: p.name,
+		labelContainer: c.Name, labelAttempt: strconv.Itoa(int(attempt)), labelImage: c.Image,
+	}
+	if cs.isInit {
+		labels[labelInit] = "true"
+	}
+	cont, err := r.client.NewContainer(ctx, id,
+		containerd.WithImage(img),
+		containerd.WithSnapshotter(r.cfg.Snapshotter),
+		containerd.WithNewSnapshot(id, img),
+		containerd.WithContainerLabels(labels),
+		containerd.WithNewSpec(specOpts...),
+	)
+	if err != nil {
+		return fail("CreateContainerError", err)
+	}
+	inst := &instance{
+		id: id, attempt: attempt, image: img.Name(), imageID: img.Target().Digest.String(),
+		logPath: r.logPath(p, c.Name, attempt), exited: make(chan struct{}),
+		startupDone: c.StartupProbe == nil,
+	}
+	inst.logs, err = newLogWriter(inst.logPath, r.cfg.LogMaxSize, r.cfg.LogMaxFiles)
+	if err != nil {
+		r.deleteContainer(ctx, cont)
+		return fail("CreateContainerError", err)
+	}
+	task, err := r.newTask(ctx, cont, inst, c.Stdin, c.TTY)
+	if err == nil {
+		err = task.Start(ctx)
+		if err != nil {
+			_, _ = task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
+		}
+	}
+	p.mu.Lock()
+	old := cs.prev
+	cs.prev, cs.cur = cs.cur, inst
+	cs.waitReason, cs.waitMessage = "", ""
+	p.mu.Unlock()
+	if old != nil {
+		r.dropInstance(ctx, old)
+	}
+	if err != nil {
+		// The container could not run (no such executable, bad user):
+		// it counts as an exit, so that the back-off applies.
+		now := time.Now()
+		inst.logs.Close()
+		p.mu.Lock()
+		inst.started, inst.finished, inst.exitCode = now, now, 128
+		inst.reason, inst.message = "StartError", err.Error()
+		p.mu.Unlock()
+		close(inst.exited)
+		r.recordExit(ctx, cont, inst)
+		go r.changed(p.uid)
+		return fmt.Errorf("start container %s of pod %s: %w", c.Name, p.key(), err)
+	}
+	p.mu.Lock()
+	inst.task, inst.running, inst.started = task, true, time.Now()
+	p.mu.Unlock()
+	_, _ = cont.SetLabels(context.WithoutCancel(ctx), map[string]string{labelStarted: inst.started.Format(time.RFC3339Nano)})
+	r.watchExit(p, cs, inst, cont)
+	r.ensureProbes(p, cs, c)
+	go r.changed(p.uid)
+	return nil
+}
+
+// newTask creates the container's task with its output going to the log
+// (and to attached clients).
+func (r *Runtime) newTask(ctx context.Context, cont containerd.Container, inst *instance, stdin, tty bool) (containerd.Task, error) {
+	opts := []cio.Opt{cio.WithFIFODir(r.fifoDir)}
+	var in *stdinPipe
+	if stdin {
+		in = newStdinPipe()
+		inst.stdin = in
+	}
+	out, errw := inst.logs.stream("stdout"), inst.logs.stream("stderr")
+	var streams cio.Opt
+	if in != nil {
+		streams = cio.WithStreams(in, out, errw)
+	} else {
+		streams = cio.WithStreams(nil, out, errw)
+	}
+	opts = append(opts, streams)
+	if tty {
+		opts = append(opts, cio.WithTerminal)
+	}
+	task, err := cont.NewTask(ctx, cio.NewCreator(opts...))
+	if err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
+	}
+	return task, nil
+}
+
+// watchExit records the instance's exit when its task ends.
+func (r *Runtime) watchExit(p *pod, cs *ctr, inst *instance, cont containerd.Container) {
+	ctx := context.Background()
+	go func() {
+		for {
+			ch, err := inst.task.Wait(ctx)
+			if err != nil {
+				if errdefs.IsNotFound(err) {
+					r.finishInstance(p, inst, cont, 255, time.Now(), "Unknown", "the container's task disappeared")
+					return
+				}
+				// containerd is away (restarting); the shim keeps the
+				// container. Wait and ask again.
+				time.Sleep(time.Second)
+				if r.isClosing() {
+					return
+				}
+				continue
+			}
+			st := <-ch
+			if st.Error() != nil {
+				time.Sleep(time.Second)
+				if r.isClosing() {
+					return
+				}
+				// The wait broke with the connection: reload the task.
+				if t, err := cont.Task(ctx, nil); err == nil {
+					inst.task = t
+				}
+				continue
+			}
+			code := int32(st.ExitCode())
+			reason, msg := "Completed", ""
+			if code != 0 {
+				reason = "Error"
+			}
+			if r.oomKilled(inst.id) {
+				reason = "OOMKilled"
+			}
+			p.mu.Lock()
+			if inst.killReason != "" && reason == "Error" {
+				msg = inst.killReason
+			}
+			p.mu.Unlock()
+			r.finishInstance(p, inst, cont, code, st.ExitTime(), reason, msg)
+			return
+		}
+	}()
+}
+
+func (r *Runtime) isClosing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closing
+}
+
+// finishInstance records an exit: deletes the task (its IO is flushed
+// first), stores the exit in the container's labels and tells the agent.
+func (r *Runtime) finishInstance(p *pod, inst *instance, cont containerd.Container, code int32, at time.Time, reason, msg string) {
+	ctx := context.Background()
+	if inst.task != nil {
+		if tio := inst.task.IO(); tio != nil {
+			tio.Cancel()
+		}
+		// Delete waits for the task's IO copies to end; never let a reader
+		// stuck elsewhere hold the exit back.
+		deleted := make(chan struct{})
+		go func() {
+			defer close(deleted)
+			_, _ = inst.task.Delete(ctx)
+		}()
+		select {
+		case <-deleted:
+		case <-time.After(10 * time.Second):
+			r.log.Warn("task delete still waiting on its output after 10s; recording the exit anyway", "id", inst.id)
+		}
+	}
+	if inst.logs != nil {
+		inst.logs.Close()
+	}
+	if inst.stdin != nil {
+		inst.stdin.Close()
+	}
+	if m := r.terminationMessage(p, inst); m != "" {
+		msg = m
+	}
+	if at.IsZero() || at.Year() < 2000 {
+		at = time.Now()
+	}
+	p.mu.Lock()
+	inst.running, inst.ready = false, false
+	inst.exitCode, inst.finished, inst.reason, inst.message = code, at, reason, msg
+	if inst.stop != nil {
+		inst.stop()
+	}
+	p.mu.Unlock()
+	r.recordExit(ctx, cont, inst)
+	close(inst.exited)
+	r.changed(p.uid)
+}
+
+func (r *Runtime) recordExit(ctx context.Context, cont containerd.Container, inst *instance) {
+	_, err := cont.SetLabels(context.WithoutCancel(ctx), map[string]string{
+		labelExitCode:    strconv.Itoa(int(inst.exitCode)),
+		labelExitReason:  inst.reason,
+		labelExitMessage: truncate(inst.message, 1024),
+		labelStarted:     inst.started.Format(time.RFC3339Nano),
+		labelFinished:    inst.finished.Format(time.RFC3339Nano),
+	})
+	if err != nil {
+		r.log.Debug("record container exit", "id", inst.id, "err", err)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// oomKilled tells whether the kernel's OOM killer killed a process of the
+// container; read before the task is deleted, while its cgroup exists.
+func (r *Runtime) oomKilled(id string) bool {
+	for _, path := range []string{
+		filepath.Join("/sys/fs/cgroup/memory", Namespace, id, "memory.oom_control"),
+		filepath.Join("/sys/fs/cgroup", Namespace, id, "memory.events"),
+	} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// dropInstance deletes an instance older than the previous one.
+func (r *Runtime) dropInstance(ctx context.Context, inst *instance) {
+	if cont, err := r.client.LoadContainer(ctx, inst.id); err == nil {
+		r.deleteContainer(ctx, cont)
+	}
+	removeLogs(inst.logPath)
+}
+
+func (r *Runtime) deleteContainer(ctx context.Context, cont containerd.Container) {
+	ctx = context.WithoutCancel(ctx)
+	if t, err := cont.Task(ctx, nil); err == nil {
+		_, _ = t.Delete(ctx, containerd.WithProcessKill)
+	}
+	if err := cont.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		r.log.Warn("delete container", "id", cont.ID(), "err", err)
+	}
+}
+
+// KillPod implements edge.Runtime.
+func (r *Runtime) KillPod(ctx context.Context, uid types.UID, grace time.Duration) error {
+	p := r.pod(uid)
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	p.killing = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	spec := p.spec
+	var running []*ctr
+	for _, c := range append(append([]*ctr{}, p.init...), p.app...) {
+		if c.cur != nil && c.cur.running {
+			running = append(running, c)
+		}
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, cs := range running {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.stopInstance(ctx, p, spec, cs, grace)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// stopInstance runs the preStop hook, sends SIGTERM, and SIGKILL once
+// grace (counted from the start of the hook) is over.
+func (r *Runtime) stopInstance(ctx context.Context, p *pod, spec *corev1.Pod, cs *ctr, grace time.Duration) {
+	p.mu.Lock()
+	inst := cs.cur
+	p.mu.Unlock()
+	deadline := time.Now().Add(grace)
+	if c := containerSpec(spec, cs.name); c != nil && grace > 0 && c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		hctx, cancel := context.WithDeadline(ctx, deadline)
+		if err := r.runHook(hctx, p, inst, c.Lifecycle.PreStop); err != nil {
+			r.log.Info("preStop hook failed", "pod", p.key(), "container", cs.name, "err", err)
+		}
+		cancel()
+	}
+	if inst.task == nil {
+		return
+	}
+	_ = inst.task.Kill(ctx, syscall.SIGTERM)
+	select {
+	case <-inst.exited:
+		return
+	case <-time.After(time.Until(deadline)):
+	case <-ctx.Done():
+	}
+	_ = inst.task.Kill(context.WithoutCancel(ctx), syscall.SIGKILL, containerd.WithKillAll)
+	select {
+	case <-inst.exited:
+	case <-time.After(10 * time.Second):
+		r.log.Warn("container did not exit after SIGKILL", "pod", p.key(), "container", cs.name)
+	}
+}
+
+func containerSpec(pod *corev1.Pod, name string) *corev1.Container {
+	if pod == nil {
+		return nil
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// RemovePod implements edge.Runtime.
+func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
+	p := r.pod(uid)
+	if p == nil {
+		return nil
+	}
+	if err := r.KillPod(ctx, uid, 0); err != nil {
+		return err
+	}
+	p.stopWatchers()
+	p.mu.Lock()
+	var insts []*instance
+	for _, c := range append(append([]*ctr{}, p.init...), p.app...) {
+		for _, i := range []*instance{c.cur, c.prev} {
+			if i != nil {
+				insts = append(insts, i)
+			}
+		}
+	}
+	spec := p.spec
+	p.mu.Unlock()
+	for _, i := range insts {
+		r.dropInstance(ctx, i)
+	}
+	if spec == nil {
+		spec = &corev1.Pod{}
+		spec.UID, spec.Namespace, spec.Name = p.uid, p.namespace, p.name
+	}
+	if !spec.Spec.HostNetwork {
+		if err := r.net.tearDown(ctx, spec); err != nil {
+			return err
+		}
+	}
+	if err := r.removePodDir(p); err != nil {
+		return err
+	}
+	_ = os.RemoveAll(r.podLogDir(p))
+	r.mu.Lock()
+	delete(r.pods, uid)
+	r.mu.Unlock()
+	return nil
+}
+
+// PodStatus implements edge.Runtime.
+func (r *Runtime) PodStatus(_ context.Context, uid types.UID) (*edge.PodStatus, error) {
+	p := r.pod(uid)
+	if p == nil {
+		return nil, fmt.Errorf("pod %s: %w", uid, edge.ErrPodNotFound)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := &edge.PodStatus{UID: uid, SandboxReady: p.sandboxReady, SandboxError: p.sandboxErr}
+	st.IPs = append(st.IPs, p.ips...)
+	conv := func(cs *ctr) edge.ContainerStatus {
+		out := edge.ContainerStatus{Name: cs.name}
+		if cs.cur == nil {
+			out.State, out.Reason, out.Message = edge.ContainerWaiting, cs.waitReason, cs.waitMessage
+			return out
+		}
+		i := cs.cur
+		out.ID = Name + "://" + i.id
+		out.Image, out.ImageID = i.image, i.imageID
+		out.RestartCount = i.attempt
+		out.StartedAt = i.started
+		switch {
+		case i.running:
+			out.State, out.Ready = edge.ContainerRunning, i.ready
+		case cs.waitReason != "":
+			// Exited and waiting for its restart.
+			out.State, out.Reason, out.Message = edge.ContainerWaiting, cs.waitReason, cs.waitMessage
+		default:
+			out.State, out.ExitCode, out.Reason, out.Message, out.FinishedAt = edge.ContainerExited, i.exitCode, i.reason, i.message, i.finished
+		}
+		last := cs.prev
+		if out.State == edge.ContainerWaiting {
+			last = i
+		}
+		if last != nil && !last.running {
+			out.Last = &edge.ContainerTermination{
+				ID: Name + "://" + last.id, ExitCode: last.exitCode, Reason: last.reason, Message: last.message,
+				StartedAt: last.started, FinishedAt: last.finished,
+			}
+		}
+		return out
+	}
+	for _, c := range p.init {
+		st.InitContainers = append(st.InitContainers, conv(c))
+	}
+	for _, c := range p.app {
+		st.Containers = append(st.Containers, conv(c))
+	}
+	return st, nil
+}

@@ -1,0 +1,323 @@
+package containerd
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/tether-edge/tether/edge"
+)
+
+// ensureProbes starts the probe loop of a running instance once.
+func (r *Runtime) ensureProbes(p *pod, cs *ctr, c *corev1.Container) {
+	p.mu.Lock()
+	inst := cs.cur
+	if inst == nil || !inst.running || inst.stop != nil {
+		p.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inst.stop = cancel
+	if c.StartupProbe == nil && c.ReadinessProbe == nil && !cs.isInit {
+		inst.ready = true
+	}
+	p.mu.Unlock()
+	c = c.DeepCopy()
+	if c.StartupProbe == nil && c.LivenessProbe == nil && c.ReadinessProbe == nil {
+		return
+	}
+	go r.probeLoop(ctx, p, cs, inst, c)
+}
+
+// probeLoop runs the startup probe until it succeeds, then the liveness
+// and readiness probes, each on its own schedule.
+func (r *Runtime) probeLoop(ctx context.Context, p *pod, cs *ctr, inst *instance, c *corev1.Container) {
+	if c.StartupProbe != nil {
+		ok := r.probeUntil(ctx, p, inst, c.StartupProbe, true)
+		if ctx.Err() != nil {
+			return
+		}
+		if !ok {
+			r.killForProbe(p, cs, inst, c, "startup")
+			return
+		}
+		p.mu.Lock()
+		inst.startupDone = true
+		if c.ReadinessProbe == nil {
+			inst.ready = true
+		}
+		p.mu.Unlock()
+		r.changed(p.uid)
+	}
+	if c.ReadinessProbe != nil {
+		go r.readinessLoop(ctx, p, inst, c.ReadinessProbe)
+	}
+	if c.LivenessProbe != nil {
+		if !r.probeUntil(ctx, p, inst, c.LivenessProbe, false) && ctx.Err() == nil {
+			r.killForProbe(p, cs, inst, c, "liveness")
+		}
+	}
+}
+
+func probeTiming(pr *corev1.Probe) (initial, period, timeout time.Duration, success, failure int32) {
+	initial = time.Duration(pr.InitialDelaySeconds) * time.Second
+	period = time.Duration(max(pr.PeriodSeconds, 1)) * time.Second
+	timeout = time.Duration(max(pr.TimeoutSeconds, 1)) * time.Second
+	return initial, period, timeout, max(pr.SuccessThreshold, 1), max(pr.FailureThreshold, 1)
+}
+
+// probeUntil runs a probe on its period. For a startup probe it returns
+// true at the first success; for liveness it returns false after
+// failureThreshold consecutive failures (and never returns true).
+func (r *Runtime) probeUntil(ctx context.Context, p *pod, inst *instance, pr *corev1.Probe, startup bool) bool {
+	initial, period, timeout, _, failure := probeTiming(pr)
+	if !sleepCtx(ctx, initial) {
+		return false
+	}
+	fails := int32(0)
+	for {
+		err := r.probe(ctx, p, inst, &pr.ProbeHandler, timeout)
+		if ctx.Err() != nil {
+			return false
+		}
+		if err == nil {
+			fails = 0
+			if startup {
+				return true
+			}
+		} else {
+			fails++
+			r.log.Debug("probe failed", "pod", p.key(), "instance", inst.id, "err", err, "failures", fails)
+			if fails >= failure {
+				return false
+			}
+		}
+		if !sleepCtx(ctx, period) {
+			return false
+		}
+	}
+}
+
+func (r *Runtime) readinessLoop(ctx context.Context, p *pod, inst *instance, pr *corev1.Probe) {
+	initial, period, timeout, success, failure := probeTiming(pr)
+	if !sleepCtx(ctx, initial) {
+		return
+	}
+	var oks, fails int32
+	for {
+		err := r.probe(ctx, p, inst, &pr.ProbeHandler, timeout)
+		if ctx.Err() != nil {
+			return
+		}
+		p.mu.Lock()
+		was := inst.ready
+		if err == nil {
+			oks, fails = oks+1, 0
+			if oks >= success {
+				inst.ready = true
+			}
+		} else {
+			oks, fails = 0, fails+1
+			if fails >= failure {
+				inst.ready = false
+			}
+		}
+		now := inst.ready
+		p.mu.Unlock()
+		if was != now {
+			r.changed(p.uid)
+		}
+		if !sleepCtx(ctx, period) {
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// killForProbe stops an instance whose liveness or startup probe failed;
+// the restart policy then decides on a new instance.
+func (r *Runtime) killForProbe(p *pod, cs *ctr, inst *instance, c *corev1.Container, which string) {
+	p.mu.Lock()
+	inst.killReason = fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, which)
+	spec := p.spec
+	p.mu.Unlock()
+	r.log.Info("container failed its probe; killing it", "pod", p.key(), "container", c.Name, "probe", which)
+	grace := 30 * time.Second
+	if spec != nil && spec.Spec.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*spec.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	pr := c.LivenessProbe
+	if which == "startup" {
+		pr = c.StartupProbe
+	}
+	if pr != nil && pr.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*pr.TerminationGracePeriodSeconds) * time.Second
+	}
+	r.stopInstance(context.Background(), p, spec, cs, grace)
+}
+
+// probe runs one probe attempt.
+func (r *Runtime) probe(ctx context.Context, p *pod, inst *instance, h *corev1.ProbeHandler, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	switch {
+	case h.Exec != nil:
+		var out strings.Builder
+		code, err := r.execInstance(ctx, inst, h.Exec.Command, edge.Streams{Stdout: &out, Stderr: &out})
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return fmt.Errorf("exec probe exited with %d: %s", code, truncate(out.String(), 256))
+		}
+		return nil
+	case h.HTTPGet != nil:
+		return r.httpGet(ctx, p, h.HTTPGet)
+	case h.TCPSocket != nil:
+		host, port, err := r.target(p, h.TCPSocket.Host, h.TCPSocket.Port)
+		if err != nil {
+			return err
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	case h.GRPC != nil:
+		return fmt.Errorf("gRPC probes are not supported by the containerd runtime")
+	}
+	return fmt.Errorf("probe has no handler")
+}
+
+// target resolves a probe's host (the pod's IP by default) and port
+// (named ports included).
+func (r *Runtime) target(p *pod, host string, port intstr.IntOrString) (string, string, error) {
+	p.mu.Lock()
+	spec := p.spec
+	if host == "" && len(p.ips) > 0 {
+		host = p.ips[0].String()
+	}
+	p.mu.Unlock()
+	if host == "" {
+		return "", "", fmt.Errorf("the pod has no address")
+	}
+	if port.Type == intstr.Int {
+		return host, strconv.Itoa(port.IntValue()), nil
+	}
+	if spec != nil {
+		for _, c := range append(append([]corev1.Container{}, spec.Spec.InitContainers...), spec.Spec.Containers...) {
+			for _, cp := range c.Ports {
+				if cp.Name == port.StrVal {
+					return host, strconv.Itoa(int(cp.ContainerPort)), nil
+				}
+			}
+		}
+	}
+	if n, err := strconv.Atoi(port.StrVal); err == nil {
+		return host, strconv.Itoa(n), nil
+	}
+	return "", "", fmt.Errorf("no port named %q", port.StrVal)
+}
+
+var probeClient = &http.Client{
+	Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // probes do not verify, as upstream
+		DisableKeepAlives: true,
+	},
+	CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	},
+}
+
+func (r *Runtime) httpGet(ctx context.Context, p *pod, g *corev1.HTTPGetAction) error {
+	host, port, err := r.target(p, g.Host, g.Port)
+	if err != nil {
+		return err
+	}
+	scheme := strings.ToLower(string(g.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	path := g.Path
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, port)}
+	u, err = u.Parse(path)
+	if err != nil {
+		return fmt.Errorf("probe URL: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "kube-probe/"+strings.TrimPrefix(edge.KubernetesVersion, "v"))
+	for _, h := range g.HTTPHeaders {
+		if strings.EqualFold(h.Name, "Host") {
+			req.Host = h.Value
+			continue
+		}
+		req.Header.Add(h.Name, h.Value)
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("HTTP probe failed with status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// runHook runs a lifecycle hook (preStop) in or against the instance.
+func (r *Runtime) runHook(ctx context.Context, p *pod, inst *instance, h *corev1.LifecycleHandler) error {
+	switch {
+	case h.Exec != nil:
+		var out strings.Builder
+		code, err := r.execInstance(ctx, inst, h.Exec.Command, edge.Streams{Stdout: &out, Stderr: &out})
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return fmt.Errorf("hook exited with %d: %s", code, truncate(out.String(), 256))
+		}
+		return nil
+	case h.HTTPGet != nil:
+		return r.httpGet(ctx, p, h.HTTPGet)
+	case h.Sleep != nil:
+		sleepCtx(ctx, time.Duration(h.Sleep.Seconds)*time.Second)
+		return nil
+	case h.TCPSocket != nil:
+		return fmt.Errorf("tcpSocket lifecycle hooks are deprecated and not run")
+	}
+	return fmt.Errorf("hook has no handler")
+}

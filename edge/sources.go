@@ -1,0 +1,72 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// agentSources serves runtimes the ConfigMaps and Secrets the reference
+// manager watches for the node's pods, and tokens from the hub.
+type agentSources struct{ a *Agent }
+
+func (s agentSources) object(r objectRef) (any, error) {
+	s.a.refs.mu.Lock()
+	w := s.a.refs.watchers[r]
+	s.a.refs.mu.Unlock()
+	if w == nil || !w.synced() {
+		return nil, fmt.Errorf("%s %s/%s: %w", r.kind, r.namespace, r.name, ErrSourceNotReady)
+	}
+	obj, ok, err := w.store.GetByKey(r.namespace + "/" + r.name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s/%s: %w", r.kind, r.namespace, r.name, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s %s/%s: %w", r.kind, r.namespace, r.name, ErrSourceNotFound)
+	}
+	return obj, nil
+}
+
+// ConfigMap implements Sources.
+func (s agentSources) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
+	obj, err := s.object(objectRef{kind: refConfigMap, namespace: namespace, name: name})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.ConfigMap), nil
+}
+
+// Secret implements Sources.
+func (s agentSources) Secret(namespace, name string) (*corev1.Secret, error) {
+	obj, err := s.object(objectRef{kind: refSecret, namespace: namespace, name: name})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.Secret), nil
+}
+
+// ServiceAccountToken implements Sources with the hub's TokenRequest API.
+func (s agentSources) ServiceAccountToken(ctx context.Context, pod *corev1.Pod, audience string, expirationSeconds int64) (string, time.Time, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}
+	if audience != "" {
+		tr.Spec.Audiences = []string{audience}
+	}
+	if expirationSeconds > 0 {
+		tr.Spec.ExpirationSeconds = &expirationSeconds
+	}
+	out, err := s.a.core.ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("request token of service account %s/%s: %w", pod.Namespace, sa, err)
+	}
+	return out.Status.Token, out.Status.ExpirationTimestamp.Time, nil
+}

@@ -1,0 +1,144 @@
+// Command testapp is the program inside tether's test images. Its first
+// argument picks what it does:
+//
+//	serve [ADDR]      HTTP server (default :8080): / says hello, /healthz
+//	                  answers 200 until /fail is hit, /env dumps the
+//	                  environment, /file?path=P dumps a file
+//	crash [CODE]      prints a line and exits with CODE (default 1)
+//	memhog MIB        allocates and touches MIB mebibytes, then sleeps
+//	sleep [SECONDS]   sleeps (forever without an argument); exits 0 on SIGTERM
+//	get URL           fetches URL and prints the body (images have no curl)
+//	log N             prints N numbered lines, one every 100ms, then sleeps
+//
+// It is built static (CGO_ENABLED=0) so that the images need no libc.
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		serve(":8080")
+		return
+	}
+	arg := func(i int, def string) string {
+		if len(os.Args) > i {
+			return os.Args[i]
+		}
+		return def
+	}
+	switch os.Args[1] {
+	case "serve":
+		serve(arg(2, ":8080"))
+	case "crash":
+		code, _ := strconv.Atoi(arg(2, "1"))
+		fmt.Println("crashing with", code)
+		os.Exit(code)
+	case "memhog":
+		mib, _ := strconv.Atoi(arg(2, "256"))
+		var keep [][]byte
+		for i := 0; i < mib; i++ {
+			b := make([]byte, 1<<20)
+			for j := range b {
+				b[j] = byte(j)
+			}
+			keep = append(keep, b)
+		}
+		fmt.Println("allocated", len(keep), "MiB")
+		sleep(0)
+	case "sleep":
+		s, _ := strconv.Atoi(arg(2, "0"))
+		sleep(time.Duration(s) * time.Second)
+	case "get":
+		resp, err := http.Get(arg(2, ""))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		io.Copy(os.Stdout, resp.Body)
+		if resp.StatusCode != 200 {
+			os.Exit(2)
+		}
+	case "log":
+		n, _ := strconv.Atoi(arg(2, "10"))
+		for i := 1; i <= n; i++ {
+			fmt.Printf("line %d\n", i)
+			time.Sleep(100 * time.Millisecond)
+		}
+		sleep(0)
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+func sleep(d time.Duration) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	var after <-chan time.Time
+	if d > 0 {
+		after = time.After(d)
+	}
+	select {
+	case s := <-sig:
+		fmt.Println("got", s)
+	case <-after:
+	}
+}
+
+func serve(addr string) {
+	var failing atomic.Bool
+	mux := http.NewServeMux()
+	host, _ := os.Hostname()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s\n", host)
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			http.Error(w, "failing", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/fail", func(w http.ResponseWriter, r *http.Request) {
+		failing.Store(true)
+		fmt.Fprintln(w, "failing from now on")
+	})
+	mux.HandleFunc("/env", func(w http.ResponseWriter, r *http.Request) {
+		env := os.Environ()
+		sort.Strings(env)
+		for _, e := range env {
+			fmt.Fprintln(w, e)
+		}
+	})
+	mux.HandleFunc("/file", func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(r.URL.Query().Get("path"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		w.Write(b)
+	})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	go func() {
+		<-sig
+		fmt.Println("got SIGTERM")
+		os.Exit(0)
+	}()
+	fmt.Println("listening on", addr)
+	if err := http.ListenAndServe(addr, mux); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
