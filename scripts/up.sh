@@ -4,7 +4,10 @@
 # a local edge agent joined to it through the tunnel. Installs what the
 # build needs when run as root on Debian. Stop both with Ctrl-C.
 #
-# The local edge runs the simulated runtime: pods are scheduled, started,
+# As root on Debian the local edge runs real containers with containerd
+# (installed if missing; the agent starts its own daemon) and a demo
+# Deployment and Service from an image the project builds and imports. As
+# another user it runs the simulated runtime: pods are scheduled, started,
 # reported and logged like real ones but run no containers.
 #
 #   TETHER_DATA    data directory            (default ~/.tether)
@@ -12,9 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+runtime=sim
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  runtime=containerd
   missing=()
-  for p in gcc libc6-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  for p in gcc libc6-dev containerd runc containernetworking-plugins; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -46,16 +51,58 @@ done
 node=$(hostname | tr 'A-Z_' 'a-z-')
 token=""
 [ -s "$data/edge/node.crt" ] || token=$(bin/tether token create --data-dir "$data" --ttl 1h)
-echo "== starting the local edge $node (logs: $data/edge.log)"
+edge_args=(--runtime sim)
+if [ "$runtime" = containerd ]; then
+  # The demo image: a static Go web server packed as an OCI archive, which
+  # the agent imports from its images directory at start.
+  mkdir -p "$data/edge/images"
+  [ -s "$data/edge/images/demo.tar" ] || go run ./testbench/images/cmd/build-images -demo -out "$data/edge/images"
+  edge_args=(--runtime containerd --containerd-address "$data/edge/containerd.sock")
+fi
+echo "== starting the local edge $node with the $runtime runtime (logs: $data/edge.log)"
 bin/tether edge --hub "https://$listen" ${token:+--token "$token"} --data-dir "$data/edge" \
-  --name "$node" --runtime sim >>"$data/edge.log" 2>&1 &
+  --name "$node" "${edge_args[@]}" >>"$data/edge.log" 2>&1 &
 pids+=($!)
 
-cat <<TXT
+kubectl=("$root/bin/kubectl" --kubeconfig "$data/admin.kubeconfig")
+if [ "$runtime" = containerd ]; then
+  "${kubectl[@]}" apply -f - >/dev/null <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: demo}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: demo}}
+  template:
+    metadata: {labels: {app: demo}}
+    spec:
+      containers:
+      - name: demo
+        image: docker.io/tether/demo:v1
+        imagePullPolicy: IfNotPresent
+        ports: [{containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: demo}
+spec:
+  selector: {app: demo}
+  ports: [{port: 80, targetPort: 8080}]
+YAML
+  cat <<TXT
+== tether is up, with a demo Deployment and Service; in another shell:
+   export KUBECONFIG=$data/admin.kubeconfig
+   $root/bin/kubectl get nodes,pods,svc,endpointslices -o wide
+   $root/bin/kubectl logs deploy/demo
+   $root/bin/kubectl port-forward svc/demo 8080:80 & curl localhost:8080
+TXT
+else
+  cat <<TXT
 == tether is up; in another shell:
    export KUBECONFIG=$data/admin.kubeconfig
    $root/bin/kubectl get nodes
    $root/bin/kubectl create deployment hello --image=hello --replicas=3
    $root/bin/kubectl get pods -o wide
 TXT
+fi
 wait -n "${pids[@]}"
