@@ -29,30 +29,15 @@ var pdbKind = registry.Lookup(schema.GroupVersionResource{Group: "policy", Versi
 // PodDisruptionBudget covering it allows no disruption now, which answers
 // 429 so that kubectl drain waits and retries.
 func (s *Server) evict(w http.ResponseWriter, r *http.Request, t target) {
-	opts, err := s.createOptions(r.URL.Query())
-	if err != nil {
-		s.writeError(w, err)
+	obj, warnings, opts, ok := s.postBody(w, r, func(body []byte, validation string) (runtime.Object, []string, error) {
+		return s.decodeEviction(r, body, validation)
+	})
+	if !ok {
 		return
 	}
-	body, err := s.readBody(r)
-	if err != nil {
+	ev := obj.(*policyv1.Eviction)
+	if err := checkTargetName(ev, t, "Eviction"); err != nil {
 		s.writeError(w, err)
-		return
-	}
-	ev, warnings, err := s.decodeEviction(r, body, opts.fieldValidation)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	if ev.Name == "" {
-		ev.Name = t.name
-	}
-	if err := checkNamespace(ev, t.namespace); err != nil {
-		s.writeError(w, err)
-		return
-	}
-	if ev.Name != t.name {
-		s.writeError(w, apierrors.NewBadRequest("name in URL does not match name in Eviction object"))
 		return
 	}
 	del := ev.DeleteOptions
@@ -66,17 +51,12 @@ func (s *Server) evict(w http.ResponseWriter, r *http.Request, t target) {
 		s.writeError(w, err)
 		return
 	}
-	addWarnings(w, warnings)
-	out, _ := s.negotiate(r)
-	if out.info.Serializer == nil {
-		out.info, _ = s.serializerFor(mediaJSON)
-	}
-	s.writeObject(w, http.StatusCreated, out, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated}, schema.GroupVersion{Version: "v1"})
+	s.writeCreated(w, r, warnings, nil, schema.GroupVersion{})
 }
 
 // decodeEviction accepts policy/v1 and the older policy/v1beta1 Eviction,
 // which has the same fields.
-func (s *Server) decodeEviction(r *http.Request, body []byte, validation string) (*policyv1.Eviction, []string, error) {
+func (s *Server) decodeEviction(r *http.Request, body []byte, validation string) (runtime.Object, []string, error) {
 	var probe struct {
 		APIVersion string `json:"apiVersion"`
 	}

@@ -622,43 +622,20 @@ func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, t targ
 }
 
 func (s *Server) bind(w http.ResponseWriter, r *http.Request, t target) {
-	opts, err := s.createOptions(r.URL.Query())
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	body, err := s.readBody(r)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	obj, warnings, err := s.decodeBody(r, body, corev1.SchemeGroupVersion.WithKind("Binding"), opts.fieldValidation)
-	if err != nil {
-		s.writeError(w, err)
+	obj, warnings, opts, ok := s.postBody(w, r, s.decodeAs(r, corev1.SchemeGroupVersion.WithKind("Binding")))
+	if !ok {
 		return
 	}
 	b := obj.(*corev1.Binding)
-	if b.Name == "" {
-		b.Name = t.name
-	}
-	if err := checkNamespace(b, t.namespace); err != nil {
+	if err := checkTargetName(b, t, "Binding"); err != nil {
 		s.writeError(w, err)
-		return
-	}
-	if b.Name != t.name {
-		s.writeError(w, apierrors.NewBadRequest("name in URL does not match name in Binding object"))
 		return
 	}
 	if err := s.cfg.Storage.Bind(r.Context(), t.namespace, b, storage.Options{DryRun: opts.dryRun, FieldManager: managerFor(opts, r)}); err != nil {
 		s.writeError(w, err)
 		return
 	}
-	addWarnings(w, warnings)
-	out, _ := s.negotiate(r)
-	if out.info.Serializer == nil {
-		out.info, _ = s.serializerFor(mediaJSON)
-	}
-	s.writeObject(w, http.StatusCreated, out, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated}, schema.GroupVersion{Version: "v1"})
+	s.writeCreated(w, r, warnings, nil, schema.GroupVersion{})
 }
 
 // scaleOf builds the autoscaling/v1 Scale of obj.

@@ -36,19 +36,8 @@ func (s *Server) requestToken(w http.ResponseWriter, r *http.Request, t target) 
 		s.writeError(w, notFoundPath())
 		return
 	}
-	opts, err := s.createOptions(r.URL.Query())
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	body, err := s.readBody(r)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	obj, warnings, err := s.decodeBody(r, body, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), opts.fieldValidation)
-	if err != nil {
-		s.writeError(w, err)
+	obj, warnings, _, ok := s.postBody(w, r, s.decodeAs(r, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest")))
+	if !ok {
 		return
 	}
 	req := obj.(*authenticationv1.TokenRequest)
@@ -119,10 +108,5 @@ func (s *Server) requestToken(w http.ResponseWriter, r *http.Request, t target) 
 	req.Name, req.Namespace = sa.Name, sa.Namespace
 	req.CreationTimestamp = metav1.NewTime(now)
 	req.Status = authenticationv1.TokenRequestStatus{Token: token, ExpirationTimestamp: metav1.NewTime(claims.Expiry)}
-	addWarnings(w, warnings)
-	out, _ := s.negotiate(r)
-	if out.info.Serializer == nil {
-		out.info, _ = s.serializerFor(mediaJSON)
-	}
-	s.writeObject(w, http.StatusCreated, out, req, authenticationv1.SchemeGroupVersion)
+	s.writeCreated(w, r, warnings, req, authenticationv1.SchemeGroupVersion)
 }
