@@ -416,19 +416,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, t target) {
 		s.writeError(w, err)
 		return
 	}
-	opts, err := s.createOptions(r.URL.Query())
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	body, err := s.readBody(r)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	obj, warnings, err := s.decodeBody(r, body, t.kind.GVK, opts.fieldValidation)
-	if err != nil {
-		s.writeError(w, err)
+	obj, warnings, opts, ok := s.writeBody(w, r, s.createOptions, s.decodeAs(r, t.kind.GVK))
+	if !ok {
 		return
 	}
 	if t.namespace != "" {
@@ -500,19 +489,8 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, t target, sub st
 		s.writeError(w, err)
 		return
 	}
-	opts, err := s.updateOptions(r.URL.Query())
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	body, err := s.readBody(r)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	obj, warnings, err := s.decodeBody(r, body, t.kind.GVK, opts.fieldValidation)
-	if err != nil {
-		s.writeError(w, err)
+	obj, warnings, opts, ok := s.writeBody(w, r, s.updateOptions, s.decodeAs(r, t.kind.GVK))
+	if !ok {
 		return
 	}
 	if err := checkName(obj, t.name); err != nil {

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,13 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// postBody reads the create options and the body of a POST to a
-// subresource (pods/binding, pods/eviction, serviceaccounts/token) and
-// decodes it with decode. ok is false when it already answered with an
-// error.
-func (s *Server) postBody(w http.ResponseWriter, r *http.Request,
+// writeBody reads the options (with options, e.g. createOptions) and the
+// body of a write and decodes it with decode. ok is false when it already
+// answered with an error.
+func (s *Server) writeBody(w http.ResponseWriter, r *http.Request, options func(url.Values) (writeOptions, error),
 	decode func(body []byte, validation string) (runtime.Object, []string, error)) (obj runtime.Object, warnings []string, opts writeOptions, ok bool) {
-	opts, err := s.createOptions(r.URL.Query())
+	opts, err := options(r.URL.Query())
 	if err != nil {
 		s.writeError(w, err)
 		return nil, nil, opts, false
@@ -33,6 +33,13 @@ func (s *Server) postBody(w http.ResponseWriter, r *http.Request,
 		return nil, nil, opts, false
 	}
 	return obj, warnings, opts, true
+}
+
+// postBody is writeBody for a POST to a subresource (pods/binding,
+// pods/eviction, serviceaccounts/token).
+func (s *Server) postBody(w http.ResponseWriter, r *http.Request,
+	decode func(body []byte, validation string) (runtime.Object, []string, error)) (runtime.Object, []string, writeOptions, bool) {
+	return s.writeBody(w, r, s.createOptions, decode)
 }
 
 // decodeAs returns a decode function for postBody that expects gvk.
