@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
 	"github.com/tether-edge/tether/edge/sim"
 	"github.com/tether-edge/tether/hub/hubtest"
 	"github.com/tether-edge/tether/testbench/hollow"
@@ -39,13 +39,7 @@ func startHub(t *testing.T, cfg Config) *env {
 	if testing.Short() {
 		t.Skip("starts a hub process")
 	}
-	h := hubtest.Start(t, hubArgs...)
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.QPS, rc.Burst = 200, 400
-	kube := kubernetes.NewForConfigOrDie(rc)
+	h, _, kube := kittest.Hub(t, hubArgs)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	cfg.Client, cfg.Informers = kube, factory
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
@@ -89,7 +83,7 @@ func (e *env) startNodes(t *testing.T, n int) {
 		cancel()
 		<-done
 	})
-	waitFor(t, "hollow nodes ready", 60*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "hollow nodes ready", 60*time.Second, func() (bool, error) {
 		nodes, err := e.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -104,21 +98,6 @@ func (e *env) startNodes(t *testing.T, n int) {
 		}
 		return ready == n, fmt.Errorf("%d of %d nodes ready", ready, n)
 	})
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s (last: %v)", what, last)
 }
 
 func template(ann map[string]string) corev1.PodTemplateSpec {
@@ -143,7 +122,7 @@ func (e *env) createJob(t *testing.T, ns string, j *batchv1.Job) *batchv1.Job {
 func (e *env) waitCondition(t *testing.T, ns, name string, ct batchv1.JobConditionType, reason string, timeout time.Duration) *batchv1.Job {
 	t.Helper()
 	var job *batchv1.Job
-	waitFor(t, fmt.Sprintf("job %s %s", name, ct), timeout, func() (bool, error) {
+	kittest.WaitFor(t, fmt.Sprintf("job %s %s", name, ct), timeout, func() (bool, error) {
 		j, err := e.kube.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -306,7 +285,7 @@ func TestJobsAgainstHub(t *testing.T) {
 			t.Errorf("suspended job started: %+v", j.Status)
 		}
 		e.h.MustRun("patch", "job", "later", "--type=merge", "-p", `{"spec":{"suspend":false}}`)
-		waitFor(t, "resumed job runs 2 pods", 30*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "resumed job runs 2 pods", 30*time.Second, func() (bool, error) {
 			j, err := e.kube.BatchV1().Jobs(ns).Get(context.Background(), "later", metav1.GetOptions{})
 			if err != nil {
 				return false, err
@@ -315,7 +294,7 @@ func TestJobsAgainstHub(t *testing.T) {
 			return j.Status.Active == 2 && c != nil && c.Status == corev1.ConditionFalse && c.Reason == reasonResumed, fmt.Errorf("%+v", j.Status)
 		})
 		e.h.MustRun("patch", "job", "later", "--type=merge", "-p", `{"spec":{"suspend":true}}`)
-		waitFor(t, "suspended job's pods deleted", 30*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "suspended job's pods deleted", 30*time.Second, func() (bool, error) {
 			j, err := e.kube.BatchV1().Jobs(ns).Get(context.Background(), "later", metav1.GetOptions{})
 			if err != nil {
 				return false, err
@@ -331,11 +310,11 @@ func TestJobsAgainstHub(t *testing.T) {
 			Spec:       batchv1.JobSpec{TTLSecondsAfterFinished: new(int32(2)), Template: template(ok)},
 		})
 		e.waitCondition(t, ns, "brief", batchv1.JobComplete, "", 60*time.Second)
-		waitFor(t, "finished job deleted after its TTL", 30*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "finished job deleted after its TTL", 30*time.Second, func() (bool, error) {
 			_, err := e.kube.BatchV1().Jobs(ns).Get(context.Background(), "brief", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), err
 		})
-		waitFor(t, "its pods deleted", 30*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "its pods deleted", 30*time.Second, func() (bool, error) {
 			return len(e.jobPods(t, ns, j)) == 0, nil
 		})
 	})
@@ -357,7 +336,7 @@ func TestJobsAgainstHub(t *testing.T) {
 		e.waitCondition(t, ns, "hello-manual", batchv1.JobComplete, "", 60*time.Second)
 
 		var fired *batchv1.Job
-		waitFor(t, "a Job started by the schedule", 75*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "a Job started by the schedule", 75*time.Second, func() (bool, error) {
 			l, err := e.kube.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{})
 			if err != nil {
 				return false, err
@@ -382,7 +361,7 @@ func TestJobsAgainstHub(t *testing.T) {
 		}
 		t.Logf("cronjob fired: job %s for %s, created %v after it", fired.Name, at.Format(time.RFC3339), fired.CreationTimestamp.Sub(at))
 		e.waitCondition(t, ns, fired.Name, batchv1.JobComplete, "", 60*time.Second)
-		waitFor(t, "lastSuccessfulTime", 10*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "lastSuccessfulTime", 10*time.Second, func() (bool, error) {
 			cj, err := e.kube.BatchV1().CronJobs(ns).Get(context.Background(), "hello", metav1.GetOptions{})
 			if err != nil {
 				return false, err
@@ -447,7 +426,7 @@ func TestCronJobPolicies(t *testing.T) {
 	}
 
 	t1 := step()
-	waitFor(t, "first jobs", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "first jobs", 10*time.Second, func() (bool, error) {
 		return len(jobsOf("forbid")) == 1 && len(jobsOf("replace")) == 1 && activeOf("forbid") == 1 && activeOf("replace") == 1, nil
 	})
 	first := jobsOf("replace")[0]
@@ -456,7 +435,7 @@ func TestCronJobPolicies(t *testing.T) {
 	}
 
 	t2 := step()
-	waitFor(t, "Replace swapped its job", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "Replace swapped its job", 10*time.Second, func() (bool, error) {
 		js := jobsOf("replace")
 		return len(js) == 1 && js[0].UID != first.UID, fmt.Errorf("%d jobs", len(js))
 	})
@@ -482,7 +461,7 @@ func TestCronJobPolicies(t *testing.T) {
 	}
 	// With no startingDeadlineSeconds, the start time Forbid skipped is
 	// still due: it starts as soon as nothing runs.
-	waitFor(t, "Forbid starts the skipped run once the running one ended", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "Forbid starts the skipped run once the running one ended", 10*time.Second, func() (bool, error) {
 		cj, err := e.kube.BatchV1().CronJobs(ns).Get(ctx, "forbid", metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -14,42 +14,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
 )
 
 // hubArgs turn off the hub's own copy of the controller under test, which
 // runs in the test process instead.
 var hubArgs = []string{"--controllers=*,-disruption"}
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s (last: %v)", what, last)
-}
-
 func TestBudgetsAgainstHub(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a hub process")
 	}
-	h := hubtest.Start(t, hubArgs...)
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.QPS, rc.Burst = 200, 400
-	kube := kubernetes.NewForConfigOrDie(rc)
+	h, _, kube := kittest.Hub(t, hubArgs)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	c, err := New(Config{Client: kube, Informers: factory, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
@@ -107,7 +84,7 @@ func TestBudgetsAgainstHub(t *testing.T) {
 	}
 	status := func(name string, want policyv1.PodDisruptionBudgetStatus, cond metav1.ConditionStatus) {
 		t.Helper()
-		waitFor(t, "status of "+name, 10*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "status of "+name, 10*time.Second, func() (bool, error) {
 			p, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err
@@ -167,7 +144,7 @@ func TestBudgetsAgainstHub(t *testing.T) {
 	pod("web-a", "web", true, &ref)
 	pod("web-b", "web", true, &ref)
 	budget("web", "web", nil, new(intstr.FromInt32(1)))
-	waitFor(t, "web budget computed", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "web budget computed", 10*time.Second, func() (bool, error) {
 		p, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -182,7 +159,7 @@ func TestBudgetsAgainstHub(t *testing.T) {
 
 	// minAvailable as a percentage of unmanaged pods cannot be computed.
 	budget("pct", "bare", new(intstr.FromString("50%")), nil)
-	waitFor(t, "pct budget computed", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "pct budget computed", 10*time.Second, func() (bool, error) {
 		p, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "pct", metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
 	"github.com/tether-edge/tether/hub/hubtest"
 )
 
@@ -35,13 +35,7 @@ func start(t *testing.T) *env {
 	if testing.Short() {
 		t.Skip("starts a hub process")
 	}
-	h := hubtest.Start(t, hubArgs...)
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.QPS, rc.Burst = 500, 1000
-	kube := kubernetes.NewForConfigOrDie(rc)
+	h, _, kube := kittest.Hub(t, hubArgs)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	c, err := New(Config{Client: kube, Informers: factory, Workers: 2, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
@@ -59,21 +53,6 @@ func start(t *testing.T) *env {
 		factory.Shutdown()
 	})
 	return &env{h: h, kube: kube}
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s (last: %v)", what, last)
 }
 
 // runPod creates a pod bound to node and gives it the status a kubelet
@@ -157,7 +136,7 @@ func TestEndpointSlicesAgainstHub(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitFor(t, "placeholder slice", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "placeholder slice", 10*time.Second, func() (bool, error) {
 		ss, err := e.slicesOf(ns, "web")
 		return err == nil && len(ss) == 1 && len(ss[0].Endpoints) == 0, err
 	})
@@ -168,7 +147,7 @@ func TestEndpointSlicesAgainstHub(t *testing.T) {
 		node := []string{"n1", "n2"}[i%2]
 		pods[i] = e.runPod(t, ns, fmt.Sprintf("web-%03d", i), node, fmt.Sprintf("10.244.%d.%d", i/200, i%200+2), 8080, true)
 	}
-	waitFor(t, "250 ready endpoints in 3 slices", 30*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "250 ready endpoints in 3 slices", 30*time.Second, func() (bool, error) {
 		ss, err := e.slicesOf(ns, "web")
 		if err != nil {
 			return false, err
@@ -203,7 +182,7 @@ func TestEndpointSlicesAgainstHub(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "Endpoints with 250 addresses", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "Endpoints with 250 addresses", 10*time.Second, func() (bool, error) {
 		ep, err := e.kube.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -15,9 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
 )
 
 // hubArgs turn off the hub's own copy of the controller under test, which
@@ -105,32 +104,11 @@ func (k *kubeletStandIn) run(ctx context.Context) {
 	}
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s (last: %v)", what, last)
-}
-
 func TestNodeLifecycleAgainstHub(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a hub process")
 	}
-	h := hubtest.Start(t, hubArgs...)
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.QPS, rc.Burst = 200, 400
-	kube := kubernetes.NewForConfigOrDie(rc)
+	h, _, kube := kittest.Hub(t, hubArgs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -224,7 +202,7 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		return out
 	}
 	var tainted time.Duration
-	waitFor(t, "silent node Unknown with unreachable taints", grace+10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "silent node Unknown with unreachable taints", grace+10*time.Second, func() (bool, error) {
 		node, err := kube.CoreV1().Nodes().Get(ctx, "n-dead", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -245,7 +223,7 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		t.Errorf("kubectl get node: %s", out)
 	}
 
-	waitFor(t, "pods of the silent node not ready", 5*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "pods of the silent node not ready", 5*time.Second, func() (bool, error) {
 		p, err := kube.CoreV1().Pods("default").Get(ctx, "forever", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -268,7 +246,7 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		}
 		return p.DeletionTimestamp != nil, nil
 	}
-	waitFor(t, "pod with a 2s toleration evicted", 10*time.Second, func() (bool, error) { return evicted("short") })
+	kittest.WaitFor(t, "pod with a 2s toleration evicted", 10*time.Second, func() (bool, error) { return evicted("short") })
 	evictedAfter := time.Since(stopped)
 	t.Logf("pod with tolerationSeconds=2 evicted %v after the last renewal", evictedAfter)
 	if evictedAfter < grace+2*time.Second {
@@ -307,7 +285,7 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 
 	// A NoExecute taint the pod does not tolerate evicts it at once.
 	h.MustRun("taint", "nodes", "n-ok1", "dedicated=x:NoExecute")
-	waitFor(t, "untolerating pod evicted by kubectl taint", 5*time.Second, func() (bool, error) { return evicted("plain") })
+	kittest.WaitFor(t, "untolerating pod evicted by kubectl taint", 5*time.Second, func() (bool, error) { return evicted("plain") })
 
 	// The silent node comes back: its taints go.
 	kl.setLive("n-dead", true)
@@ -316,7 +294,7 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	kl.postReady(node)
-	waitFor(t, "taints removed from the node that came back", 10*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "taints removed from the node that came back", 10*time.Second, func() (bool, error) {
 		tn := taintsOf("n-dead")
 		return len(tn) == 0, fmt.Errorf("taints %v", tn)
 	})

@@ -10,41 +10,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
 )
 
 // hubArgs turn off the hub's own copy of the controller under test, which
 // runs in the test process instead.
 var hubArgs = []string{"--controllers=*,-serviceaccount"}
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s (last: %v)", what, last)
-}
-
 func TestNamespaceStockAgainstHub(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a hub process")
 	}
-	h := hubtest.Start(t, hubArgs...)
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := kubernetes.NewForConfigOrDie(rc)
+	h, rc, kube := kittest.Hub(t, hubArgs)
 	ca := rc.CAData
 	if len(ca) == 0 {
 		t.Fatal("admin kubeconfig has no CA data")
@@ -78,11 +56,11 @@ func TestNamespaceStockAgainstHub(t *testing.T) {
 	}
 	// Namespaces that existed before the controller started.
 	for _, ns := range []string{"default", "kube-system"} {
-		waitFor(t, "existing namespace "+ns+" stocked", 10*time.Second, stocked(ns))
+		kittest.WaitFor(t, "existing namespace "+ns+" stocked", 10*time.Second, stocked(ns))
 	}
 
 	h.MustRun("create", "namespace", "shop")
-	waitFor(t, "new namespace stocked", 5*time.Second, stocked("shop"))
+	kittest.WaitFor(t, "new namespace stocked", 5*time.Second, stocked("shop"))
 	out := h.MustRun("get", "serviceaccount", "default", "-n", "shop", "-o", "name")
 	if out != "serviceaccount/default\n" {
 		t.Errorf("kubectl get serviceaccount: %q", out)
@@ -90,14 +68,14 @@ func TestNamespaceStockAgainstHub(t *testing.T) {
 
 	h.MustRun("delete", "configmap", RootCAConfigMap, "-n", "shop")
 	h.MustRun("delete", "serviceaccount", "default", "-n", "shop")
-	waitFor(t, "deleted objects recreated", 5*time.Second, stocked("shop"))
+	kittest.WaitFor(t, "deleted objects recreated", 5*time.Second, stocked("shop"))
 
 	h.MustRun("patch", "configmap", RootCAConfigMap, "-n", "shop", "--type=merge", "-p", `{"data":{"ca.crt":"tampered"}}`)
-	waitFor(t, "changed configmap restored", 5*time.Second, stocked("shop"))
+	kittest.WaitFor(t, "changed configmap restored", 5*time.Second, stocked("shop"))
 
 	// A terminating namespace gets nothing back and goes away.
 	h.MustRun("delete", "namespace", "shop", "--wait=false")
-	waitFor(t, "namespace deleted", 60*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "namespace deleted", 60*time.Second, func() (bool, error) {
 		_, err := kube.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil

@@ -246,3 +246,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 func Name(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1_000_000)
 }
+
+// Hub starts a hub process with hubArgs and returns it with an admin
+// client config and client, allowed enough requests a second that a
+// controller under test is never throttled.
+func Hub(t testing.TB, hubArgs []string) (*hubtest.Hub, *rest.Config, kubernetes.Interface) {
+	t.Helper()
+	h := hubtest.Start(t, hubArgs...)
+	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	return h, rc, kubernetes.NewForConfigOrDie(rc)
+}
