@@ -349,45 +349,37 @@ type writeOptions struct {
 	force           bool
 }
 
-// decodeOptions decodes the query parameters of a write into o (a
-// CreateOptions, UpdateOptions or PatchOptions) and checks them with
-// validate, answering as upstream does.
-func decodeOptions(q url.Values, o runtime.Object, kind string, validate func() field.ErrorList) error {
-	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, o); err != nil {
-		return apierrors.NewBadRequest(err.Error())
-	}
-	if errs := validate(); len(errs) > 0 {
-		return apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: kind}, "", errs)
-	}
-	return nil
-}
-
-func newWriteOptions(dryRun []string, manager, validation string) writeOptions {
-	return writeOptions{dryRun: len(dryRun) > 0, fieldManager: manager, fieldValidation: fieldValidation(validation)}
-}
-
 func (s *Server) createOptions(q url.Values) (writeOptions, error) {
 	o := &metav1.CreateOptions{}
-	if err := decodeOptions(q, o, "CreateOptions", func() field.ErrorList { return metavalidation.ValidateCreateOptions(o) }); err != nil {
-		return writeOptions{}, err
+	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, o); err != nil {
+		return writeOptions{}, apierrors.NewBadRequest(err.Error())
 	}
-	return newWriteOptions(o.DryRun, o.FieldManager, o.FieldValidation), nil
+	if errs := metavalidation.ValidateCreateOptions(o); len(errs) > 0 {
+		return writeOptions{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "CreateOptions"}, "", errs)
+	}
+	return writeOptions{dryRun: len(o.DryRun) > 0, fieldManager: o.FieldManager, fieldValidation: fieldValidation(o.FieldValidation)}, nil
 }
 
 func (s *Server) updateOptions(q url.Values) (writeOptions, error) {
 	o := &metav1.UpdateOptions{}
-	if err := decodeOptions(q, o, "UpdateOptions", func() field.ErrorList { return metavalidation.ValidateUpdateOptions(o) }); err != nil {
-		return writeOptions{}, err
+	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, o); err != nil {
+		return writeOptions{}, apierrors.NewBadRequest(err.Error())
 	}
-	return newWriteOptions(o.DryRun, o.FieldManager, o.FieldValidation), nil
+	if errs := metavalidation.ValidateUpdateOptions(o); len(errs) > 0 {
+		return writeOptions{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "UpdateOptions"}, "", errs)
+	}
+	return writeOptions{dryRun: len(o.DryRun) > 0, fieldManager: o.FieldManager, fieldValidation: fieldValidation(o.FieldValidation)}, nil
 }
 
 func (s *Server) patchOptions(q url.Values, pt types.PatchType) (writeOptions, error) {
 	o := &metav1.PatchOptions{}
-	if err := decodeOptions(q, o, "PatchOptions", func() field.ErrorList { return metavalidation.ValidatePatchOptions(o, pt) }); err != nil {
-		return writeOptions{}, err
+	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, o); err != nil {
+		return writeOptions{}, apierrors.NewBadRequest(err.Error())
 	}
-	wo := newWriteOptions(o.DryRun, o.FieldManager, o.FieldValidation)
+	if errs := metavalidation.ValidatePatchOptions(o, pt); len(errs) > 0 {
+		return writeOptions{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs)
+	}
+	wo := writeOptions{dryRun: len(o.DryRun) > 0, fieldManager: o.FieldManager, fieldValidation: fieldValidation(o.FieldValidation)}
 	if o.Force != nil {
 		wo.force = *o.Force
 	}
