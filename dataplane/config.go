@@ -43,8 +43,10 @@ type Config struct {
 	// NodePort traffic is forwarded to another node. Default 61000-65535,
 	// above Linux's default ephemeral range.
 	SNATPortMin, SNATPortMax uint16
-	// Maps sizes the maps. Changing a size of an existing installation
-	// needs Uninstall first (pinned maps keep their size).
+	// Maps sizes the maps. The frontend and slot tables are preallocated,
+	// so their memory follows these sizes, not the number of Services.
+	// Changing a size of an existing installation replaces the affected
+	// pinned maps with new, empty ones (see New).
 	Maps MapSizes
 	// Logger receives the dataplane's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -57,9 +59,9 @@ type Config struct {
 // the defaults in parentheses.
 type MapSizes struct {
 	Frontends  int // (65536) Service frontends: ClusterIP/externalIP/NodePort × port × scope
-	Backends   int // (262144) backends, counted once per frontend they serve
+	Backends   int // (262144) backends, counted once per frontend they serve; lb_slots holds twice as many
 	Affinity   int // (65536) affinity entries (sessionAffinity: ClientIP)
-	SockRevNAT int // (65536) sockets translated at the socket layer, remembered for getpeername/recvmsg
+	SockRevNAT int // (65536) unconnected UDP translations (socket, backend) remembered for recvmsg
 	Conntrack  int // (65536) north-south flows
 }
 

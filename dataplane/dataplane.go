@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,16 +41,22 @@ type Dataplane struct {
 	owned    map[types.NamespacedName][]feKey         // frontends a Service has programmed
 	owner    map[feKey]types.NamespacedName
 	synced   bool
-	dirty    map[types.NamespacedName]bool // failed to apply; retried by Sync
-	resync   bool                          // state unknown after a failed write: re-adopt on Sync
-	closed   bool
+	// deferAttach: maps were replaced on load; the programs are attached
+	// by the first full Sync, after the new maps are filled.
+	deferAttach bool
+	dirty       map[types.NamespacedName]bool // failed to apply; retried by Sync
+	resync      bool                          // state unknown after a failed write: re-adopt on Sync
+	closed      bool
 	// lastFull is what the last full resync wrote (for tests and logs).
 	lastFull struct{ writes, deletes int }
 }
 
 // New probes the kernel, loads the BPF programs and attaches them, adopting
 // the maps and links a previous agent pinned under cfg.BPFFSPath. Traffic
-// that the pinned state carries keeps flowing throughout.
+// that the pinned state carries keeps flowing throughout. Pinned maps this
+// build cannot use (another layout or size) are replaced by new ones; the
+// programs are then attached by the first Sync instead, once the new maps
+// hold the Services.
 func New(cfg Config) (*Dataplane, error) {
 	cfg.setDefaults()
 	if err := probeKernel(); err != nil {
@@ -78,12 +86,13 @@ func New(cfg Config) (*Dataplane, error) {
 	if err := inNetns(cfg.NetnsPath, func() error { cookie = netnsCookie(); return nil }); err != nil {
 		return nil, err
 	}
-	objs, err := loadObjects(&d.cfg, d.mapsDir, cookie)
+	objs, replaced, err := loadObjects(&d.cfg, d.mapsDir, cookie)
 	if err != nil {
 		return nil, err
 	}
 	d.objs = objs
-	d.rec = newReconciler(&kmaps{frontends: objs.LbFrontends, slots: objs.LbSlots, backends: objs.LbBackends})
+	d.rec = newReconciler(&kmaps{frontends: objs.LbFrontends, slots: objs.LbSlots, backends: objs.LbBackends},
+		objs.LbSlots.MaxEntries())
 	if err := d.rec.adopt(); err != nil {
 		objs.Close()
 		return nil, err
@@ -92,27 +101,43 @@ func New(cfg Config) (*Dataplane, error) {
 		objs.Close()
 		return nil, err
 	}
-	// Maps first, then programs: the hooks never run against maps that
-	// are still being filled in a way they could misread.
-	d.cgLinks, err = attachCgroup(objs, cfg.CgroupPath, d.linksDir)
-	if err != nil {
-		objs.Close()
+	if len(replaced) > 0 {
+		// An upgrade changed map layouts: the programs attached now still
+		// serve from the old maps. They are swapped for the new ones only
+		// once the first Sync has filled the new maps.
+		d.log.Warn("pinned maps have an outdated layout or size; replacing them, the new programs take over after the first sync",
+			"maps", replaced)
+		d.deferAttach = true
+	} else if err := d.attach(); err != nil {
+		d.closeLocked()
 		return nil, err
-	}
-	if len(cfg.Uplinks) > 0 {
-		err = inNetns(cfg.NetnsPath, func() error {
-			var err error
-			d.tc, err = attachTC(objs, cfg.Uplinks, cfg.TCAttach, d.linksDir)
-			return err
-		})
-		if err != nil {
-			d.closeLocked()
-			return nil, err
-		}
 	}
 	d.log.Info("dataplane ready", "cgroup", cfg.CgroupPath, "pins", cfg.BPFFSPath,
 		"adoptedFrontends", len(d.rec.fes), "uplinks", cfg.Uplinks, "tc", d.tcMode())
 	return d, nil
+}
+
+// attach attaches the programs, or moves pinned links to them. Maps first,
+// then programs: the hooks never run against maps that are still being
+// filled in a way they could misread.
+func (d *Dataplane) attach() error {
+	var err error
+	d.cgLinks, err = attachCgroup(d.objs, d.cfg.CgroupPath, d.linksDir)
+	if err != nil {
+		return err
+	}
+	if len(d.cfg.Uplinks) > 0 {
+		err = inNetns(d.cfg.NetnsPath, func() error {
+			var err error
+			d.tc, err = attachTC(d.objs, d.cfg.Uplinks, d.cfg.TCAttach, d.linksDir)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	d.deferAttach = false
+	return nil
 }
 
 func (d *Dataplane) tcMode() string {
@@ -243,8 +268,9 @@ func (d *Dataplane) desiredFor(key types.NamespacedName) []desiredFE {
 	if svc == nil {
 		return nil
 	}
-	var eps []*discoveryv1.EndpointSlice
-	for name := range d.bySvc[key] {
+	names := d.bySvc[key]
+	eps := make([]*discoveryv1.EndpointSlice, 0, len(names))
+	for name := range names {
 		if s := d.slices[types.NamespacedName{Namespace: key.Namespace, Name: name}]; s != nil {
 			eps = append(eps, s)
 		}
@@ -255,21 +281,29 @@ func (d *Dataplane) desiredFor(key types.NamespacedName) []desiredFE {
 // plan adds to b what Service key needs and returns the frontends it will
 // own afterwards.
 func (d *Dataplane) plan(key types.NamespacedName, b *batch) []feKey {
-	want := d.desiredFor(key)
-	var keys []feKey
-	wanted := map[feKey]bool{}
+	return d.planDesired(key, d.desiredFor(key), b)
+}
+
+// planDesired is plan with the desired frontends already computed.
+func (d *Dataplane) planDesired(key types.NamespacedName, want []desiredFE, b *batch) []feKey {
+	keys := make([]feKey, 0, len(want))
 	for _, fe := range want {
 		if o, taken := d.owner[fe.Key]; taken && o != key {
 			d.log.Warn("frontend already used by another Service; ignoring it", "service", key,
 				"owner", o, "address", fe.Key.IP.Unmap(), "port", fe.Key.Port)
 			continue
 		}
-		wanted[fe.Key] = true
+		if err := d.rec.upsert(fe, b); err != nil {
+			d.log.Error("program frontend; keeping its previous backends", "service", key,
+				"address", fe.Key.IP.Unmap(), "port", fe.Key.Port, "backends", len(fe.Backends), "err", err)
+			if _, ok := d.rec.fes[fe.Key]; !ok {
+				continue
+			}
+		}
 		keys = append(keys, fe.Key)
-		d.rec.upsert(fe, b)
 	}
 	for _, k := range d.owned[key] {
-		if !wanted[k] {
+		if !slices.Contains(keys, k) {
 			d.rec.remove(k, b)
 		}
 	}
@@ -336,10 +370,10 @@ func (d *Dataplane) Sync(ctx context.Context) error {
 	if full {
 		// Every Service, plus every frontend nobody wants.
 		d.owned = map[types.NamespacedName][]feKey{}
-		d.owner = map[feKey]types.NamespacedName{}
-		owned := map[types.NamespacedName][]feKey{}
-		for key := range d.services {
-			owned[key] = d.plan(key, &b)
+		d.owner = make(map[feKey]types.NamespacedName, len(d.rec.fes))
+		owned := make(map[types.NamespacedName][]feKey, len(d.services))
+		for key, want := range d.desiredAll() {
+			owned[key] = d.planDesired(key, want, &b)
 			for _, k := range owned[key] {
 				d.owner[k] = key
 			}
@@ -349,21 +383,25 @@ func (d *Dataplane) Sync(ctx context.Context) error {
 				d.rec.remove(k, &b)
 			}
 		}
-		b.delSlots = append(b.delSlots, d.rec.garbageSlots...)
 		b.delBE = append(b.delBE, d.rec.garbageBEs...)
 		if err := d.rec.commit(&b); err != nil {
 			d.resync = true
 			return fmt.Errorf("sync dataplane: %w", err)
 		}
-		d.rec.garbageSlots, d.rec.garbageBEs = nil, nil
+		d.rec.garbageBEs = nil
 		d.owned = owned
+		if d.deferAttach {
+			if err := d.attach(); err != nil {
+				return fmt.Errorf("sync dataplane: %w", err)
+			}
+		}
 		d.synced, d.resync = true, false
 		d.dirty = map[types.NamespacedName]bool{}
 		d.lastFull.writes = len(b.beKeys) + len(b.slotKeys) + len(b.feKeys)
-		d.lastFull.deletes = len(b.delFE) + len(b.delSlots) + len(b.delBE)
+		d.lastFull.deletes = len(b.delFE) + len(b.delBE)
 		d.log.Info("dataplane synced", "services", len(d.services), "frontends", len(d.rec.fes),
 			"writes", len(b.beKeys)+len(b.slotKeys)+len(b.feKeys),
-			"deletes", len(b.delFE)+len(b.delSlots)+len(b.delBE), "took", time.Since(start))
+			"deletes", len(b.delFE)+len(b.delBE), "took", time.Since(start))
 		return nil
 	}
 	for key := range d.dirty {
@@ -419,8 +457,7 @@ func (d *Dataplane) MapMemory() (uint64, error) {
 		return 0, errors.New("read map memory: closed")
 	}
 	var total uint64
-	for _, m := range []*ebpf.Map{d.objs.LbFrontends, d.objs.LbSlots, d.objs.LbBackends, d.objs.LbAffinity,
-		d.objs.LbSockRnat, d.objs.LbNodeIps, d.objs.LbCt4, d.objs.LbRct4, d.objs.LbConfig, d.objs.LbStats} {
+	for _, m := range d.objs.maps() {
 		info, err := m.Info()
 		if err != nil {
 			return 0, fmt.Errorf("read map info: %w", err)
@@ -484,8 +521,7 @@ func (d *Dataplane) Uninstall() error {
 	}); err != nil {
 		errs = append(errs, err)
 	}
-	for _, m := range []*ebpf.Map{d.objs.LbFrontends, d.objs.LbSlots, d.objs.LbBackends, d.objs.LbAffinity,
-		d.objs.LbSockRnat, d.objs.LbNodeIps, d.objs.LbCt4, d.objs.LbRct4, d.objs.LbConfig, d.objs.LbStats} {
+	for _, m := range d.objs.maps() {
 		if err := m.Unpin(); err != nil {
 			errs = append(errs, fmt.Errorf("unpin map: %w", err))
 		}
@@ -509,4 +545,35 @@ func (d *Dataplane) frontendCount() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.rec.fes)
+}
+
+// maps lists every map of the object, in the order of lb.c.
+func (o *lbObjects) maps() []*ebpf.Map {
+	return []*ebpf.Map{o.LbFrontends, o.LbSlots, o.LbBackends, o.LbSkRnat, o.LbAffinity, o.LbSockRnat,
+		o.LbNodeIps, o.LbCt4, o.LbRct4, o.LbConfig, o.LbStats}
+}
+
+// desiredAll computes the frontends of every recorded Service, spreading the
+// work over the CPUs: it only reads the recorded objects.
+func (d *Dataplane) desiredAll() map[types.NamespacedName][]desiredFE {
+	keys := make([]types.NamespacedName, 0, len(d.services))
+	for k := range d.services {
+		keys = append(keys, k)
+	}
+	want := make([][]desiredFE, len(keys))
+	workers := min(runtime.GOMAXPROCS(0), len(keys)/256+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(keys); i += workers {
+				want[i] = d.desiredFor(keys[i])
+			}
+		})
+	}
+	wg.Wait()
+	out := make(map[types.NamespacedName][]desiredFE, len(keys))
+	for i, k := range keys {
+		out[k] = want[i]
+	}
+	return out
 }

@@ -18,8 +18,20 @@
 // programs attached and the maps filled, so traffic keeps flowing while the
 // agent restarts; New adopts what it finds and the first Sync reconciles it
 // against the desired state. Backend-set changes are make-before-break: the
-// new backends and slots are written first, then the frontend is switched to
-// them with one atomic map update, then the old entries are collected.
+// new backend set is written to a free range of the slot array first, then
+// the frontend is switched to it with one atomic map update, and the old
+// range is reused only commits later.
+//
+// The connect path is kept short: one hash lookup of the frontend, one array
+// access that yields the backend address, and the reverse translation in the
+// socket's own storage (freed with the socket). Unconnected UDP, where one
+// socket may talk to several Services, keeps its reverse translations in an
+// LRU map keyed by socket and backend.
+//
+// An upgrade whose map layouts differ from the pinned ones replaces those
+// maps: the programs already attached keep serving from the old maps until
+// the first Sync has filled the new ones, then the pinned links are moved to
+// the new programs.
 //
 // The agent feeds the Dataplane from Service and EndpointSlice informers
 // (UpsertService, UpsertEndpointSlice and the deletes). Before the first

@@ -67,9 +67,10 @@ type lbFeKey struct {
 type lbFeVal struct {
 	_               structs.HostLayout
 	Id              uint32
+	Base            uint32
 	Count           uint16
-	Gen             uint8
 	Flags           uint8
+	Pad             uint8
 	AffinityTimeout uint32
 }
 
@@ -96,6 +97,15 @@ type lbRct4Val struct {
 	Pad        [3]uint8
 }
 
+type lbSkRnat struct {
+	_      structs.HostLayout
+	FeIp   lbLbAddr
+	BeIp   lbLbAddr
+	FePort uint16
+	BePort uint16
+	Pad    uint32
+}
+
 type lbSkRnatKey struct {
 	_      structs.HostLayout
 	Cookie uint64
@@ -113,12 +123,15 @@ type lbSkRnatVal struct {
 	Id   uint32
 }
 
-type lbSlotKey struct {
-	_    structs.HostLayout
-	Id   uint32
-	Slot uint16
-	Gen  uint8
-	Pad  uint8
+type lbSlot struct {
+	_         structs.HostLayout
+	Ip        lbLbAddr
+	Port      uint16
+	Flags     uint8
+	Pad       uint8
+	BackendId uint32
+	FeId      uint32
+	Pad2      uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -132,6 +145,7 @@ const (
 	lbMapLbFrontends       = "lb_frontends"
 	lbMapLbNodeIps         = "lb_node_ips"
 	lbMapLbRct4            = "lb_rct4"
+	lbMapLbSkRnat          = "lb_sk_rnat"
 	lbMapLbSlots           = "lb_slots"
 	lbMapLbSockRnat        = "lb_sock_rnat"
 	lbMapLbStats           = "lb_stats"
@@ -218,6 +232,7 @@ type lbMapSpecs struct {
 	LbFrontends *ebpf.MapSpec `ebpf:"lb_frontends"`
 	LbNodeIps   *ebpf.MapSpec `ebpf:"lb_node_ips"`
 	LbRct4      *ebpf.MapSpec `ebpf:"lb_rct4"`
+	LbSkRnat    *ebpf.MapSpec `ebpf:"lb_sk_rnat"`
 	LbSlots     *ebpf.MapSpec `ebpf:"lb_slots"`
 	LbSockRnat  *ebpf.MapSpec `ebpf:"lb_sock_rnat"`
 	LbStats     *ebpf.MapSpec `ebpf:"lb_stats"`
@@ -258,6 +273,7 @@ type lbMaps struct {
 	LbFrontends *ebpf.Map `ebpf:"lb_frontends"`
 	LbNodeIps   *ebpf.Map `ebpf:"lb_node_ips"`
 	LbRct4      *ebpf.Map `ebpf:"lb_rct4"`
+	LbSkRnat    *ebpf.Map `ebpf:"lb_sk_rnat"`
 	LbSlots     *ebpf.Map `ebpf:"lb_slots"`
 	LbSockRnat  *ebpf.Map `ebpf:"lb_sock_rnat"`
 	LbStats     *ebpf.Map `ebpf:"lb_stats"`
@@ -272,6 +288,7 @@ func (m *lbMaps) Close() error {
 		m.LbFrontends,
 		m.LbNodeIps,
 		m.LbRct4,
+		m.LbSkRnat,
 		m.LbSlots,
 		m.LbSockRnat,
 		m.LbStats,

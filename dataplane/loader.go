@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -34,6 +35,10 @@ var requiredFeatures = []feature{
 	{"BPF_PROG_TYPE_SCHED_CLS programs (NodePort)", "4.1", func() error { return features.HaveProgramType(ebpf.SchedCLS) }},
 	{"BPF_MAP_TYPE_LRU_HASH maps", "4.10", func() error { return features.HaveMapType(ebpf.LRUHash) }},
 	{"BPF_MAP_TYPE_PERCPU_ARRAY maps", "4.6", func() error { return features.HaveMapType(ebpf.PerCPUArray) }},
+	{"BPF_MAP_TYPE_SK_STORAGE maps", "5.2", func() error { return features.HaveMapType(ebpf.SkStorage) }},
+	{"bpf_sk_storage_get in sock_addr programs (reverse translation per socket)", "5.10", func() error {
+		return features.HaveProgramHelper(ebpf.CGroupSockAddr, asm.FnSkStorageGet)
+	}},
 	{"bpf_get_socket_cookie in sock_addr programs", "5.7", func() error {
 		return features.HaveProgramHelper(ebpf.CGroupSockAddr, asm.FnGetSocketCookie)
 	}},
@@ -95,11 +100,14 @@ func cgroupProgs(o *lbObjects) []struct {
 }
 
 // loadObjects loads the BPF collection, reusing the maps pinned under
-// mapsDir (creating and pinning them the first time).
-func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (*lbObjects, error) {
+// mapsDir (creating and pinning them the first time). A pinned map whose
+// type, layout, flags or size differ from what this build wants (an upgrade
+// that changed lb.h, or changed MapSizes) is replaced by a new, empty one;
+// replaced names the maps that were.
+func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObjects, replaced []string, err error) {
 	spec, err := loadLb()
 	if err != nil {
-		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
+		return nil, nil, fmt.Errorf("parse embedded BPF object: %w", err)
 	}
 	sizes := map[string]int{
 		"lb_frontends": cfg.Maps.Frontends,
@@ -114,29 +122,67 @@ func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (*lbObjects, er
 	for name, n := range sizes {
 		spec.Maps[name].MaxEntries = uint32(n)
 	}
+	replaced, err = dropIncompatiblePins(spec, mapsDir)
+	if err != nil {
+		return nil, nil, err
+	}
 	var retval uint8
 	if haveSetRetval() {
 		retval = 1
 	}
 	if err := spec.Variables["have_set_retval"].Set(retval); err != nil {
-		return nil, fmt.Errorf("set have_set_retval: %w", err)
+		return nil, nil, fmt.Errorf("set have_set_retval: %w", err)
 	}
 	if err := spec.Variables["host_netns_cookie"].Set(hostCookie); err != nil {
-		return nil, fmt.Errorf("set host_netns_cookie: %w", err)
+		return nil, nil, fmt.Errorf("set host_netns_cookie: %w", err)
 	}
-	var objs lbObjects
-	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
+	objs = new(lbObjects)
+	err = spec.LoadAndAssign(objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return nil, fmt.Errorf("load BPF objects: a map pinned in %s has another layout or size than this build expects (Uninstall, or remove the pins, to start over): %w", mapsDir, err)
+			return nil, nil, fmt.Errorf("load BPF objects: a map pinned in %s has another layout or size than this build expects (Uninstall, or remove the pins, to start over): %w", mapsDir, err)
 		}
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load BPF objects: verifier rejected a program: %+v", verr)
+			return nil, nil, fmt.Errorf("load BPF objects: verifier rejected a program: %+v", verr)
 		}
-		return nil, fmt.Errorf("load BPF objects: %w", err)
+		return nil, nil, fmt.Errorf("load BPF objects: %w", err)
 	}
-	return &objs, nil
+	return objs, replaced, nil
+}
+
+// dropIncompatiblePins removes the pins of maps that spec cannot reuse, so
+// that loading creates them anew. Programs still attached keep the old maps
+// alive until they are replaced.
+func dropIncompatiblePins(spec *ebpf.CollectionSpec, mapsDir string) ([]string, error) {
+	var replaced []string
+	for name, ms := range spec.Maps {
+		if ms.Pinning != ebpf.PinByName {
+			continue
+		}
+		pin := filepath.Join(mapsDir, name)
+		if !exists(pin) {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(pin, nil)
+		if err != nil {
+			return nil, fmt.Errorf("open pinned map %s: %w", pin, err)
+		}
+		cerr := ms.Compatible(m)
+		m.Close()
+		if cerr == nil {
+			continue
+		}
+		if !errors.Is(cerr, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("check pinned map %s: %w", pin, cerr)
+		}
+		if err := os.Remove(pin); err != nil {
+			return nil, fmt.Errorf("replace pinned map %s: %w", pin, err)
+		}
+		replaced = append(replaced, name)
+	}
+	slices.Sort(replaced)
+	return replaced, nil
 }
 
 // attachCgroup attaches or adopts the socket programs on cgroupPath. A pinned

@@ -105,13 +105,13 @@ func serviceHandled(svc *corev1.Service) bool {
 // port named portName with protocol proto in address family v6. The port
 // number comes from the slice: that is how a targetPort given by name is
 // resolved per pod.
-func endpointsFor(slices []*discoveryv1.EndpointSlice, portName string, proto corev1.Protocol, v6 bool, node string) []endpointInfo {
+func endpointsFor(sl []*discoveryv1.EndpointSlice, portName string, proto corev1.Protocol, v6 bool, node string) []endpointInfo {
 	if proto == "" {
 		proto = corev1.ProtocolTCP
 	}
-	seen := map[beKey]bool{}
+	var seen map[beKey]bool // built once a linear scan gets long
 	var out []endpointInfo
-	for _, s := range slices {
+	for _, s := range sl {
 		switch s.AddressType {
 		case discoveryv1.AddressTypeIPv4:
 			if v6 {
@@ -153,10 +153,25 @@ func endpointsFor(slices []*discoveryv1.EndpointSlice, portName string, proto co
 			}
 			ip = as16(ip.Unmap())
 			k := beKey{IP: ip, Port: port}
-			if seen[k] {
-				continue // the same endpoint in two slices during a move
+			// The same endpoint may be in two slices during a move: the
+			// first one counts.
+			if seen == nil && len(out) >= 16 {
+				seen = make(map[beKey]bool, 2*len(out))
+				for _, e := range out {
+					seen[beKey{e.IP, e.Port}] = true
+				}
 			}
-			seen[k] = true
+			if seen != nil {
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+			} else if slices.ContainsFunc(out, func(e endpointInfo) bool { return e.IP == ip && e.Port == port }) {
+				continue
+			}
+			if out == nil {
+				out = make([]endpointInfo, 0, len(s.Endpoints))
+			}
 			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
 			serving := ready
 			if ep.Conditions.Serving != nil {
@@ -177,6 +192,9 @@ func endpointsFor(slices []*discoveryv1.EndpointSlice, portName string, proto co
 func usable(eps []endpointInfo, localOnly bool) []beSpec {
 	var ready, fallback []beSpec
 	for _, e := range eps {
+		if ready == nil && e.Ready {
+			ready = make([]beSpec, 0, len(eps))
+		}
 		if localOnly && !e.Local {
 			continue
 		}

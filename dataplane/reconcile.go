@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,13 +14,35 @@ import (
 // feState is the reconciler's copy of one frontend as it is in the kernel.
 type feState struct {
 	id     uint32
-	gen    uint8
+	base   uint32 // first slot of its range in lb_slots
+	held   uint32 // length of the range it holds
 	flags  uint8
 	aff    uint32
-	slots  []uint32         // backend ids of the live generation, in slot order
-	bes    map[beKey]uint32 // backend → id
-	beFlag map[uint32]uint8 // id → flags as written
-	broken bool             // adopted with missing slots: rewrite in full
+	bes    []beEntry // the live slots in slot order, which is beKey order
+	broken bool      // adopted with missing or foreign slots: rewrite in full
+}
+
+// beEntry is one backend of a frontend as written to its slot.
+type beEntry struct {
+	key   beKey
+	id    uint32
+	flags uint8
+}
+
+// find returns the entry of backend k (entries are sorted by key).
+func (st *feState) find(k beKey) (beEntry, bool) {
+	i, ok := slices.BinarySearchFunc(st.bes, k, func(e beEntry, k beKey) int { return compareBeKey(e.key, k) })
+	if !ok {
+		return beEntry{}, false
+	}
+	return st.bes[i], true
+}
+
+func compareBeKey(a, b beKey) int {
+	if c := a.IP.Compare(b.IP); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Port, b.Port)
 }
 
 // idAlloc hands out ids that are not reused until the 32-bit space wraps, so
@@ -57,21 +80,21 @@ func (a *idAlloc) free(id uint32) { delete(a.used, id) }
 // batch collects the map writes of one reconciliation step in the order that
 // keeps readers safe: new backends and slots, then frontends, then deletes.
 type batch struct {
-	beKeys   []uint32
-	beVals   []lbBackend
-	slotKeys []lbSlotKey
-	slotVals []uint32
-	feKeys   []lbFeKey
-	feVals   []lbFeVal
-	delFE    []lbFeKey
-	delSlots []lbSlotKey
-	delBE    []uint32
-	freeFE   []uint32
-	freeBE   []uint32
+	beKeys    []uint32
+	beVals    []lbBackend
+	slotKeys  []uint32
+	slotVals  []lbSlot
+	feKeys    []lbFeKey
+	feVals    []lbFeVal
+	delFE     []lbFeKey
+	delBE     []uint32
+	freeFE    []uint32
+	freeBE    []uint32
+	freeSlots []extent
 }
 
 func (b *batch) empty() bool {
-	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.delFE)+len(b.delSlots)+len(b.delBE) == 0
+	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.delFE)+len(b.delBE) == 0
 }
 
 // kmaps are the kernel maps the reconciler writes.
@@ -132,7 +155,7 @@ func sliceAt(s any) func(int) any {
 		return func(i int) any { return &v[i] }
 	case []lbBackend:
 		return func(i int) any { return &v[i] }
-	case []lbSlotKey:
+	case []lbSlot:
 		return func(i int) any { return &v[i] }
 	case []lbFeKey:
 		return func(i int) any { return &v[i] }
@@ -164,9 +187,7 @@ func (k *kmaps) apply(b *batch) error {
 	if err := k.del(k.frontends, b.delFE, len(b.delFE)); err != nil {
 		return err
 	}
-	if err := k.del(k.slots, b.delSlots, len(b.delSlots)); err != nil {
-		return err
-	}
+	// Slots need no delete: a range no frontend refers to is free space.
 	return k.del(k.backends, b.delBE, len(b.delBE))
 }
 
@@ -176,13 +197,15 @@ type reconciler struct {
 	fes   map[feKey]*feState
 	feIDs idAlloc
 	beIDs idAlloc
-	// garbage found when adopting pinned maps, collected on first sync
-	garbageSlots []lbSlotKey
-	garbageBEs   []uint32
+	slots rangeAlloc
+	// backends found when adopting pinned maps that no frontend with
+	// affinity uses, deleted on the first sync
+	garbageBEs []uint32
 }
 
-func newReconciler(m *kmaps) *reconciler {
-	return &reconciler{m: m, fes: map[feKey]*feState{}, feIDs: newIDAlloc(), beIDs: newIDAlloc()}
+func newReconciler(m *kmaps, slotCap uint32) *reconciler {
+	return &reconciler{m: m, fes: map[feKey]*feState{}, feIDs: newIDAlloc(), beIDs: newIDAlloc(),
+		slots: rangeAlloc{size: slotCap}}
 }
 
 // Conversions between the Go and the map forms.
@@ -216,58 +239,96 @@ func fromFeKey(k lbFeKey) feKey {
 	return feKey{IP: fromLbAddr(k.Ip), Port: htons(k.Port), Proto: k.Proto, Scope: k.Scope}
 }
 
-// upsert adds to b the writes that make frontend d true.
-func (r *reconciler) upsert(d desiredFE, b *batch) {
+// errSlotsFull means lb_slots has no free range for a frontend's backends.
+var errSlotsFull = errors.New("no free range in lb_slots (raise MapSizes.Backends)")
+
+// upsert adds to b the writes that make frontend d true. It leaves the
+// frontend as it was when its backends do not fit into lb_slots.
+func (r *reconciler) upsert(d desiredFE, b *batch) error {
 	st := r.fes[d.Key]
 	fresh := st == nil
 	if fresh {
-		st = &feState{id: r.feIDs.alloc(), bes: map[beKey]uint32{}, beFlag: map[uint32]uint8{}}
+		st = &feState{}
+	}
+	// lb_backends holds the backends of frontends with affinity only.
+	affNow := d.Flags&feAffinity != 0
+	affWas := !fresh && st.flags&feAffinity != 0
+	newBes := make([]beEntry, len(d.Backends))
+	changed := fresh || st.broken || len(st.bes) != len(d.Backends)
+	var newIDs int
+	for i, be := range d.Backends {
+		old, ok := st.find(be.beKey)
+		e := beEntry{key: be.beKey, id: old.id, flags: be.Flags}
+		if !ok {
+			newIDs++
+		}
+		if !ok || old.flags != be.Flags || (!changed && st.bes[i].id != old.id) {
+			changed = true
+		}
+		newBes[i] = e
+	}
+	var base uint32
+	if changed && len(newBes) > 0 {
+		var ok bool
+		if base, ok = r.slots.alloc(uint32(len(newBes))); !ok {
+			return errSlotsFull
+		}
+	} else if !changed {
+		base = st.base
+	}
+	if fresh {
+		st.id = r.feIDs.alloc()
 		r.fes[d.Key] = st
 	}
-	newBes := make(map[beKey]uint32, len(d.Backends))
-	slotIDs := make([]uint32, len(d.Backends))
-	for i, be := range d.Backends {
-		id, ok := st.bes[be.beKey]
-		if !ok {
-			id = r.beIDs.alloc()
+	if newIDs > 0 {
+		for i := range newBes {
+			if newBes[i].id == 0 {
+				newBes[i].id = r.beIDs.alloc()
+			}
 		}
-		if !ok || st.beFlag[id] != be.Flags {
-			b.beKeys = append(b.beKeys, id)
-			b.beVals = append(b.beVals, lbBackend{Ip: toLbAddr(be.IP), Port: htons(be.Port), Flags: be.Flags})
-			st.beFlag[id] = be.Flags
-		}
-		newBes[be.beKey] = id
-		slotIDs[i] = id
 	}
-	slotsChanged := fresh || st.broken || !slices.Equal(slotIDs, st.slots)
-	if slotsChanged || st.flags != d.Flags || st.aff != d.AffinityTimeout {
-		gen := st.gen
-		if slotsChanged {
-			if !fresh {
-				gen ^= 1 // write the idle generation, then flip to it
-			}
-			for i, id := range slotIDs {
-				b.slotKeys = append(b.slotKeys, lbSlotKey{Id: st.id, Slot: uint16(i), Gen: gen})
-				b.slotVals = append(b.slotVals, id)
-			}
-			if !fresh {
-				for i := range st.slots {
-					b.delSlots = append(b.delSlots, lbSlotKey{Id: st.id, Slot: uint16(i), Gen: st.gen})
-				}
-			}
+	for _, e := range newBes {
+		if !affNow {
+			continue
 		}
+		if old, ok := st.find(e.key); !affWas || !ok || old.flags != e.flags {
+			b.beKeys = append(b.beKeys, e.id)
+			b.beVals = append(b.beVals, lbBackend{Ip: toLbAddr(e.key.IP), Port: htons(e.key.Port), Flags: e.flags})
+		}
+	}
+	if changed {
+		for i, e := range newBes {
+			b.slotKeys = append(b.slotKeys, base+uint32(i))
+			b.slotVals = append(b.slotVals, lbSlot{Ip: toLbAddr(e.key.IP), Port: htons(e.key.Port), Flags: e.flags,
+				BackendId: e.id, FeId: st.id})
+		}
+		if st.held > 0 {
+			b.freeSlots = append(b.freeSlots, extent{st.base, st.held})
+		}
+		st.held = uint32(len(newBes))
+	}
+	if changed || st.flags != d.Flags || st.aff != d.AffinityTimeout {
 		b.feKeys = append(b.feKeys, toFeKey(d.Key))
-		b.feVals = append(b.feVals, lbFeVal{Id: st.id, Count: uint16(len(slotIDs)), Gen: gen, Flags: d.Flags, AffinityTimeout: d.AffinityTimeout})
-		st.gen, st.flags, st.aff, st.slots, st.broken = gen, d.Flags, d.AffinityTimeout, slotIDs, false
+		b.feVals = append(b.feVals, lbFeVal{Id: st.id, Base: base, Count: uint16(len(newBes)), Flags: d.Flags,
+			AffinityTimeout: d.AffinityTimeout})
 	}
-	for k, id := range st.bes {
-		if _, ok := newBes[k]; !ok {
-			b.delBE = append(b.delBE, id)
-			b.freeBE = append(b.freeBE, id)
-			delete(st.beFlag, id)
+	// Backends that left the frontend, or all of them when affinity was
+	// switched off.
+	for _, old := range st.bes {
+		i, kept := slices.BinarySearchFunc(newBes, old.key, func(e beEntry, k beKey) int { return compareBeKey(e.key, k) })
+		if kept && newBes[i].id == old.id {
+			if affWas && !affNow {
+				b.delBE = append(b.delBE, old.id)
+			}
+			continue
 		}
+		if affWas {
+			b.delBE = append(b.delBE, old.id)
+		}
+		b.freeBE = append(b.freeBE, old.id)
 	}
-	st.bes = newBes
+	st.base, st.flags, st.aff, st.bes, st.broken = base, d.Flags, d.AffinityTimeout, newBes, false
+	return nil
 }
 
 // remove adds to b the deletes of frontend k.
@@ -277,18 +338,20 @@ func (r *reconciler) remove(k feKey, b *batch) {
 		return
 	}
 	b.delFE = append(b.delFE, toFeKey(k))
-	for i := range st.slots {
-		b.delSlots = append(b.delSlots, lbSlotKey{Id: st.id, Slot: uint16(i), Gen: st.gen})
+	if st.held > 0 {
+		b.freeSlots = append(b.freeSlots, extent{st.base, st.held})
 	}
-	for _, id := range st.bes {
-		b.delBE = append(b.delBE, id)
-		b.freeBE = append(b.freeBE, id)
+	for _, e := range st.bes {
+		if st.flags&feAffinity != 0 {
+			b.delBE = append(b.delBE, e.id)
+		}
+		b.freeBE = append(b.freeBE, e.id)
 	}
 	b.freeFE = append(b.freeFE, st.id)
 	delete(r.fes, k)
 }
 
-// commit writes b and releases the ids it freed.
+// commit writes b and releases the ids and slot ranges it freed.
 func (r *reconciler) commit(b *batch) error {
 	if err := r.m.apply(b); err != nil {
 		return err
@@ -299,76 +362,146 @@ func (r *reconciler) commit(b *batch) error {
 	for _, id := range b.freeFE {
 		r.feIDs.free(id)
 	}
+	r.slots.retire(b.freeSlots)
 	return nil
 }
 
 // adopt rebuilds the reconciler's state from the maps as a previous agent
-// left them. Entries that no live frontend references are remembered as
-// garbage for the first sync.
+// left them. Backends that no frontend with affinity references are
+// remembered as garbage for the first sync.
 func (r *reconciler) adopt() error {
 	r.fes = map[feKey]*feState{}
 	r.feIDs, r.beIDs = newIDAlloc(), newIDAlloc()
-	r.garbageSlots, r.garbageBEs = nil, nil
+	r.slots = rangeAlloc{size: r.slots.size}
+	r.garbageBEs = nil
 
-	backends := map[uint32]lbBackend{}
-	var bk uint32
-	var bv lbBackend
-	it := r.m.backends.Iterate()
-	for it.Next(&bk, &bv) {
-		backends[bk] = bv
-		r.beIDs.take(bk)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read pinned backends: %w", err)
-	}
-	slotMap := map[lbSlotKey]uint32{}
-	var sk lbSlotKey
-	var sv uint32
-	it = r.m.slots.Iterate()
-	for it.Next(&sk, &sv) {
-		slotMap[sk] = sv
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read pinned slots: %w", err)
-	}
 	var fk lbFeKey
 	var fv lbFeVal
-	liveSlots := map[lbSlotKey]bool{}
-	liveBEs := map[uint32]bool{}
-	it = r.m.frontends.Iterate()
+	type adopted struct {
+		key feKey
+		val lbFeVal
+	}
+	var fes []adopted
+	var end uint32
+	it := r.m.frontends.Iterate()
 	for it.Next(&fk, &fv) {
-		st := &feState{id: fv.Id, gen: fv.Gen, flags: fv.Flags, aff: fv.AffinityTimeout,
-			bes: map[beKey]uint32{}, beFlag: map[uint32]uint8{}}
-		r.feIDs.take(fv.Id)
-		for i := 0; i < int(fv.Count); i++ {
-			key := lbSlotKey{Id: fv.Id, Slot: uint16(i), Gen: fv.Gen}
-			id, ok := slotMap[key]
-			be, bok := backends[id]
-			if !ok || !bok {
-				st.broken = true
-				continue
-			}
-			liveSlots[key] = true
-			liveBEs[id] = true
-			st.slots = append(st.slots, id)
-			st.bes[beKey{IP: fromLbAddr(be.Ip), Port: htons(be.Port)}] = id
-			st.beFlag[id] = be.Flags
+		fes = append(fes, adopted{fromFeKey(fk), fv})
+		if e := fv.Base + uint32(fv.Count); fv.Count > 0 && e > end {
+			end = e
 		}
-		r.fes[fromFeKey(fk)] = st
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read pinned frontends: %w", err)
 	}
-	for k := range slotMap {
-		if !liveSlots[k] {
-			r.garbageSlots = append(r.garbageSlots, k)
+	slotVals, err := r.readSlots(end)
+	if err != nil {
+		return err
+	}
+	backends := map[uint32]lbBackend{}
+	var bk uint32
+	var bv lbBackend
+	it = r.m.backends.Iterate()
+	for it.Next(&bk, &bv) {
+		backends[bk] = bv
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read pinned backends: %w", err)
+	}
+	liveBEs := map[uint32]bool{}
+	var used []extent
+	for _, a := range fes {
+		fv := a.val
+		st := &feState{id: fv.Id, base: fv.Base, flags: fv.Flags, aff: fv.AffinityTimeout}
+		r.feIDs.take(fv.Id)
+		n := uint32(fv.Count)
+		if fv.Base+n > uint32(len(slotVals)) || fv.Base+n < fv.Base {
+			st.broken = true
+			n = 0
 		}
+		if n > 0 {
+			used = append(used, extent{fv.Base, n})
+			st.held = n
+		}
+		for i := range n {
+			s := slotVals[fv.Base+i]
+			if s.FeId != fv.Id {
+				st.broken = true
+				continue
+			}
+			if fv.Flags&feAffinity != 0 {
+				if _, ok := backends[s.BackendId]; !ok {
+					st.broken = true
+				}
+				liveBEs[s.BackendId] = true
+			}
+			r.beIDs.take(s.BackendId)
+			st.bes = append(st.bes, beEntry{key: beKey{IP: fromLbAddr(s.Ip), Port: htons(s.Port)}, id: s.BackendId, flags: s.Flags})
+		}
+		if !slices.IsSortedFunc(st.bes, func(a, b beEntry) int { return compareBeKey(a.key, b.key) }) {
+			slices.SortFunc(st.bes, func(a, b beEntry) int { return compareBeKey(a.key, b.key) })
+			st.broken = true
+		}
+		r.fes[a.key] = st
+	}
+	if err := r.slots.reserve(used); err != nil {
+		// Overlapping ranges: rewrite everything into fresh ranges.
+		for _, st := range r.fes {
+			st.broken, st.held = true, 0
+		}
+		r.slots = rangeAlloc{size: r.slots.size}
+		r.slots.reserve(nil)
 	}
 	for id := range backends {
 		if !liveBEs[id] {
 			r.garbageBEs = append(r.garbageBEs, id)
-			r.beIDs.free(id)
 		}
 	}
 	return nil
+}
+
+// readSlotsChunk is how many slots one batch lookup reads when adopting.
+const readSlotsChunk = 4096
+
+// readSlots reads lb_slots[0:end).
+func (r *reconciler) readSlots(end uint32) ([]lbSlot, error) {
+	out := make([]lbSlot, 0, end)
+	if end == 0 {
+		return out, nil
+	}
+	if !r.m.noBatch {
+		var cursor ebpf.MapBatchCursor
+		keys := make([]uint32, readSlotsChunk)
+		vals := make([]lbSlot, readSlotsChunk)
+		for uint32(len(out)) < end {
+			n, err := r.m.slots.BatchLookup(&cursor, keys, vals, nil)
+			out = append(out, vals[:n]...)
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			if errors.Is(err, ebpf.ErrNotSupported) && len(out) == 0 {
+				r.m.noBatch = true
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read pinned slots: %w", err)
+			}
+		}
+		if !r.m.noBatch {
+			if uint32(len(out)) > end {
+				out = out[:end]
+			}
+			return out, nil
+		}
+	}
+	for i := uint32(0); i < end; i++ {
+		var v lbSlot
+		if err := r.m.slots.Lookup(i, &v); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			return nil, fmt.Errorf("read pinned slots: %w", err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

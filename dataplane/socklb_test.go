@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"syscall"
@@ -310,6 +311,88 @@ func TestSocketLB(t *testing.T) {
 			m := new(dns.Msg)
 			if err := m.Unpack(buf[:n]); err != nil || len(m.Answer) != 1 {
 				return errors.New("bad reply over unconnected UDP")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("UDPOneSocketSeveralServices", func(t *testing.T) {
+		// A resolver-like socket: unconnected, talking to two Services
+		// whose backends differ; each reply must show its own ClusterIP.
+		// Then the same socket connects to one of them.
+		for _, b := range labBackends[1:] {
+			var pc net.PacketConn
+			err := l.be.Do(func() error {
+				var err error
+				pc, err = net.ListenPacket("udp4", b+":7007")
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pc.Close() })
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					n, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					pc.WriteTo(buf[:n], from)
+				}
+			}()
+		}
+		ports := []discoveryv1.EndpointPort{epPort("", corev1.ProtocolUDP, 7007)}
+		vips := map[string]string{"10.214.100.30": labBackends[1], "10.214.100.31": labBackends[2]}
+		for vip, be := range vips {
+			name := "echo-" + vip[len(vip)-2:]
+			l.dp.UpsertService(service(name, vip, svcPort("", corev1.ProtocolUDP, 7, intstr.FromInt32(7007))))
+			l.dp.UpsertEndpointSlice(epSlice(name+"-1", name, ports, readyEP(be, "node-a")))
+		}
+		err := l.cli.Do(func() error {
+			u, err := net.ListenUDP("udp4", nil)
+			if err != nil {
+				return err
+			}
+			defer u.Close()
+			buf := make([]byte, 64)
+			for round := range 3 {
+				for vip := range vips {
+					to := netip.MustParseAddrPort(vip + ":7")
+					if _, err := u.WriteToUDPAddrPort([]byte(vip), to); err != nil {
+						return err
+					}
+					u.SetReadDeadline(time.Now().Add(2 * time.Second))
+					n, from, err := u.ReadFromUDPAddrPort(buf)
+					if err != nil {
+						return err
+					}
+					if from != to || string(buf[:n]) != vip {
+						return fmt.Errorf("round %d: reply %q from %s, want %q from %s", round, buf[:n], from, vip, to)
+					}
+				}
+			}
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("10.214.100.31:7")))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if got := c.RemoteAddr().String(); got != "10.214.100.31:7" {
+				return fmt.Errorf("connected UDP getpeername = %s", got)
+			}
+			if _, err := c.Write([]byte("c")); err != nil {
+				return err
+			}
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return err
+			}
+			if from.String() != "10.214.100.31:7" || string(buf[:n]) != "c" {
+				return fmt.Errorf("connected UDP reply %q from %s", buf[:n], from)
 			}
 			return nil
 		})

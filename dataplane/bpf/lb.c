@@ -55,21 +55,21 @@ volatile const __u64 host_netns_cookie = 0;
 
 /* Sizes are defaults; the loader resizes maps from its configuration. All
  * maps are pinned by name so that a restarted agent adopts them. */
+/* Preallocated: a lookup on the connect path then touches one element of
+ * a contiguous table instead of an allocation somewhere in the slab. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct fe_key);
 	__type(value, struct fe_val);
 	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_frontends SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct slot_key);
-	__type(value, __u32);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct slot);
 	__uint(max_entries, 524288);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_slots SEC(".maps");
 
@@ -81,6 +81,14 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__type(key, int);
+	__type(value, struct sk_rnat);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_sk_rnat SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -173,15 +181,16 @@ static __always_inline __u32 mix32(__u64 v)
  * Picks a backend of frontend fe for a client. Affinity, when the frontend
  * asks for it, wins as long as its entry is fresh and its backend still
  * belongs to the frontend (backend ids are per frontend, so a removed
- * endpoint no longer resolves). Otherwise hash selects a slot.
+ * endpoint no longer resolves). Otherwise hash selects a slot. The result
+ * is copied to *out: a slot may be rewritten once no frontend refers to it.
  */
-static __always_inline struct backend *pick_backend(const struct fe_val *fe, struct aff_key *ak,
-						    __u32 hash, __u32 *out_id)
+static __always_inline int pick_backend(const struct fe_val *fe, struct aff_key *ak, __u32 hash,
+					struct slot *out)
 {
-	struct slot_key sk = {};
 	struct backend *be;
 	struct aff_val *av;
-	__u32 *bid;
+	struct slot *s;
+	__u32 idx;
 	__u64 now;
 
 	if (fe->flags & FE_AFFINITY) {
@@ -191,30 +200,30 @@ static __always_inline struct backend *pick_backend(const struct fe_val *fe, str
 		if (av && now - av->last_ns <= (__u64)fe->affinity_timeout * 1000000000ULL) {
 			be = bpf_map_lookup_elem(&lb_backends, &av->backend_id);
 			if (be) {
-				*out_id = av->backend_id;
+				out->ip = be->ip;
+				out->port = be->port;
+				out->flags = be->flags;
+				out->backend_id = av->backend_id;
 				av->last_ns = now;
-				return be;
+				return 1;
 			}
 		}
 	}
 
-	sk.id = fe->id;
-	sk.gen = fe->gen;
-	sk.slot = hash % fe->count;
-	bid = bpf_map_lookup_elem(&lb_slots, &sk);
-	if (!bid)
-		return NULL;
-	be = bpf_map_lookup_elem(&lb_backends, bid);
-	if (!be)
-		return NULL;
-	*out_id = *bid;
+	idx = fe->base + hash % fe->count;
+	s = bpf_map_lookup_elem(&lb_slots, &idx);
+	if (!s)
+		return 0;
+	*out = *s;
+	if (out->fe_id != fe->id)
+		return 0;
 
 	if (fe->flags & FE_AFFINITY) {
-		struct aff_val nv = { .last_ns = bpf_ktime_get_ns(), .backend_id = *bid };
+		struct aff_val nv = { .last_ns = bpf_ktime_get_ns(), .backend_id = out->backend_id };
 
 		bpf_map_update_elem(&lb_affinity, ak, &nv, BPF_ANY);
 	}
-	return be;
+	return 1;
 }
 
 /* Refuses a connect() or sendmsg() to a Service without usable backends:
@@ -231,19 +240,21 @@ static __always_inline int sock_refuse(struct bpf_sock_addr *ctx)
 /*
  * Forward translation shared by connect and sendmsg of both families.
  * Returns the verdict of the hook (1 allow, 0 reject) and the backend in
- * *dst / *port when the destination is a Service frontend.
+ * *dst / *port when the destination is a Service frontend. connect records
+ * the translation in the socket's storage, sendmsg (unconnected UDP, one
+ * socket to many frontends) in the LRU map keyed by socket and backend.
  */
 static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr *dst, __u16 *port,
-				      int *rewrite)
+				      int *rewrite, int connect)
 {
 	struct fe_key key = {};
 	struct aff_key ak = {};
-	struct backend *be = NULL;
+	struct slot be;
 	struct fe_val fe;
 	struct fe_val *fep;
-	__u32 bid = 0, hash;
-	__u64 cookie;
-	int tries;
+	__u32 hash;
+	__u64 cookie = 0;
+	int tries, ok = 0;
 
 	*rewrite = 0;
 	key.ip = *dst;
@@ -251,9 +262,9 @@ static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr 
 	key.proto = ctx->protocol;
 	key.scope = SCOPE_INTERNAL;
 
-	/* Two attempts: a reader that raced with a backend-set flip may find
-	 * the slot of the old generation already collected; the second lookup
-	 * sees the new frontend value. */
+	/* Two attempts: a reader that raced with a backend-set switch may
+	 * find its old slot range already reused; the second lookup sees the
+	 * new frontend value. */
 	for (tries = 0; tries < 2; tries++) {
 		fep = bpf_map_lookup_elem(&lb_frontends, &key);
 		if (!fep)
@@ -262,45 +273,71 @@ static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr 
 		if (fe.count == 0)
 			return sock_refuse(ctx);
 
-		cookie = bpf_get_socket_cookie(ctx);
 		/* TCP picks at random per connection; UDP sticks per socket so
 		 * that a client's datagrams keep reaching the same backend. */
-		if (ctx->type == SOCK_STREAM)
+		if (ctx->type == SOCK_STREAM) {
 			hash = bpf_get_prandom_u32();
-		else
+		} else {
+			cookie = bpf_get_socket_cookie(ctx);
 			hash = mix32(cookie);
+		}
 		if (fe.flags & FE_AFFINITY) {
 			__u64 nc = bpf_get_netns_cookie(ctx);
 
 			ak.client.w[0] = (__u32)nc;
 			ak.client.w[1] = (__u32)(nc >> 32);
 		}
-		be = pick_backend(&fe, &ak, hash, &bid);
-		if (be)
+		ok = pick_backend(&fe, &ak, hash, &be);
+		if (ok)
 			break;
 		count(STAT_SOCK_RETRY);
 	}
-	if (!be)
+	if (!ok)
 		return sock_refuse(ctx);
 
-	struct sk_rnat_key rk = { .cookie = cookie, .ip = be->ip, .port = be->port };
-	struct sk_rnat_val rv = { .ip = *dst, .port = *port, .id = fe.id };
+	if (connect) {
+		struct sk_rnat *rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 
-	bpf_map_update_elem(&lb_sock_rnat, &rk, &rv, BPF_ANY);
-	*dst = be->ip;
-	*port = be->port;
+		if (rn) {
+			rn->fe_ip = *dst;
+			rn->fe_port = *port;
+			rn->be_ip = be.ip;
+			rn->be_port = be.port;
+		}
+	} else {
+		struct sk_rnat_key rk = { .cookie = cookie, .ip = be.ip, .port = be.port };
+		struct sk_rnat_val rv = { .ip = *dst, .port = *port, .id = fe.id };
+
+		bpf_map_update_elem(&lb_sock_rnat, &rk, &rv, BPF_ANY);
+	}
+	*dst = be.ip;
+	*port = be.port;
 	*rewrite = 1;
 	count(STAT_SOCK_XLATE);
 	return 1;
 }
 
+static __always_inline int addr_eq(const struct lb_addr *a, const struct lb_addr *b)
+{
+	return ((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) | (a->w[2] ^ b->w[2]) | (a->w[3] ^ b->w[3])) == 0;
+}
+
 /* Reverse translation for getpeername and recvmsg: if this socket was
  * translated to the backend it now reports, show the frontend instead. */
-static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *src, __u16 *port)
+static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *src, __u16 *port, int udp)
 {
 	struct sk_rnat_key rk = {};
 	struct sk_rnat_val *rv;
+	struct sk_rnat *rn;
 
+	rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, 0);
+	if (rn && rn->be_port == *port && addr_eq(&rn->be_ip, src)) {
+		*src = rn->fe_ip;
+		*port = rn->fe_port;
+		return 1;
+	}
+	if (!udp)
+		return 0;
 	rk.cookie = bpf_get_socket_cookie(ctx);
 	rk.ip = *src;
 	rk.port = *port;
@@ -312,14 +349,14 @@ static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *s
 	return 1;
 }
 
-static __always_inline int sock4_fwd(struct bpf_sock_addr *ctx)
+static __always_inline int sock4_fwd(struct bpf_sock_addr *ctx, int connect)
 {
 	struct lb_addr dst;
 	__u16 port = (__u16)ctx->user_port;
 	int rewrite, verdict;
 
 	addr_from_v4(&dst, ctx->user_ip4);
-	verdict = sock_xlate(ctx, &dst, &port, &rewrite);
+	verdict = sock_xlate(ctx, &dst, &port, &rewrite, connect);
 	if (rewrite) {
 		ctx->user_ip4 = dst.w[3];
 		ctx->user_port = port;
@@ -327,7 +364,7 @@ static __always_inline int sock4_fwd(struct bpf_sock_addr *ctx)
 	return verdict;
 }
 
-static __always_inline int sock6_fwd(struct bpf_sock_addr *ctx)
+static __always_inline int sock6_fwd(struct bpf_sock_addr *ctx, int connect)
 {
 	struct lb_addr dst;
 	__u16 port = (__u16)ctx->user_port;
@@ -337,7 +374,7 @@ static __always_inline int sock6_fwd(struct bpf_sock_addr *ctx)
 	dst.w[1] = ctx->user_ip6[1];
 	dst.w[2] = ctx->user_ip6[2];
 	dst.w[3] = ctx->user_ip6[3];
-	verdict = sock_xlate(ctx, &dst, &port, &rewrite);
+	verdict = sock_xlate(ctx, &dst, &port, &rewrite, connect);
 	if (rewrite) {
 		ctx->user_ip6[0] = dst.w[0];
 		ctx->user_ip6[1] = dst.w[1];
@@ -348,20 +385,20 @@ static __always_inline int sock6_fwd(struct bpf_sock_addr *ctx)
 	return verdict;
 }
 
-static __always_inline int sock4_rev(struct bpf_sock_addr *ctx)
+static __always_inline int sock4_rev(struct bpf_sock_addr *ctx, int udp)
 {
 	struct lb_addr src;
 	__u16 port = (__u16)ctx->user_port;
 
 	addr_from_v4(&src, ctx->user_ip4);
-	if (sock_rev(ctx, &src, &port)) {
+	if (sock_rev(ctx, &src, &port, udp)) {
 		ctx->user_ip4 = src.w[3];
 		ctx->user_port = port;
 	}
 	return 1;
 }
 
-static __always_inline int sock6_rev(struct bpf_sock_addr *ctx)
+static __always_inline int sock6_rev(struct bpf_sock_addr *ctx, int udp)
 {
 	struct lb_addr src;
 	__u16 port = (__u16)ctx->user_port;
@@ -370,7 +407,7 @@ static __always_inline int sock6_rev(struct bpf_sock_addr *ctx)
 	src.w[1] = ctx->user_ip6[1];
 	src.w[2] = ctx->user_ip6[2];
 	src.w[3] = ctx->user_ip6[3];
-	if (sock_rev(ctx, &src, &port)) {
+	if (sock_rev(ctx, &src, &port, udp)) {
 		ctx->user_ip6[0] = src.w[0];
 		ctx->user_ip6[1] = src.w[1];
 		ctx->user_ip6[2] = src.w[2];
@@ -383,13 +420,13 @@ static __always_inline int sock6_rev(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect4")
 int sock4_connect(struct bpf_sock_addr *ctx)
 {
-	return sock4_fwd(ctx);
+	return sock4_fwd(ctx, 1);
 }
 
 SEC("cgroup/connect6")
 int sock6_connect(struct bpf_sock_addr *ctx)
 {
-	return sock6_fwd(ctx);
+	return sock6_fwd(ctx, 1);
 }
 
 /* Unconnected UDP (a resolver's sendto to the DNS ClusterIP) is translated
@@ -397,37 +434,37 @@ int sock6_connect(struct bpf_sock_addr *ctx)
 SEC("cgroup/sendmsg4")
 int sock4_sendmsg(struct bpf_sock_addr *ctx)
 {
-	return sock4_fwd(ctx);
+	return sock4_fwd(ctx, 0);
 }
 
 SEC("cgroup/sendmsg6")
 int sock6_sendmsg(struct bpf_sock_addr *ctx)
 {
-	return sock6_fwd(ctx);
+	return sock6_fwd(ctx, 0);
 }
 
 SEC("cgroup/recvmsg4")
 int sock4_recvmsg(struct bpf_sock_addr *ctx)
 {
-	return sock4_rev(ctx);
+	return sock4_rev(ctx, 1);
 }
 
 SEC("cgroup/recvmsg6")
 int sock6_recvmsg(struct bpf_sock_addr *ctx)
 {
-	return sock6_rev(ctx);
+	return sock6_rev(ctx, 1);
 }
 
 SEC("cgroup/getpeername4")
 int sock4_getpeername(struct bpf_sock_addr *ctx)
 {
-	return sock4_rev(ctx);
+	return sock4_rev(ctx, 0);
 }
 
 SEC("cgroup/getpeername6")
 int sock6_getpeername(struct bpf_sock_addr *ctx)
 {
-	return sock6_rev(ctx);
+	return sock6_rev(ctx, 0);
 }
 
 /* Keeps host processes from binding a port that a NodePort owns: the bind
@@ -715,8 +752,9 @@ int nodeport_ingress(struct __sk_buff *skb)
 	struct ct4_val *ctp, ct = {};
 	struct fe_key fk = {};
 	struct fe_val *fep, fe;
-	struct backend *be;
-	__u32 bid = 0, nat_ip;
+	struct slot be;
+	__u32 nat_ip;
+	int ok;
 
 	if (!parse4(skb, &p))
 		return TC_ACT_OK;
@@ -778,17 +816,17 @@ int nodeport_ingress(struct __sk_buff *skb)
 		addr_from_v4(&ak.client, p.t.src);
 		hash = p.t.proto == IPPROTO_TCP ? bpf_get_prandom_u32()
 						: mix32(((__u64)p.t.src << 32) | ((__u32)p.t.sport << 16 | p.t.dport));
-		be = pick_backend(&fe, &ak, hash, &bid);
+		ok = pick_backend(&fe, &ak, hash, &be);
 	}
-	if (!be) {
+	if (!ok) {
 		count(STAT_TC_DROPPED);
 		return TC_ACT_SHOT;
 	}
 
-	ct.be_ip = be->ip.w[3];
-	ct.be_port = be->port;
+	ct.be_ip = be.ip.w[3];
+	ct.be_port = be.port;
 	ct.fe_id = fe.id;
-	if (!(be->flags & BE_LOCAL) && !(fe.flags & FE_LOCAL_ONLY)) {
+	if (!(be.flags & BE_LOCAL) && !(fe.flags & FE_LOCAL_ONLY)) {
 		/* The backend is on another node: its reply must come back
 		 * through us, so the client is hidden behind a node address. */
 		struct ct4_key rk = { .src = ct.be_ip, .sport = ct.be_port, .proto = p.t.proto };
