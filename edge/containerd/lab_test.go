@@ -1,0 +1,438 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/testbench/images"
+)
+
+// These tests join an in-process agent running the containerd runtime to
+// a real hub process and drive it with the real kubectl.
+
+type lab struct {
+	t     *testing.T // the test that owns the lab (its cleanups outlive subtests)
+	hub   *hubtest.Hub
+	env   *testEnv
+	token string
+	dir   string // the agent's data directory (= the runtime's)
+	agent *labAgent
+}
+
+type labAgent struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned
+	err    error
+}
+
+func (a *labAgent) stop(t *testing.T) {
+	a.cancel()
+	select {
+	case <-a.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+}
+
+func startLab(t *testing.T) *lab {
+	t.Helper()
+	requireContainerd(t)
+	h := hubtest.Start(t)
+	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("token create: %v\n%s", err, h.Logs())
+	}
+	env := newTestRuntime(t, "10.42.0.0/24")
+	env.rt.Close()
+	l := &lab{t: t, hub: h, env: env, token: strings.TrimSpace(string(out)), dir: env.dir}
+	env.rt = nil
+	l.startAgent(t)
+	return l
+}
+
+// startAgent starts the runtime and the agent on the lab's data
+// directory, as `tether edge` does after a restart.
+func (l *lab) startAgent(t *testing.T) {
+	t.Helper()
+	l.env.rt = l.env.start(t)
+	a, err := edge.New(edge.Config{
+		HubURL: "https://" + l.hub.Addr, Token: l.token, DataDir: l.dir, NodeName: "edge-c",
+		NodeIP: netip.MustParseAddr("127.0.0.1"), Runtime: l.env.rt, StatusCheckInterval: time.Second,
+		TunnelBackoffCap: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	la := &labAgent{cancel: cancel, done: make(chan struct{})}
+	go func() { la.err = a.Run(ctx); close(la.done) }()
+	l.agent = la
+	l.t.Cleanup(func() { cancel(); <-la.done })
+}
+
+func (l *lab) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := l.hub.Run(args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (l *lab) apply(t *testing.T, yaml string) {
+	t.Helper()
+	if out, err := l.hub.RunInput(context.Background(), yaml, nil, "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+func (l *lab) waitFor(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, s := f()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(200 * time.Millisecond)
+	}
+	pods, _ := l.hub.Run("get", "pods", "-o", "wide")
+	events, _ := l.hub.Run("get", "events", "--sort-by", ".lastTimestamp")
+	t.Fatalf("%s: not within %v; last: %s\npods:\n%s\nevents:\n%s", what, timeout, last, pods, events)
+}
+
+func (l *lab) waitPodPhase(t *testing.T, name, jsonpath, want string) {
+	t.Helper()
+	l.waitFor(t, 60*time.Second, "pod "+name+" "+jsonpath+"="+want, func() (bool, string) {
+		out, err := l.hub.Run("get", "pod", name, "-o", "jsonpath="+jsonpath)
+		return err == nil && out == want, out + errString(err)
+	})
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " " + err.Error()
+}
+
+const labObjects = `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config}
+data: {greeting: hello, mode: fast}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: app-secret}
+stringData: {password: s3cret}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: %[1]s
+        imagePullPolicy: Never
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: full, labels: {tier: test}}
+spec:
+  initContainers:
+  - {name: init-1, image: %[2]s, imagePullPolicy: Never, command: [/bin/sh, -c, "echo one > /work/order"], volumeMounts: [{name: work, mountPath: /work}]}
+  - {name: init-2, image: %[2]s, imagePullPolicy: Never, command: [/bin/sh, -c, "echo two >> /work/order"], volumeMounts: [{name: work, mountPath: /work}]}
+  containers:
+  - name: app
+    image: %[1]s
+    imagePullPolicy: Never
+    env:
+    - {name: GREETING, valueFrom: {configMapKeyRef: {name: app-config, key: greeting}}}
+    - {name: PASSWORD, valueFrom: {secretKeyRef: {name: app-secret, key: password}}}
+    - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+    - {name: MEM, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
+    envFrom: [{prefix: CFG_, configMapRef: {name: app-config}}]
+    resources: {limits: {memory: 64Mi}}
+    volumeMounts:
+    - {name: work, mountPath: /work}
+    - {name: config, mountPath: /etc/config}
+    - {name: secret, mountPath: /etc/secret}
+  volumes:
+  - {name: work, emptyDir: {}}
+  - {name: config, configMap: {name: app-config, items: [{key: greeting, path: greeting.txt, mode: 0600}]}}
+  - {name: secret, secret: {secretName: app-secret, defaultMode: 0400}}
+`
+
+func TestLabPodsOnContainerd(t *testing.T) {
+	if !images.HasShell() {
+		t.Skip("needs a static busybox (busybox-static) for the test image's shell")
+	}
+	l := startLab(t)
+	l.waitFor(t, 60*time.Second, "node Ready", func() (bool, string) {
+		out, err := l.hub.Run("get", "node", "edge-c", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return out == "True", out + errString(err)
+	})
+	l.apply(t, fmt.Sprintf(labObjects, images.Echo, images.Sleeper))
+	l.waitPodPhase(t, "full", "{.status.phase}", "Running")
+	l.waitFor(t, 60*time.Second, "deployment available", func() (bool, string) {
+		out, err := l.hub.Run("get", "deploy", "web", "-o", "jsonpath={.status.availableReplicas}")
+		return out == "1", out + errString(err)
+	})
+
+	t.Run("init containers ran in order", func(t *testing.T) {
+		if out := l.kubectl(t, "exec", "full", "-c", "app", "--", "cat", "/work/order"); out != "one\ntwo\n" {
+			t.Errorf("order file %q", out)
+		}
+	})
+	t.Run("env and volumes", func(t *testing.T) {
+		env := l.kubectl(t, "exec", "full", "--", "env")
+		for _, want := range []string{"GREETING=hello", "PASSWORD=s3cret", "NODE=edge-c", "MEM=64", "CFG_mode=fast", "CFG_greeting=hello"} {
+			if !strings.Contains(env, want+"\n") {
+				t.Errorf("env lacks %s:\n%s", want, env)
+			}
+		}
+		if out := l.kubectl(t, "exec", "full", "--", "cat", "/etc/config/greeting.txt"); out != "hello" {
+			t.Errorf("config file %q", out)
+		}
+		if out := l.kubectl(t, "exec", "full", "--", "stat", "-L", "-c", "%a", "/etc/config/greeting.txt", "/etc/secret/password"); out != "600\n400\n" {
+			t.Errorf("modes %q", out)
+		}
+		if out := l.kubectl(t, "exec", "full", "--", "cat", "/etc/secret/password"); out != "s3cret" {
+			t.Errorf("secret file %q", out)
+		}
+	})
+	t.Run("configmap update reaches the volume", func(t *testing.T) {
+		l.kubectl(t, "patch", "configmap", "app-config", "-p", `{"data":{"greeting":"bonjour"}}`)
+		l.waitFor(t, 30*time.Second, "updated file", func() (bool, string) {
+			out, err := l.hub.Run("exec", "full", "--", "cat", "/etc/config/greeting.txt")
+			return out == "bonjour", out + errString(err)
+		})
+	})
+	t.Run("exec with stdin and exit code", func(t *testing.T) {
+		out, err := l.hub.RunInput(context.Background(), "from stdin\n", nil, "exec", "-i", "full", "--", "cat")
+		if err != nil || out != "from stdin\n" {
+			t.Errorf("exec -i: %q %v", out, err)
+		}
+		_, err = l.hub.Run("exec", "full", "--", "sh", "-c", "exit 7")
+		if err == nil || !strings.Contains(err.Error(), "exit code 7") {
+			t.Errorf("exit code: %v", err)
+		}
+	})
+	t.Run("exec -it through a pty", func(t *testing.T) {
+		// kubectl sees a real terminal: it asks for a TTY, puts the
+		// terminal in raw mode and sends its size; the container's shell
+		// runs on a pty of the same size.
+		master, slave, err := openPTY()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer master.Close()
+		if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 41, Col: 107}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, l.hub.Kubectl, "--kubeconfig", l.hub.Kubeconfig, "--cache-dir", l.hub.CacheDir,
+			"exec", "-it", "full", "-c", "app", "--", "sh")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		slave.Close()
+		out := &lockedBuffer{}
+		copied := make(chan struct{})
+		go func() { io.Copy(out, master); close(copied) }()
+		l.waitFor(t, 15*time.Second, "a shell prompt", func() (bool, string) {
+			return strings.Contains(out.String(), "#") || strings.Contains(out.String(), "$"), out.String()
+		})
+		io.WriteString(master, "stty size; tty; echo $((6*7))-answer; exit 3\r")
+		err = cmd.Wait()
+		<-copied
+		got := out.String()
+		for _, want := range []string{"41 107", "/dev/pts/", "42-answer"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("terminal output lacks %q:\n%s", want, got)
+			}
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Errorf("kubectl exec -it: want exit code 3, got %v", err)
+		}
+	})
+	t.Run("logs", func(t *testing.T) {
+		if out := l.kubectl(t, "logs", "deploy/web"); !strings.Contains(out, "listening on :8080") {
+			t.Errorf("logs %q", out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, l.hub.Kubectl, "--kubeconfig", l.hub.Kubeconfig, "logs", "-f", "full", "-c", "app", "--timestamps")
+		cmd.Env = append(os.Environ(), "KUBECACHEDIR="+l.hub.CacheDir)
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		// The server prints a line per request of /file: follow must
+		// show a line written after the stream opened.
+		time.Sleep(500 * time.Millisecond)
+		l.kubectl(t, "exec", "full", "--", "sh", "-c", "echo followed-line > /proc/1/fd/1")
+		buf := make([]byte, 0, 4096)
+		tmp := make([]byte, 1024)
+		for !strings.Contains(string(buf), "followed-line") {
+			n, err := stdout.Read(tmp)
+			if err != nil {
+				t.Fatalf("logs -f: %v; got %q", err, buf)
+			}
+			buf = append(buf, tmp[:n]...)
+		}
+	})
+	t.Run("port-forward with parallel transfers", func(t *testing.T) {
+		port := freePort(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cmd := exec.CommandContext(ctx, l.hub.Kubectl, "--kubeconfig", l.hub.Kubeconfig, "port-forward", "deploy/web", fmt.Sprintf("%d:8080", port))
+		cmd.Env = append(os.Environ(), "KUBECACHEDIR="+l.hub.CacheDir)
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cancel(); cmd.Wait() }()
+		l.waitFor(t, 20*time.Second, "port-forward ready", func() (bool, string) {
+			return strings.Contains(out.String(), "Forwarding from"), out.String()
+		})
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/file?path=/testapp", port))
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer resp.Body.Close()
+				n, err := io.Copy(io.Discard, resp.Body)
+				if err != nil || n < 1<<20 {
+					errs <- fmt.Errorf("read %d bytes: %v", n, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+	t.Run("cp", func(t *testing.T) {
+		src := filepath.Join(t.TempDir(), "in.txt")
+		os.WriteFile(src, []byte("copied content\n"), 0o644)
+		l.kubectl(t, "cp", src, "default/full:/tmp/in.txt", "-c", "app")
+		if out := l.kubectl(t, "exec", "full", "--", "cat", "/tmp/in.txt"); out != "copied content\n" {
+			t.Errorf("cp in: %q", out)
+		}
+		dst := filepath.Join(t.TempDir(), "out.txt")
+		l.kubectl(t, "cp", "default/full:/tmp/in.txt", dst, "-c", "app")
+		if b, _ := os.ReadFile(dst); string(b) != "copied content\n" {
+			t.Errorf("cp out: %q", b)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		// The agent stops the containers and then finalizes the pod.
+		l.kubectl(t, "delete", "pod", "-l", "app=web", "--wait=true", "--timeout=60s")
+	})
+	t.Run("agent restart adopts running containers", func(t *testing.T) {
+		before := l.kubectl(t, "get", "pod", "full", "-o", "jsonpath={.status.containerStatuses[0].containerID}")
+		l.agent.stop(t)
+		l.env.rt.Close()
+		l.startAgent(t)
+		time.Sleep(3 * time.Second)
+		l.waitPodPhase(t, "full", "{.status.containerStatuses[0].ready}", "true")
+		after := l.kubectl(t, "get", "pod", "full", "-o", "jsonpath={.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}")
+		if after != before+" 0" {
+			t.Errorf("container after agent restart: %q, before %q", after, before)
+		}
+	})
+	t.Run("delete after agent restart", func(t *testing.T) {
+		l.kubectl(t, "delete", "pod", "full", "--wait=true", "--timeout=60s")
+	})
+}
+
+// openPTY opens a pseudo-terminal pair.
+func openPTY() (master, slave *os.File, err error) {
+	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd := int(master.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		master.Close()
+		return nil, nil, fmt.Errorf("unlock pty: %w", err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		master.Close()
+		return nil, nil, fmt.Errorf("pty number: %w", err)
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
