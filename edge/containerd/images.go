@@ -12,6 +12,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
@@ -158,9 +159,18 @@ func (r *Runtime) unpacked(ctx context.Context, img containerd.Image) (container
 // pull fetches ref from its registry with the pod's pull secrets.
 func (r *Runtime) pull(ctx context.Context, pod *corev1.Pod, ref string) (containerd.Image, error) {
 	creds := r.pullCredentials(pod)
+	// Registry hosts are configured as containerd's CRI does: an optional
+	// <dir>/<host>/hosts.toml (mirrors, plain HTTP, CA and client
+	// certificates); without one, HTTPS, except that a registry on a
+	// loopback address with a port may answer plain HTTP.
+	hostDir := r.cfg.RegistryConfigDir
+	if hostDir == "" {
+		hostDir = "/etc/containerd/certs.d"
+	}
 	resolver := docker.NewResolver(docker.ResolverOptions{
-		Hosts: docker.ConfigureDefaultRegistries(docker.WithAuthorizer(docker.NewDockerAuthorizer(
-			docker.WithAuthCreds(func(host string) (string, string, error) {
+		Hosts: config.ConfigureHosts(ctx, config.HostOptions{
+			HostDir: config.HostDirFromRoot(hostDir),
+			Credentials: func(host string) (string, string, error) {
 				if c, ok := creds[host]; ok {
 					return c.user, c.pass, nil
 				}
@@ -170,7 +180,8 @@ func (r *Runtime) pull(ctx context.Context, pod *corev1.Pod, ref string) (contai
 					}
 				}
 				return "", "", nil
-			})))),
+			},
+		}),
 	})
 	img, err := r.client.Pull(ctx, ref, containerd.WithResolver(resolver), containerd.WithPullUnpack,
 		containerd.WithPlatformMatcher(platformMatcher()), containerd.WithPullSnapshotter(r.cfg.Snapshotter))

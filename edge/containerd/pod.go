@@ -58,6 +58,7 @@ type pod struct {
 	init, app    []*ctr
 	killing      bool
 	timer        *time.Timer // wakes the pod when a back-off ends
+	wakeAt       time.Time   // when timer fires
 }
 
 // ctr is a container of a pod across its instances.
@@ -67,6 +68,10 @@ type ctr struct {
 	cur     *instance
 	prev    *instance
 	backoff edge.RestartBackoff
+	// pullBackoff spaces out pulls of an image that failed to pull, on
+	// the kubelet's schedule; pullRetryAt is when the next may start.
+	pullBackoff edge.RestartBackoff
+	pullRetryAt time.Time
 	// waiting explains why no instance runs (image errors, back-off).
 	waitReason, waitMessage string
 }
@@ -111,7 +116,8 @@ func (p *pod) container(name string, isInit bool, base, max time.Duration) *ctr 
 			return c
 		}
 	}
-	c := &ctr{name: name, isInit: isInit, backoff: edge.RestartBackoff{Base: base, Max: max}}
+	c := &ctr{name: name, isInit: isInit, backoff: edge.RestartBackoff{Base: base, Max: max},
+		pullBackoff: edge.RestartBackoff{Base: base, Max: max}}
 	*list = append(*list, c)
 	return c
 }
@@ -277,6 +283,21 @@ func (r *Runtime) advance(ctx context.Context, p *pod, spec *corev1.Pod) error {
 	return errors.Join(errs...)
 }
 
+// wakeAt makes the pod's worker look at the pod again at t (when a back-off
+// ends). A pod has one timer; an earlier pending wake-up is kept. p.mu must
+// be held.
+func (r *Runtime) wakeAt(p *pod, t time.Time) {
+	if p.timer != nil && !p.wakeAt.IsZero() && p.wakeAt.After(time.Now()) && !p.wakeAt.After(t) {
+		return
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	uid := p.uid
+	p.wakeAt = t
+	p.timer = time.AfterFunc(time.Until(t), func() { r.changed(uid) })
+}
+
 // restart starts a new instance of an exited container once its back-off
 // allows, and otherwise leaves it waiting in CrashLoopBackOff with a timer
 // that wakes the pod.
@@ -288,11 +309,7 @@ func (r *Runtime) restart(ctx context.Context, p *pod, cs *ctr, c *corev1.Contai
 	if now := time.Now(); now.Before(at) {
 		cs.waitReason = "CrashLoopBackOff"
 		cs.waitMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.Name, p.name, p.namespace, p.uid)
-		if p.timer != nil {
-			p.timer.Stop()
-		}
-		uid := p.uid
-		p.timer = time.AfterFunc(at.Sub(now), func() { r.changed(uid) })
+		r.wakeAt(p, at)
 		p.mu.Unlock()
 		return nil
 	}
@@ -310,10 +327,31 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 		p.mu.Unlock()
 		return fmt.Errorf("start container %s of pod %s: %w", c.Name, p.key(), err)
 	}
+	p.mu.Lock()
+	if now := time.Now(); now.Before(cs.pullRetryAt) {
+		// The last pull failed: wait out the back-off, as the kubelet
+		// does, instead of asking the registry again at every sync.
+		cs.waitReason, cs.waitMessage = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", c.Image)
+		r.wakeAt(p, cs.pullRetryAt)
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
 	img, err := r.ensureImage(ctx, spec, c)
+	if errors.Is(err, errImagePull) {
+		now := time.Now()
+		p.mu.Lock()
+		cs.pullBackoff.Restarted(now)
+		cs.pullRetryAt = now.Add(cs.pullBackoff.Wait(now))
+		r.wakeAt(p, cs.pullRetryAt)
+		p.mu.Unlock()
+	}
 	if err != nil {
 		return fail(imageReason(err), err)
 	}
+	p.mu.Lock()
+	cs.pullRetryAt = time.Time{}
+	p.mu.Unlock()
 	id := containerID(p.uid, c.Name, attempt)
 	// A leftover of an interrupted start has the same name.
 	if old, err := r.client.LoadContainer(ctx, id); err == nil {

@@ -43,6 +43,10 @@ type Config struct {
 	// ImageDir holds image archives imported at start; empty means
 	// DataDir/images.
 	ImageDir string
+	// RegistryConfigDir holds registry host configuration in containerd's
+	// layout (<dir>/<host>/hosts.toml with mirrors, plain HTTP endpoints,
+	// CA and client certificates); empty means /etc/containerd/certs.d.
+	RegistryConfigDir string
 	// Snapshotter is containerd's snapshotter; empty means containerd's
 	// default (overlayfs).
 	Snapshotter string
