@@ -39,6 +39,8 @@ type Agent struct {
 	refs     *refManager
 	status   *statusManager
 	services *serviceWatch
+	net      *nodeNet       // dataplane and DNS server; set by Run
+	dnsAddr  netip.AddrPort // where the DNS server listens
 	server   *http.Server
 	listener *pipeListener
 
@@ -81,6 +83,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.nodeIP = primaryIP(hubHost(a.cfg.HubURL))
 	}
 	a.node.host = readHostFacts()
+	nn, err := a.startNodeNet()
+	if err != nil {
+		return err
+	}
+	// Closing leaves the dataplane loaded (pinned maps keep Services
+	// working across an agent restart) and stops the DNS server.
+	defer nn.close()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -117,6 +126,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.httpc = &http.Client{Transport: &http.Transport{DialContext: tc.DialContext}, Timeout: time.Minute}
 	a.status = newStatusManager(a.core.Pods, &a.metrics)
+	a.net = nn
 	close(a.ready)
 
 	a.server = &http.Server{
@@ -151,9 +161,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	podInformer := a.pods.informer()
 	goRun(func() { podInformer.RunWithContext(ctx) })
 	if a.cfg.WatchServices {
-		a.services = newServiceWatch(a)
-		a.services.run(ctx)
+		a.services = newServiceWatch(a, nn.sinks())
+		a.services.run(ctx, goRun)
 	}
+	nn.run(ctx, a, goRun)
 	goRun(func() { a.certLoop(ctx) })
 
 	<-ctx.Done()
@@ -252,6 +263,13 @@ type Stats struct {
 	// bytes.
 	TunnelBytesSent, TunnelBytesReceived uint64
 	CertificateExpiry                    time.Time
+	// DataplaneSynced tells that the eBPF dataplane was programmed with
+	// the full state of the Service watches.
+	DataplaneSynced bool
+	// DNSQueries counts the questions the DNS server answered,
+	// DNSForwarded those sent to the upstream resolvers, DNSFailures
+	// those answered with SERVFAIL.
+	DNSQueries, DNSForwarded, DNSFailures int64
 }
 
 // Stats returns the agent's counters; it may be called at any time.
@@ -277,6 +295,10 @@ func (a *Agent) Stats() Stats {
 		ts := a.tunnel.Stats()
 		s.TunnelBytesSent, s.TunnelBytesReceived = ts.BytesSent, ts.BytesReceived
 		s.CertificateExpiry = a.id.current().Leaf.NotAfter
+		s.DataplaneSynced = a.net.synced.Load()
+		s.DNSQueries = a.net.dnsQueries.Load()
+		s.DNSForwarded = a.net.dnsForwarded.Load()
+		s.DNSFailures = a.net.dnsFailures.Load()
 	default:
 	}
 	return s
@@ -290,6 +312,17 @@ func (a *Agent) NodeName() string {
 		return a.name
 	default:
 		return ""
+	}
+}
+
+// DNSAddr returns the address the node's DNS server listens on once Run
+// started it, or the zero AddrPort.
+func (a *Agent) DNSAddr() netip.AddrPort {
+	select {
+	case <-a.ready:
+		return a.dnsAddr
+	default:
+		return netip.AddrPort{}
 	}
 }
 

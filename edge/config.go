@@ -19,6 +19,24 @@ import (
 // kubelet version, with a "-tether" suffix.
 const KubernetesVersion = "v1.37.2"
 
+// Dataplane choices (Config.Dataplane).
+const (
+	DataplaneEBPF = "ebpf"
+	DataplaneNone = "none"
+)
+
+// UplinkAuto in Config.Uplinks stands for the interface that holds the
+// node's address.
+const UplinkAuto = "auto"
+
+// DefaultDNSAddr is the node-local address of the DNS server that `tether
+// edge` uses by default: link-local, so that it is never routed off the node,
+// and the one NodeLocal DNSCache uses. DefaultDNSInterface holds it.
+const (
+	DefaultDNSAddr      = "169.254.20.10"
+	DefaultDNSInterface = "tether-dns"
+)
+
 // Config configures an Agent. HubURL, DataDir and Runtime are required;
 // Token is required the first time only.
 type Config struct {
@@ -63,8 +81,43 @@ type Config struct {
 	// detect changes. Zero means 10s.
 	StatusCheckInterval time.Duration
 	// WatchServices starts informers on Services and EndpointSlices for
-	// the data plane. Hollow nodes turn it off.
+	// the data plane. Hollow nodes turn it off. Dataplane and DNSAddr need
+	// it.
 	WatchServices bool
+	// Dataplane chooses how the node load-balances Services:
+	// DataplaneEBPF loads the eBPF dataplane (kernel features are probed
+	// first, and Run fails naming any that are missing) and programs it
+	// from the Service and EndpointSlice watches; DataplaneNone or ""
+	// leaves Services alone. No iptables or nftables rule is ever written.
+	Dataplane string
+	// DataplaneCgroup is the cgroup v2 directory whose sockets are
+	// load-balanced. Empty: the cgroup v2 root (every process).
+	DataplaneCgroup string
+	// DataplaneBPFFS is the bpffs directory of the dataplane's pins.
+	// Empty: /sys/fs/bpf/tether.
+	DataplaneBPFFS string
+	// Uplinks are the interfaces that carry NodePort and externalIP
+	// traffic; UplinkAuto stands for the interface that holds the node's
+	// address. Empty: NodePorts are not served.
+	Uplinks []string
+	// ClusterDomain is the cluster's DNS domain. Empty: cluster.local.
+	ClusterDomain string
+	// DNSAddr is where the node's DNS server listens, over UDP and TCP. It
+	// answers the cluster domain from the agent's Service and
+	// EndpointSlice stores (so it keeps answering while the hub is out of
+	// reach) and forwards every other name to DNSUpstreams. A zero port
+	// lets the kernel pick one (see Agent.DNSAddr). Invalid (zero): no DNS
+	// server.
+	DNSAddr netip.AddrPort
+	// DNSInterface, when set, is the interface the agent puts DNSAddr's
+	// address on, creating it (a dummy interface) if missing: pods reach
+	// the server through their default route to the node, NodeLocal
+	// DNSCache style. Empty: the address must already be on the node.
+	DNSInterface string
+	// DNSUpstreams are the resolvers (host:port) of names outside the
+	// cluster domain. Empty: the nameservers of the node's
+	// /etc/resolv.conf, DNSAddr's address excepted.
+	DNSUpstreams []string
 	// CertRenewFraction is the fraction of the certificate's lifetime
 	// after which it is renewed. Zero means 2/3.
 	CertRenewFraction float64
@@ -108,6 +161,34 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CertRenewFraction <= 0 || c.CertRenewFraction >= 1 {
 		c.CertRenewFraction = 2.0 / 3
+	}
+	switch c.Dataplane {
+	case "", DataplaneNone:
+		c.Dataplane = DataplaneNone
+	case DataplaneEBPF:
+		if !c.WatchServices {
+			return errors.New("the eBPF dataplane needs WatchServices")
+		}
+	default:
+		return fmt.Errorf("unknown dataplane %q: want %s or %s", c.Dataplane, DataplaneEBPF, DataplaneNone)
+	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = "cluster.local"
+	}
+	c.ClusterDomain = strings.TrimSuffix(c.ClusterDomain, ".")
+	if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
+		return fmt.Errorf("cluster domain %q: %s", c.ClusterDomain, strings.Join(errs, "; "))
+	}
+	if c.DNSAddr.IsValid() {
+		if !c.WatchServices {
+			return errors.New("the DNS server needs WatchServices")
+		}
+		if c.DNSAddr.Addr().IsUnspecified() {
+			return fmt.Errorf("DNS address %s: pods need a specific address", c.DNSAddr)
+		}
+	}
+	if c.DNSInterface != "" && len(c.DNSInterface) > 15 {
+		return fmt.Errorf("DNS interface name %q is longer than 15 characters", c.DNSInterface)
 	}
 	if c.Version == "" {
 		c.Version = "devel"

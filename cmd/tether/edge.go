@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -30,6 +31,10 @@ func newEdgeCmd() *cobra.Command {
 		simMemory      string
 		simPods        string
 		ctrdCfg        containerd.Config
+		dataplaneMode  string
+		dnsAddr        string
+		dnsPort        uint16
+		uplinks        []string
 	)
 	cmd := &cobra.Command{
 		Use:   "edge --hub https://HOST:6443 --token TOKEN --data-dir DIR",
@@ -37,7 +42,16 @@ func newEdgeCmd() *cobra.Command {
 		Long: `Run the edge agent. The first start joins the hub with the join token and
 saves the node's key and certificate in the data directory; later starts use
 the certificate and need no token. The agent reaches the hub over one tunnel
-(QUIC over UDP to the hub's API port, TCP+TLS where UDP is blocked).`,
+(QUIC over UDP to the hub's API port, TCP+TLS where UDP is blocked).
+
+Services are load-balanced by eBPF programs (socket-level for ClusterIPs,
+tc on the uplinks for NodePorts and externalIPs), never by iptables or
+nftables rules; they stay loaded while the agent restarts. The agent serves
+cluster DNS on a node-local link-local address (169.254.20.10 by default) that
+it puts on a dummy interface, tether-dns; pods reach it through their default
+route to the node, and ClusterFirst pods get it as their name server. Both
+answer from the agent's watches of Services and EndpointSlices, so they keep
+working while the hub is out of reach.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel)
@@ -50,6 +64,13 @@ the certificate and need no token. The agent reaches the hub over one tunnel
 				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
 					return fmt.Errorf("parse --node-ip: %w", err)
 				}
+			}
+			if err := edgeNetFlags(cmd, &cfg, runtime, dataplaneMode, dnsAddr, dnsPort, uplinks); err != nil {
+				return err
+			}
+			ctrdCfg.ClusterDomain = cfg.ClusterDomain
+			if !cmd.Flags().Changed("cluster-dns") && cfg.DNSAddr.IsValid() {
+				ctrdCfg.ClusterDNS = []string{cfg.DNSAddr.Addr().String()}
 			}
 			switch runtime {
 			case "sim":
@@ -96,8 +117,16 @@ the certificate and need no token. The agent reaches the hub over one tunnel
 	f.StringVar(&cfg.NodeName, "name", "", "node name (default: the name in the saved certificate, or the host name)")
 	f.StringVar(&runtime, "runtime", "containerd", "container runtime: containerd or sim")
 	f.StringVar(&containerdAddr, "containerd-address", defaultContainerdAddress, "containerd socket; when nothing answers there the agent starts containerd itself (state under --data-dir)")
-	f.StringSliceVar(&ctrdCfg.ClusterDNS, "cluster-dns", nil, "name server addresses of ClusterFirst pods (default: the node's resolv.conf)")
-	f.StringVar(&ctrdCfg.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
+	f.StringSliceVar(&ctrdCfg.ClusterDNS, "cluster-dns", nil, "name server addresses of ClusterFirst pods (default: the agent's DNS server, --dns-addr; the node's resolv.conf when it runs none)")
+	f.StringVar(&cfg.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
+	f.StringVar(&dataplaneMode, "dataplane", "", "Service load balancing: ebpf (eBPF programs, no iptables; the kernel's features are checked at start) or none (default: ebpf with the containerd runtime as root, none with the sim runtime)")
+	f.StringVar(&cfg.DataplaneCgroup, "dataplane-cgroup", "", "cgroup v2 directory whose sockets are load-balanced (default: the cgroup v2 root)")
+	f.StringVar(&cfg.DataplaneBPFFS, "bpf-pin-dir", "", "bpffs directory of the dataplane's pinned maps and links (default /sys/fs/bpf/tether)")
+	f.StringSliceVar(&uplinks, "uplinks", nil, "interfaces that carry NodePort and externalIP traffic, or none (default: the interface that holds --node-ip)")
+	f.StringVar(&dnsAddr, "dns-addr", "", "node-local address of the agent's DNS server, or none; it is put on --dns-interface and pods reach it through their default route (default "+edge.DefaultDNSAddr+" with the containerd runtime, none with the sim runtime)")
+	f.Uint16Var(&dnsPort, "dns-port", 53, "port of the agent's DNS server (pods can use only 53)")
+	f.StringVar(&cfg.DNSInterface, "dns-interface", edge.DefaultDNSInterface, "interface the agent creates (a dummy) to hold --dns-addr; empty: the address must already be on the node")
+	f.StringSliceVar(&cfg.DNSUpstreams, "dns-upstream", nil, "resolvers HOST:PORT for names outside the cluster domain (default: the node's resolv.conf)")
 	f.StringVar(&ctrdCfg.CNIConfDir, "cni-conf-dir", "", "directory with your own CNI .conflist (default: a bridge network over the node's pod CIDR)")
 	f.StringSliceVar(&ctrdCfg.CNIBinDirs, "cni-bin-dir", nil, "directories of CNI plugins (default /usr/lib/cni,/opt/cni/bin)")
 	f.StringVar(&ctrdCfg.Bridge, "pod-bridge", "tether0", "bridge of the generated pod network")
@@ -118,4 +147,48 @@ the certificate and need no token. The agent reaches the hub over one tunnel
 	_ = cmd.MarkFlagRequired("hub")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
+}
+
+// edgeNetFlags fills the dataplane and DNS settings of cfg from the flags,
+// choosing the defaults by runtime: a containerd node gets the eBPF
+// dataplane (when run as root) and the DNS server on DefaultDNSAddr; a sim
+// node, usually one of many hollow nodes on one host, gets neither.
+func edgeNetFlags(cmd *cobra.Command, cfg *edge.Config, runtime, mode, dnsAddr string, dnsPort uint16, uplinks []string) error {
+	onContainerd := runtime == "containerd"
+	switch mode {
+	case "":
+		cfg.Dataplane = edge.DataplaneNone
+		if onContainerd && os.Geteuid() == 0 {
+			cfg.Dataplane = edge.DataplaneEBPF
+		}
+	case edge.DataplaneEBPF, edge.DataplaneNone:
+		cfg.Dataplane = mode
+	default:
+		return fmt.Errorf("unknown --dataplane %q: want ebpf or none", mode)
+	}
+	switch {
+	case cmd.Flags().Changed("uplinks"):
+		if !(len(uplinks) == 1 && uplinks[0] == "none") {
+			cfg.Uplinks = uplinks
+		}
+	case cfg.Dataplane == edge.DataplaneEBPF:
+		cfg.Uplinks = []string{edge.UplinkAuto}
+	}
+	if dnsAddr == "" {
+		dnsAddr = "none"
+		if onContainerd {
+			dnsAddr = edge.DefaultDNSAddr
+		}
+	}
+	if dnsAddr != "none" {
+		ip, err := netip.ParseAddr(dnsAddr)
+		if err != nil {
+			return fmt.Errorf("parse --dns-addr: %w", err)
+		}
+		cfg.DNSAddr = netip.AddrPortFrom(ip, dnsPort)
+	}
+	if (cfg.Dataplane == edge.DataplaneEBPF || cfg.DNSAddr.IsValid()) && !cfg.WatchServices {
+		return errors.New("--watch-services=false leaves the dataplane and the DNS server without Services: add --dataplane none --dns-addr none")
+	}
+	return nil
 }

@@ -531,3 +531,44 @@ func TestResolvConfPolicies(t *testing.T) {
 		t.Error("dnsPolicy None without nameservers must fail")
 	}
 }
+
+// TestWaitForState: until SetReady the cluster zone gets SERVFAIL (which
+// resolvers retry and do not cache), not an NXDOMAIN for Services the
+// server has not been given yet; other names are forwarded meanwhile. An
+// empty, non-nil upstream list forwards nothing.
+func TestWaitForState(t *testing.T) {
+	up := startUpstream(t)
+	s, err := New(Config{Upstreams: []string{up.addr}, Logger: quietLogger(), WaitForState: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(name string) *dns.Msg {
+		req := new(dns.Msg)
+		req.SetQuestion(name, dns.TypeA)
+		return s.Answer(req)
+	}
+	if r := ask("web.default.svc.cluster.local."); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("cluster name before SetReady: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	if r := ask("www.example.org."); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+		t.Errorf("forwarded name before SetReady: %s %v", dns.RcodeToString[r.Rcode], answers(r))
+	}
+	clusterState(s)
+	s.SetReady()
+	if r := ask("web.default.svc.cluster.local."); !slices.Equal(answers(r), []string{"A 10.214.100.1"}) {
+		t.Errorf("cluster name after SetReady: %s %v", dns.RcodeToString[r.Rcode], answers(r))
+	}
+	if r := ask("nothere.default.svc.cluster.local."); r.Rcode != dns.RcodeNameError {
+		t.Errorf("unknown Service after SetReady: %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
+	}
+
+	none, err := New(Config{Upstreams: []string{}, ResolvConfPath: "/nonexistent", Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("New with an empty upstream list read the resolv.conf: %v", err)
+	}
+	req := new(dns.Msg)
+	req.SetQuestion("www.example.org.", dns.TypeA)
+	if r := none.Answer(req); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("no upstreams: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+}

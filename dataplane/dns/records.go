@@ -22,6 +22,12 @@ func (s *Server) local(req *dns.Msg, q dns.Question, name string) *dns.Msg {
 	if name != s.zone && !strings.HasSuffix(name, "."+s.zone) {
 		return nil
 	}
+	if !s.ready.Load() {
+		m := new(dns.Msg)
+		m.SetRcode(req, dns.RcodeServerFailure)
+		m.RecursionAvailable = true
+		return m
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 

@@ -18,6 +18,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -30,8 +31,9 @@ import (
 type Config struct {
 	// ClusterDomain is the zone served from local state ("cluster.local").
 	ClusterDomain string
-	// Upstreams are the resolvers (host:port) for every other name. Empty:
-	// the nameservers of ResolvConfPath.
+	// Upstreams are the resolvers (host:port) for every other name. Nil:
+	// the nameservers of ResolvConfPath; an empty, non-nil slice forwards
+	// nothing (other names get SERVFAIL).
 	Upstreams []string
 	// ResolvConfPath is the node's resolver configuration
 	// ("/etc/resolv.conf").
@@ -50,6 +52,11 @@ type Config struct {
 	// OnQuery, when set, is called for every question answered, with the
 	// response code (for metrics and tests).
 	OnQuery func(name string, qtype uint16, rcode int, forwarded bool)
+	// WaitForState makes the server answer SERVFAIL for the cluster zone
+	// until SetReady is called, so that clients retry instead of caching
+	// NXDOMAIN for names whose Services it has not been given yet. Other
+	// names are forwarded meanwhile.
+	WaitForState bool
 }
 
 // Server answers DNS queries. Its methods are safe for concurrent use.
@@ -67,6 +74,8 @@ type Server struct {
 
 	srvMu   sync.Mutex
 	servers []*dns.Server
+
+	ready atomic.Bool // the cluster state is complete (see Config.WaitForState)
 }
 
 // New creates a Server; it serves nothing until Serve or ListenAndServe.
@@ -95,7 +104,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if len(cfg.Upstreams) == 0 {
+	if cfg.Upstreams == nil {
 		rc, err := dns.ClientConfigFromFile(cfg.ResolvConfPath)
 		if err != nil {
 			return nil, fmt.Errorf("read upstream resolvers: %w", err)
@@ -114,8 +123,13 @@ func New(cfg Config) (*Server, error) {
 		nsCount:  map[string]int{},
 	}
 	s.fwd = newForwarder(cfg.Upstreams, cfg.UpstreamTimeout, newCache(cfg.CacheSize, cfg.MaxTTL, cfg.MaxNegativeTTL))
+	s.ready.Store(!cfg.WaitForState)
 	return s, nil
 }
+
+// SetReady tells the server that it has been given the complete cluster
+// state: from now on it answers the cluster zone (see Config.WaitForState).
+func (s *Server) SetReady() { s.ready.Store(true) }
 
 // UpsertService records a Service.
 func (s *Server) UpsertService(svc *corev1.Service) {

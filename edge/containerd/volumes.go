@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/tether-edge/tether/dataplane/dns"
 	"github.com/tether-edge/tether/edge"
 )
 
@@ -504,69 +505,29 @@ func (r *Runtime) writeEtcFiles(p *pod, pod *corev1.Pod, ips []netip.Addr) error
 }
 
 // resolvConf computes the pod's resolv.conf from its dnsPolicy and
-// dnsConfig.
+// dnsConfig, the way the kubelet does (dns.ResolvConf): ClusterFirst pods,
+// and ClusterFirstWithHostNet ones on the host network, get ClusterDNS (the
+// agent's node-local DNS server unless --cluster-dns overrides it), the
+// search path "<ns>.svc.<domain> svc.<domain> <domain>" and ndots:5.
 func (r *Runtime) resolvConf(pod *corev1.Pod) (string, error) {
-	var servers, searches, options []string
-	host, _ := os.ReadFile("/etc/resolv.conf")
-	hostServers, hostSearches, hostOptions := parseResolv(string(host))
-	policy := pod.Spec.DNSPolicy
-	if policy == "" {
-		policy = corev1.DNSClusterFirst
-	}
-	if policy == corev1.DNSClusterFirst && pod.Spec.HostNetwork {
-		policy = corev1.DNSDefault
-	}
-	if policy == corev1.DNSClusterFirstWithHostNet {
-		policy = corev1.DNSClusterFirst
-	}
-	if policy == corev1.DNSClusterFirst && len(r.cfg.ClusterDNS) == 0 {
-		policy = corev1.DNSDefault
-	}
-	switch policy {
-	case corev1.DNSClusterFirst:
-		servers = append(servers, r.cfg.ClusterDNS...)
-		d := r.cfg.ClusterDomain
-		searches = append([]string{pod.Namespace + ".svc." + d, "svc." + d, d}, hostSearches...)
-		options = []string{"ndots:5"}
-	case corev1.DNSDefault:
-		servers, searches, options = hostServers, hostSearches, hostOptions
-	case corev1.DNSNone:
-	}
-	if c := pod.Spec.DNSConfig; c != nil {
-		servers = append(servers, c.Nameservers...)
-		searches = append(searches, c.Searches...)
-		for _, o := range c.Options {
-			s := o.Name
-			if o.Value != nil {
-				s += ":" + *o.Value
-			}
-			// A pod option overrides a default of the same name.
-			kept := options[:0]
-			for _, old := range options {
-				if strings.SplitN(old, ":", 2)[0] != o.Name {
-					kept = append(kept, old)
-				}
-			}
-			options = append(kept, s)
+	return resolvConfFor(pod, r.cfg.ClusterDNS, r.cfg.ClusterDomain, "/etc/resolv.conf")
+}
+
+// resolvConfFor renders a pod's resolv.conf with the node's resolver
+// configuration read from hostPath.
+func resolvConfFor(pod *corev1.Pod, clusterDNS []string, domain, hostPath string) (string, error) {
+	var servers []netip.Addr
+	for _, s := range clusterDNS {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return "", fmt.Errorf("cluster DNS address %q: %w", s, err)
 		}
+		servers = append(servers, a)
 	}
-	if len(servers) > 3 {
-		servers = servers[:3]
-	}
-	if len(searches) > 32 {
-		searches = searches[:32]
-	}
-	var b strings.Builder
-	for _, s := range servers {
-		fmt.Fprintf(&b, "nameserver %s\n", s)
-	}
-	if len(searches) > 0 {
-		fmt.Fprintf(&b, "search %s\n", strings.Join(searches, " "))
-	}
-	if len(options) > 0 {
-		fmt.Fprintf(&b, "options %s\n", strings.Join(options, " "))
-	}
-	return b.String(), nil
+	b, _ := os.ReadFile(hostPath)
+	var host dns.HostResolvConf
+	host.Nameservers, host.Searches, host.Options = parseResolv(string(b))
+	return dns.ResolvConf(pod, servers, domain, host)
 }
 
 func parseResolv(s string) (servers, searches, options []string) {
