@@ -154,6 +154,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if u, ok := a.cfg.Runtime.(SourceUser); ok {
 		u.SetSources(agentSources{a: a})
 	}
+	if er, ok := a.cfg.Runtime.(EventReporter); ok {
+		events := newEventRecorder(a.core, a.name)
+		defer events.stop()
+		er.ReportEvents(events.record)
+	}
 	a.cfg.Runtime.Notify(a.pods.runtimeChanged)
 	a.pods.start(ctx)
 	a.refs.start(ctx)

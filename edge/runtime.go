@@ -228,3 +228,28 @@ var (
 type SourceUser interface {
 	SetSources(Sources)
 }
+
+// PodEvent is something a runtime did to a pod's container or saw of it,
+// reported to users as a Kubernetes Event from the kubelet, the events
+// `kubectl describe pod` lists (Pulling, Pulled, Created, Started, Killing,
+// Unhealthy, BackOff, Failed, ...).
+type PodEvent struct {
+	UID             types.UID
+	Namespace, Name string
+	// Container is the container the event is about; empty for the pod.
+	Container string
+	// FieldPath names the container within the pod, as
+	// "spec.containers{web}" or "spec.initContainers{init}".
+	FieldPath string
+	// Warning makes it a Warning event; otherwise it is Normal.
+	Warning         bool
+	Reason, Message string
+}
+
+// EventReporter is implemented by runtimes that report events. The agent
+// calls ReportEvents once, before the first SyncPod; fn must not block and
+// may drop events under load (the agent aggregates and rate-limits them as
+// the kubelet does).
+type EventReporter interface {
+	ReportEvents(fn func(PodEvent))
+}

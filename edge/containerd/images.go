@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
@@ -108,7 +109,7 @@ func (r *Runtime) importDir(ctx context.Context) {
 
 // ensureImage returns the image a container runs, pulling it when the
 // pull policy says so.
-func (r *Runtime) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (containerd.Image, error) {
+func (r *Runtime) ensureImage(ctx context.Context, p *pod, cs *ctr, pod *corev1.Pod, c *corev1.Container) (containerd.Image, error) {
 	ref, err := normalizeImage(c.Image)
 	if err != nil {
 		return nil, err
@@ -125,13 +126,17 @@ func (r *Runtime) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		return nil, fmt.Errorf("look up image %s: %w", ref, err)
 	}
 	if err == nil && policy != corev1.PullAlways {
+		r.event(p, cs, false, "Pulled", "Container image %q already present on machine", c.Image)
 		return r.unpacked(ctx, img)
 	}
 	if policy == corev1.PullNever {
 		return nil, fmt.Errorf("%w: container image %q is not present with pull policy of Never", errImageNeverPull, c.Image)
 	}
+	r.event(p, cs, false, "Pulling", "Pulling image %q", c.Image)
+	began := time.Now()
 	pulled, perr := r.pull(ctx, pod, ref)
 	if perr != nil {
+		r.event(p, cs, true, "Failed", "Failed to pull image %q: %v", c.Image, perr)
 		if img != nil {
 			// Offline with the image at hand: run what we have.
 			r.log.Warn("pull image; using the local copy", "image", ref, "err", perr)
@@ -139,6 +144,8 @@ func (r *Runtime) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		}
 		return nil, perr
 	}
+	size, _ := pulled.Size(ctx)
+	r.event(p, cs, false, "Pulled", "Successfully pulled image %q in %v. Image size: %d bytes.", c.Image, time.Since(began).Round(time.Millisecond), size)
 	return pulled, nil
 }
 

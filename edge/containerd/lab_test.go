@@ -366,6 +366,31 @@ func TestLabPodsOnContainerd(t *testing.T) {
 			t.Errorf("cp out: %q", b)
 		}
 	})
+	t.Run("kubelet events", func(t *testing.T) {
+		want := []string{
+			"Pulled spec.initContainers{init-1} kubelet/edge-c",
+			"Created spec.initContainers{init-1} kubelet/edge-c",
+			"Started spec.initContainers{init-1} kubelet/edge-c",
+			"Started spec.initContainers{init-2} kubelet/edge-c",
+			"Pulled spec.containers{app} kubelet/edge-c",
+			"Created spec.containers{app} kubelet/edge-c",
+			"Started spec.containers{app} kubelet/edge-c",
+		}
+		l.waitFor(t, 30*time.Second, "the kubelet's events of pod full", func() (bool, string) {
+			out, err := l.hub.Run("get", "events", "--field-selector", "involvedObject.name=full", "-o",
+				`jsonpath={range .items[*]}{.reason} {.involvedObject.fieldPath} {.source.component}/{.source.host}{"\n"}{end}`)
+			for _, w := range want {
+				if !strings.Contains(out, w+"\n") {
+					return false, out + errString(err)
+				}
+			}
+			return true, ""
+		})
+		out := l.kubectl(t, "describe", "pod", "full")
+		if !strings.Contains(out, "Started container app") || !strings.Contains(out, "already present on machine") {
+			t.Errorf("kubectl describe pod shows no kubelet events:\n%s", out)
+		}
+	})
 	t.Run("delete", func(t *testing.T) {
 		// The agent stops the containers and then finalizes the pod.
 		l.kubectl(t, "delete", "pod", "-l", "app=web", "--wait=true", "--timeout=60s")

@@ -311,6 +311,7 @@ func (r *Runtime) restart(ctx context.Context, p *pod, cs *ctr, c *corev1.Contai
 		cs.waitMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.Name, p.name, p.namespace, p.uid)
 		r.wakeAt(p, at)
 		p.mu.Unlock()
+		r.event(p, cs, true, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, p.name, p.namespace, p.uid)
 		return nil
 	}
 	cs.backoff.Restarted(time.Now())
@@ -334,10 +335,12 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 		cs.waitReason, cs.waitMessage = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", c.Image)
 		r.wakeAt(p, cs.pullRetryAt)
 		p.mu.Unlock()
+		r.event(p, cs, false, "BackOff", "Back-off pulling image %q", c.Image)
+		r.event(p, cs, true, "Failed", "Error: ImagePullBackOff")
 		return nil
 	}
 	p.mu.Unlock()
-	img, err := r.ensureImage(ctx, spec, c)
+	img, err := r.ensureImage(ctx, p, cs, spec, c)
 	if errors.Is(err, errImagePull) {
 		now := time.Now()
 		p.mu.Lock()
@@ -347,7 +350,12 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 		p.mu.Unlock()
 	}
 	if err != nil {
-		return fail(imageReason(err), err)
+		reason := imageReason(err)
+		if reason == "ErrImageNeverPull" {
+			r.event(p, cs, true, reason, "Container image %q is not present with pull policy of Never", c.Image)
+		}
+		r.event(p, cs, true, "Failed", "Error: %s", reason)
+		return fail(reason, err)
 	}
 	p.mu.Lock()
 	cs.pullRetryAt = time.Time{}
@@ -363,6 +371,7 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 	p.mu.Unlock()
 	specOpts, err := r.specOpts(ctx, p, spec, c, img, ips, nsPath, id)
 	if err != nil {
+		r.event(p, cs, true, "Failed", "Error: %v", err)
 		return fail("CreateContainerConfigError", err)
 	}
 	labels := map[string]string{
@@ -380,8 +389,10 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 		containerd.WithNewSpec(specOpts...),
 	)
 	if err != nil {
+		r.event(p, cs, true, "Failed", "Error: %v", err)
 		return fail("CreateContainerError", err)
 	}
+	r.event(p, cs, false, "Created", "Created container: %s", c.Name)
 	inst := &instance{
 		id: id, attempt: attempt, image: img.Name(), imageID: img.Target().Digest.String(),
 		logPath: r.logPath(p, c.Name, attempt), exited: make(chan struct{}),
@@ -418,9 +429,11 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 		p.mu.Unlock()
 		close(inst.exited)
 		r.recordExit(ctx, cont, inst)
+		r.event(p, cs, true, "Failed", "Error: %v", err)
 		go r.changed(p.uid)
 		return fmt.Errorf("start container %s of pod %s: %w", c.Name, p.key(), err)
 	}
+	r.event(p, cs, false, "Started", "Started container %s", c.Name)
 	p.mu.Lock()
 	inst.task, inst.running, inst.started = task, true, time.Now()
 	p.mu.Unlock()
@@ -665,6 +678,12 @@ func (r *Runtime) stopInstance(ctx context.Context, p *pod, spec *corev1.Pod, cs
 	}
 	if inst.task == nil {
 		return
+	}
+	p.mu.Lock()
+	running, why := inst.running, inst.killReason
+	p.mu.Unlock()
+	if running && why == "" {
+		r.event(p, cs, false, "Killing", "Stopping container %s", cs.name)
 	}
 	_ = inst.task.Kill(ctx, syscall.SIGTERM)
 	select {

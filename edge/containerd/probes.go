@@ -43,7 +43,7 @@ func (r *Runtime) ensureProbes(p *pod, cs *ctr, c *corev1.Container) {
 // and readiness probes, each on its own schedule.
 func (r *Runtime) probeLoop(ctx context.Context, p *pod, cs *ctr, inst *instance, c *corev1.Container) {
 	if c.StartupProbe != nil {
-		ok := r.probeUntil(ctx, p, inst, c.StartupProbe, true)
+		ok := r.probeUntil(ctx, p, cs, inst, c.StartupProbe, "Startup")
 		if ctx.Err() != nil {
 			return
 		}
@@ -60,10 +60,10 @@ func (r *Runtime) probeLoop(ctx context.Context, p *pod, cs *ctr, inst *instance
 		r.changed(p.uid)
 	}
 	if c.ReadinessProbe != nil {
-		go r.readinessLoop(ctx, p, inst, c.ReadinessProbe)
+		go r.readinessLoop(ctx, p, cs, inst, c.ReadinessProbe)
 	}
 	if c.LivenessProbe != nil {
-		if !r.probeUntil(ctx, p, inst, c.LivenessProbe, false) && ctx.Err() == nil {
+		if !r.probeUntil(ctx, p, cs, inst, c.LivenessProbe, "Liveness") && ctx.Err() == nil {
 			r.killForProbe(p, cs, inst, c, "liveness")
 		}
 	}
@@ -79,7 +79,8 @@ func probeTiming(pr *corev1.Probe) (initial, period, timeout time.Duration, succ
 // probeUntil runs a probe on its period. For a startup probe it returns
 // true at the first success; for liveness it returns false after
 // failureThreshold consecutive failures (and never returns true).
-func (r *Runtime) probeUntil(ctx context.Context, p *pod, inst *instance, pr *corev1.Probe, startup bool) bool {
+func (r *Runtime) probeUntil(ctx context.Context, p *pod, cs *ctr, inst *instance, pr *corev1.Probe, kind string) bool {
+	startup := kind == "Startup"
 	initial, period, timeout, _, failure := probeTiming(pr)
 	if !sleepCtx(ctx, initial) {
 		return false
@@ -98,6 +99,7 @@ func (r *Runtime) probeUntil(ctx context.Context, p *pod, inst *instance, pr *co
 		} else {
 			fails++
 			r.log.Debug("probe failed", "pod", p.key(), "instance", inst.id, "err", err, "failures", fails)
+			r.event(p, cs, true, "Unhealthy", "%s probe failed: %v", kind, err)
 			if fails >= failure {
 				return false
 			}
@@ -108,7 +110,7 @@ func (r *Runtime) probeUntil(ctx context.Context, p *pod, inst *instance, pr *co
 	}
 }
 
-func (r *Runtime) readinessLoop(ctx context.Context, p *pod, inst *instance, pr *corev1.Probe) {
+func (r *Runtime) readinessLoop(ctx context.Context, p *pod, cs *ctr, inst *instance, pr *corev1.Probe) {
 	initial, period, timeout, success, failure := probeTiming(pr)
 	if !sleepCtx(ctx, initial) {
 		return
@@ -134,6 +136,9 @@ func (r *Runtime) readinessLoop(ctx context.Context, p *pod, inst *instance, pr 
 		}
 		now := inst.ready
 		p.mu.Unlock()
+		if err != nil {
+			r.event(p, cs, true, "Unhealthy", "Readiness probe failed: %v", err)
+		}
 		if was != now {
 			r.changed(p.uid)
 		}
@@ -165,6 +170,7 @@ func (r *Runtime) killForProbe(p *pod, cs *ctr, inst *instance, c *corev1.Contai
 	spec := p.spec
 	p.mu.Unlock()
 	r.log.Info("container failed its probe; killing it", "pod", p.key(), "container", c.Name, "probe", which)
+	r.event(p, cs, false, "Killing", "Container %s failed %s probe, will be restarted", c.Name, which)
 	grace := 30 * time.Second
 	if spec != nil && spec.Spec.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*spec.Spec.TerminationGracePeriodSeconds) * time.Second

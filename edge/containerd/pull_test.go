@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,6 +56,24 @@ func TestRegistryPull(t *testing.T) {
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: fmt.Appendf(nil, `{"auths":{%q:{"auth":%q}}}`, host, auth)},
 	}
 	e.src.mu.Unlock()
+	var mu sync.Mutex
+	var events []string
+	e.rt.ReportEvents(func(ev edge.PodEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev.Name+" "+ev.Reason+" "+ev.Message)
+	})
+	sawEvent := func(t *testing.T, pod, reason, fragment string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range events {
+			if strings.HasPrefix(ev, pod+" "+reason+" ") && strings.Contains(ev, fragment) {
+				return
+			}
+		}
+		t.Errorf("no %s event of pod %s with %q among:\n%s", reason, pod, fragment, strings.Join(events, "\n"))
+	}
 	withSecret := func(p *corev1.Pod) *corev1.Pod {
 		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
 		return p
@@ -69,6 +88,9 @@ func TestRegistryPull(t *testing.T) {
 		if c := containerStatus(st, "web"); !strings.HasPrefix(c.ImageID, "sha256:") {
 			t.Errorf("imageID %q", c.ImageID)
 		}
+		sawEvent(t, "pulled", "Pulling", "Pulling image")
+		sawEvent(t, "pulled", "Pulled", "Successfully pulled image")
+		sawEvent(t, "pulled", "Started", "Started container web")
 	})
 
 	t.Run("refused without credentials, then back-off", func(t *testing.T) {
@@ -98,6 +120,10 @@ func TestRegistryPull(t *testing.T) {
 		if reg.Refusals() == refused {
 			t.Error("the pull was not tried again after the back-off")
 		}
+		sawEvent(t, "denied", "Failed", "Failed to pull image")
+		sawEvent(t, "denied", "Failed", "Error: ErrImagePull")
+		sawEvent(t, "denied", "BackOff", "Back-off pulling image")
+		sawEvent(t, "denied", "Failed", "Error: ImagePullBackOff")
 	})
 
 	t.Run("image not in the registry", func(t *testing.T) {

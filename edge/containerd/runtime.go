@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -91,6 +92,7 @@ type Config struct {
 type Runtime struct {
 	cfg      Config
 	log      *slog.Logger
+	events   atomic.Pointer[func(edge.PodEvent)]
 	client   *containerd.Client
 	daemon   *daemon
 	version  string

@@ -1,0 +1,38 @@
+package edge
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// eventRecorder turns a runtime's PodEvents into Kubernetes Events whose
+// source is the kubelet of this node, through client-go's broadcaster: an
+// event repeated within ten minutes is folded into one object whose count
+// grows, and a spam filter bounds each object's rate, as on any kubelet.
+// Events are best effort: while the hub is unreachable the sink retries a
+// few times and then drops them; they are not part of the node's durable
+// state.
+type eventRecorder struct {
+	b   record.EventBroadcaster
+	rec record.EventRecorder
+}
+
+func newEventRecorder(events typedcorev1.EventsGetter, node string) *eventRecorder {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.Events("")})
+	return &eventRecorder{b: b, rec: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: node})}
+}
+
+// record implements the EventReporter callback; it does not block.
+func (e *eventRecorder) record(ev PodEvent) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ev.Namespace, Name: ev.Name, UID: ev.UID, FieldPath: ev.FieldPath}
+	typ := corev1.EventTypeNormal
+	if ev.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	e.rec.Event(ref, typ, ev.Reason, ev.Message)
+}
+
+func (e *eventRecorder) stop() { e.b.Shutdown() }
