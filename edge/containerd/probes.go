@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -214,9 +217,39 @@ func (r *Runtime) probe(ctx context.Context, p *pod, inst *instance, h *corev1.P
 		}
 		return conn.Close()
 	case h.GRPC != nil:
-		return fmt.Errorf("gRPC probes are not supported by the containerd runtime")
+		return r.grpcProbe(ctx, p, h.GRPC)
 	}
 	return fmt.Errorf("probe has no handler")
+}
+
+// grpcProbe asks the pod's gRPC health service (grpc.health.v1.Health)
+// for the probe's service; only SERVING passes, as with the kubelet.
+func (r *Runtime) grpcProbe(ctx context.Context, p *pod, g *corev1.GRPCAction) error {
+	host, port, err := r.target(p, "", intstr.FromInt32(g.Port))
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(host, port)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("failed to connect service %q: %w", addr, err)
+	}
+	defer conn.Close()
+	service := ""
+	if g.Service != nil {
+		service = *g.Service
+	}
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("timeout: health rpc did not complete within the probe's timeout: %w", err)
+		}
+		return fmt.Errorf("failed to connect service %q: %w", addr, err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("service unhealthy (responded with %q)", resp.GetStatus().String())
+	}
+	return nil
 }
 
 // target resolves a probe's host (the pod's IP by default) and port
