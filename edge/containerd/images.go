@@ -66,6 +66,15 @@ func importArchive(ctx context.Context, c *containerd.Client, path, snapshotter 
 		if err := i.Unpack(ctx, snapshotter); err != nil {
 			return names, fmt.Errorf("unpack image %s: %w", img.Name, err)
 		}
+		// Imported images may have no registry to come back from: image
+		// garbage collection leaves them alone.
+		if img.Labels == nil {
+			img.Labels = map[string]string{}
+		}
+		img.Labels[labelPinned] = "true"
+		if _, err := c.ImageService().Update(ctx, img, "labels."+labelPinned); err != nil {
+			return names, fmt.Errorf("pin image %s: %w", img.Name, err)
+		}
 		names = append(names, img.Name)
 	}
 	return names, nil

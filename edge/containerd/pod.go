@@ -434,6 +434,9 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 		return fmt.Errorf("start container %s of pod %s: %w", c.Name, p.key(), err)
 	}
 	r.event(p, cs, false, "Started", "Started container %s", c.Name)
+	r.mu.Lock()
+	r.imageUsed[img.Name()] = time.Now()
+	r.mu.Unlock()
 	p.mu.Lock()
 	inst.task, inst.running, inst.started = task, true, time.Now()
 	p.mu.Unlock()

@@ -44,6 +44,19 @@ type Config struct {
 	// ImageDir holds image archives imported at start; empty means
 	// DataDir/images.
 	ImageDir string
+	// ImageGCHighThresholdPercent and ImageGCLowThresholdPercent are the
+	// kubelet's image garbage collection thresholds: when the disk of
+	// ImageGCPath is fuller than the high one, unused images are removed,
+	// least recently used first, until it is below the low one. Zero means
+	// 85 and 80; a high threshold above 100 turns collection off. Images
+	// imported from archives are never removed.
+	ImageGCHighThresholdPercent, ImageGCLowThresholdPercent int
+	// ImageGCPath is on the file system that holds containerd's content
+	// store; empty means DataDir/containerd when the runtime starts
+	// containerd, /var/lib/containerd otherwise.
+	ImageGCPath string
+	// ImageGCInterval is how often the disk is checked; zero means 5m.
+	ImageGCInterval time.Duration
 	// RegistryConfigDir holds registry host configuration in containerd's
 	// layout (<dir>/<host>/hosts.toml with mirrors, plain HTTP endpoints,
 	// CA and client certificates); empty means /etc/containerd/certs.d.
@@ -107,6 +120,10 @@ type Runtime struct {
 	notify  func(types.UID)
 	src     edge.Sources
 	closing bool
+	// imageUsed is when a container last started from each image, for
+	// image garbage collection; stopGC ends its loop.
+	imageUsed map[string]time.Time
+	stopGC    context.CancelFunc
 }
 
 var _ edge.Runtime = (*Runtime)(nil)
@@ -149,13 +166,23 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ImageGCHighThresholdPercent == 0 {
+		cfg.ImageGCHighThresholdPercent = 85
+	}
+	if cfg.ImageGCLowThresholdPercent == 0 {
+		cfg.ImageGCLowThresholdPercent = 80
+	}
+	if cfg.ImageGCInterval <= 0 {
+		cfg.ImageGCInterval = 5 * time.Minute
+	}
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger.With("component", "containerd-runtime"),
-		stateDir: cfg.DataDir,
-		podsDir:  filepath.Join(cfg.DataDir, "pods"),
-		logsDir:  filepath.Join(cfg.DataDir, "logs"),
-		fifoDir:  filepath.Join(cfg.DataDir, "fifo"),
-		pods:     map[types.UID]*pod{},
+		stateDir:  cfg.DataDir,
+		podsDir:   filepath.Join(cfg.DataDir, "pods"),
+		logsDir:   filepath.Join(cfg.DataDir, "logs"),
+		fifoDir:   filepath.Join(cfg.DataDir, "fifo"),
+		pods:      map[types.UID]*pod{},
+		imageUsed: map[string]time.Time{},
 	}
 	for _, d := range []string{r.podsDir, r.logsDir, r.fifoDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
@@ -184,6 +211,17 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if d != nil {
 		go r.superviseDaemon()
 	}
+	if r.cfg.ImageGCPath == "" {
+		r.cfg.ImageGCPath = "/var/lib/containerd"
+		if d != nil {
+			r.cfg.ImageGCPath = filepath.Join(cfg.DataDir, "containerd")
+		}
+	}
+	if r.cfg.ImageGCHighThresholdPercent <= 100 {
+		gcCtx, stop := context.WithCancel(context.Background())
+		r.stopGC = stop
+		go r.imageGCLoop(gcCtx)
+	}
 	return r, nil
 }
 
@@ -193,6 +231,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 func (r *Runtime) Close() error {
 	r.mu.Lock()
 	r.closing = true
+	if r.stopGC != nil {
+		r.stopGC()
+	}
 	pods := make([]*pod, 0, len(r.pods))
 	for _, p := range r.pods {
 		pods = append(pods, p)
