@@ -19,9 +19,13 @@ import (
 // TestKubectl runs a real kubectl against discovery and OpenAPI: explain,
 // and client-side dry runs that go through kubectl's validation set-up.
 func TestKubectl(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl not on PATH")
+	// The pinned kubectl that scripts/test.sh builds, else one on PATH.
+	kubectl := os.Getenv("TETHER_KUBECTL")
+	if kubectl == "" {
+		var err error
+		if kubectl, err = exec.LookPath("kubectl"); err != nil {
+			t.Skip("no kubectl: set TETHER_KUBECTL (scripts/test.sh builds the pinned one into bin/) or put one on PATH")
+		}
 	}
 	oa, err := New(testKinds(), clientgoscheme.Scheme)
 	if err != nil {

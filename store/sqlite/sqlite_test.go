@@ -45,14 +45,24 @@ func TestConformanceSmallBuffers(t *testing.T) {
 
 const crashEnv = "TETHER_SQLITE_CRASH_DIR"
 
-// TestCrashChild is the writer process of TestKillNine; it does nothing
-// unless started by it.
-func TestCrashChild(t *testing.T) {
-	dir := os.Getenv(crashEnv)
-	if dir == "" {
-		t.Skip("runs only as the child of TestKillNine")
+// TestMain runs the writer process of TestKillNine when the test binary
+// is started as one, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashEnv); dir != "" {
+		crashChild(dir)
+		return
 	}
-	s := openAt(t, dir, Config{})
+	os.Exit(m.Run())
+}
+
+// crashChild writes and prints every acknowledged write until it is
+// killed.
+func crashChild(dir string) {
+	s, err := Open(Config{Path: filepath.Join(dir, "tether.db")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		os.Exit(3)
+	}
 	ctx := context.Background()
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
@@ -86,7 +96,7 @@ func TestKillNine(t *testing.T) {
 	dir := t.TempDir()
 	var lastRev int64
 	for round := range 5 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), crashEnv+"="+dir)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
