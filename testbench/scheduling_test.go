@@ -76,8 +76,9 @@ spec:
 	t.Logf("kubectl describe pod big:\n%s", h.MustRun("describe", "pod", "big"))
 }
 
-// startSimEdge runs `tether edge --runtime sim` on loopback against h.
-func startSimEdge(t *testing.T, h *hubtest.Hub, token, name string, extra ...string) {
+// startSimEdge runs `tether edge --runtime sim` on loopback against h; the
+// process stops at the end of the test.
+func startSimEdge(t *testing.T, h *hubtest.Hub, token, name string, extra ...string) *exec.Cmd {
 	t.Helper()
 	args := append([]string{"edge", "--hub", "https://" + h.Addr, "--token", token, "--data-dir", filepath.Join(t.TempDir(), name),
 		"--name", name, "--runtime", "sim", "--sim-start-delay", "200ms", "--watch-services=false"}, extra...)
@@ -98,6 +99,7 @@ func startSimEdge(t *testing.T, h *hubtest.Hub, token, name string, extra ...str
 			t.Logf("%s log:\n%s", name, b)
 		}
 	})
+	return cmd
 }
 
 // joinToken creates a join token on h.

@@ -37,8 +37,12 @@ type Config struct {
 	// with room for a slow write.
 	LeaseRenew time.Duration
 	// HeartbeatTimeout is how long after its last heartbeat a connected
-	// node still counts as alive; zero means 45s (the tunnel's idle
-	// timeout).
+	// node still counts as alive; zero means 25s: agents send one every
+	// 15s, so this allows one late by 10s. A node whose agent died without
+	// closing its tunnel (a crash, a power cut) stops having its Lease
+	// renewed then, long before the tunnel's idle timeout (45s) ends the
+	// session, so the node turns Unknown about as soon after its death as
+	// a dead kubelet's would.
 	HeartbeatTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -57,7 +61,7 @@ func (c *Config) setDefaults() {
 		c.LeaseRenew = 7 * time.Second
 	}
 	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = 45 * time.Second
+		c.HeartbeatTimeout = 25 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -1,0 +1,90 @@
+package testbench
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tether-edge/tether/hub/hubtest"
+)
+
+// TestNodeLostOnSimEdges stops a real sim agent without a word (SIGKILL):
+// the hub stops renewing its Lease once its heartbeats are late, and once
+// the Lease is 40s old the node lifecycle controller marks the node
+// Ready=Unknown and taints it unreachable; a pod that tolerates that for 5s
+// is evicted then and its Deployment replaces it on the other node, while
+// a pod with the default 300s toleration stays.
+func TestNodeLostOnSimEdges(t *testing.T) {
+	h := hubtest.Start(t)
+	token := joinToken(t, h)
+	lost := startSimEdge(t, h, token, "lost-1")
+	startSimEdge(t, h, token, "kept-1")
+	waitUntil(t, "two Ready nodes", 60*time.Second, func() bool {
+		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
+		return strings.Count(out, "True") == 2
+	})
+	apply := func(yaml string) {
+		t.Helper()
+		if out, err := h.RunInput(t.Context(), yaml, nil, "apply", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply: %v\n%s", err, out)
+		}
+	}
+	apply(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: quick}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: quick}}
+  template:
+    metadata: {labels: {app: quick}}
+    spec:
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            preference: {matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [lost-1]}]}
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      containers: [{name: c, image: app}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: patient}
+spec:
+  nodeName: lost-1
+  containers: [{name: c, image: app}]
+`)
+	waitUntil(t, "both pods Running on lost-1 (quick by its preferred node affinity)", 60*time.Second, func() bool {
+		out, _ := h.Run("get", "pods", "-o", `jsonpath={range .items[*]}{.spec.nodeName}/{.status.phase} {end}`)
+		return strings.Count(out, "lost-1/Running") == 2
+	})
+	quick := strings.TrimSpace(h.MustRun("get", "pods", "-l", "app=quick", "-o", "jsonpath={.items[0].metadata.name}"))
+
+	killed := time.Now()
+	if err := lost.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "lost-1 Ready=Unknown with the unreachable taint", 90*time.Second, func() bool {
+		out, _ := h.Run("get", "node", "lost-1", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}`)
+		return strings.HasPrefix(out, "Unknown ") && strings.Contains(out, "node.kubernetes.io/unreachable")
+	})
+	marked := time.Since(killed)
+	t.Logf("lost-1 marked unreachable %v after its agent died (grace period 40s)", marked.Round(time.Second))
+	if marked < 30*time.Second || marked > 80*time.Second {
+		t.Errorf("lost-1 marked unreachable %v after its agent died; want 40s of Lease grace plus at most 25s of missed heartbeats (and the controller's 5s monitor period)", marked)
+	}
+	// The evicted pod stays Terminating while its node cannot confirm the
+	// stop (as upstream); its ReplicaSet replaces it at once.
+	waitUntil(t, "the pod tolerating 5s evicted and replaced on kept-1", 60*time.Second, func() bool {
+		gone, _ := h.Run("get", "pod", quick, "-o", "jsonpath={.metadata.deletionTimestamp}")
+		out, _ := h.Run("get", "pods", "-l", "app=quick", "-o", `jsonpath={range .items[*]}{.metadata.name}/{.spec.nodeName}/{.status.phase} {end}`)
+		return gone != "" && strings.Contains(out, "/kept-1/Running")
+	})
+	if out := h.MustRun("get", "pod", "patient", "-o", "jsonpath={.metadata.deletionTimestamp}"); out != "" {
+		t.Errorf("the pod with the default 300s toleration is being deleted already (%s)", out)
+	}
+	if out := h.MustRun("get", "pod", "patient", "-o", "jsonpath={.spec.tolerations[*].tolerationSeconds}"); !strings.Contains(out, "300") {
+		t.Errorf("patient tolerations %q, want the default 300s ones", out)
+	}
+}
