@@ -49,6 +49,9 @@ type Config struct {
 	// RootCA is the hub's CA certificate (PEM), published in every
 	// namespace as the kube-root-ca.crt ConfigMap; empty publishes none.
 	RootCA []byte
+	// LocalPathRoot is the directory on nodes under which local-path
+	// volumes are provisioned; empty means /var/lib/tether/storage.
+	LocalPathRoot string
 	// Controllers selects the controllers to run, as
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.

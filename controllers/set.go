@@ -19,6 +19,7 @@ import (
 	"github.com/tether-edge/tether/controllers/replicaset"
 	"github.com/tether-edge/tether/controllers/serviceaccount"
 	"github.com/tether-edge/tether/controllers/statefulset"
+	"github.com/tether-edge/tether/controllers/volume"
 )
 
 // runner is a controller with its own loop.
@@ -61,6 +62,10 @@ var builtins = []builtin{
 	}},
 	{"disruption", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return disruption.New(disruption.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	// Claims bound to volumes, and local-path volumes provisioned.
+	{"persistentvolume-binder", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
+		return volume.New(volume.Config{Client: k, Informers: inf, Workers: w, Logger: l, LocalPathRoot: c.LocalPathRoot})
 	}},
 	// The default ServiceAccount and kube-root-ca.crt of every namespace.
 	{"serviceaccount", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {

@@ -972,6 +972,7 @@ var pvcKind = &Kind{
 	Namespaced: true,
 	ShortNames: []string{"pvc"},
 	HasStatus:  true,
+	Admit:      admitPVC,
 	Default: func(obj runtime.Object) {
 		pvc := obj.(*corev1.PersistentVolumeClaim)
 		if pvc.Spec.VolumeMode == nil {

@@ -17,7 +17,8 @@ import (
 
 // groupKinds returns the served kinds of the named API groups, in discovery
 // order: apps, batch, discovery.k8s.io, coordination.k8s.io, events.k8s.io,
-// policy, networking.k8s.io, rbac.authorization.k8s.io, scheduling.k8s.io.
+// policy, networking.k8s.io, rbac.authorization.k8s.io, scheduling.k8s.io,
+// storage.k8s.io.
 func groupKinds() []*Kind {
 	return []*Kind{
 		deploymentKind, replicaSetKind, statefulSetKind, daemonSetKind, controllerRevisionKind,
@@ -29,6 +30,7 @@ func groupKinds() []*Kind {
 		networkPolicyKind,
 		roleKind, roleBindingKind, clusterRoleKind, clusterRoleBindingKind,
 		priorityClassKind,
+		storageClassKind,
 	}
 }
 

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -87,7 +89,7 @@ func TestGroupKindsOrderAndNames(t *testing.T) {
 		}
 	}
 	want := []string{"apps", "batch", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io", "policy",
-		"networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io"}
+		"networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io", "storage.k8s.io"}
 	if !reflect.DeepEqual(groups, want) {
 		t.Errorf("group order %v, want %v", groups, want)
 	}
@@ -658,4 +660,52 @@ func TestDaemonSetStrategyValidation(t *testing.T) {
 			t.Errorf("%s: got %v, want one error at %s", tt.name, errs, tt.want)
 		}
 	}
+}
+
+func TestStorageClassAndDefaultClaimClass(t *testing.T) {
+	bad := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	storageClassKind.Default(bad)
+	if errs := storageClassKind.Validate(bad); len(errs) != 1 || errs[0].Field != "provisioner" {
+		t.Errorf("class without provisioner: %v", errs)
+	}
+	old := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Provisioner: "tether.io/local-path"}
+	storageClassKind.Default(old)
+	if *old.ReclaimPolicy != corev1.PersistentVolumeReclaimDelete || *old.VolumeBindingMode != storagev1.VolumeBindingImmediate {
+		t.Errorf("defaults: %v %v", *old.ReclaimPolicy, *old.VolumeBindingMode)
+	}
+	changed := old.DeepCopy()
+	changed.Provisioner = "other.io/p"
+	if errs := storageClassKind.ValidateUpdate(changed, old); len(errs) != 1 || errs[0].Field != "provisioner" {
+		t.Errorf("provisioner change: %v", errs)
+	}
+
+	older := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "older", CreationTimestamp: metav1.Unix(100, 0),
+		Annotations: map[string]string{annDefaultStorageClass: "true"}}, Provisioner: "a.io/p"}
+	newer := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "newer", CreationTimestamp: metav1.Unix(200, 0),
+		Annotations: map[string]string{annDefaultStorageClass: "true"}}, Provisioner: "a.io/p"}
+	plain := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "plain", CreationTimestamp: metav1.Unix(300, 0)}, Provisioner: "a.io/p"}
+	l := listerFunc(func(resource string) []runtime.Object {
+		if resource != "storageclasses.storage.k8s.io" {
+			t.Fatalf("listed %s", resource)
+		}
+		return []runtime.Object{older, newer, plain}
+	})
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data"}}
+	if err := admitPVC(context.Background(), l, pvc, nil); err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "newer" {
+		t.Errorf("claim without class got %v, want the newest default", pvc.Spec.StorageClassName)
+	}
+	none := ""
+	explicit := &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &none}}
+	if err := admitPVC(context.Background(), l, explicit, nil); err != nil || *explicit.Spec.StorageClassName != "" {
+		t.Errorf("claim asking for no class got %q (%v)", *explicit.Spec.StorageClassName, err)
+	}
+}
+
+type listerFunc func(resource string) []runtime.Object
+
+func (f listerFunc) List(_ context.Context, resource, _ string) ([]runtime.Object, error) {
+	return f(resource), nil
 }

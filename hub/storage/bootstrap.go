@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,8 +33,8 @@ type BootstrapConfig struct {
 const bootstrapManager = "kube-apiserver"
 
 // Bootstrap creates the namespaces, the kubernetes Service with its
-// Endpoints and EndpointSlice, and the system PriorityClasses if they are
-// missing, and points the endpoints at the configured address. It is safe
+// Endpoints and EndpointSlice, the system PriorityClasses and, in a cluster
+// without StorageClasses, the local-path one if they are missing, and points the endpoints at the configured address. It is safe
 // to call at every start.
 func (s *Storage) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
 	ip := net.ParseIP(cfg.AdvertiseAddress)
@@ -107,6 +108,22 @@ func (s *Storage) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
 		return true
 	}); err != nil {
 		return err
+	}
+	// A cluster without StorageClasses gets tether's local-path class as
+	// its default, as k3s clusters get theirs: claims without a class are
+	// provisioned on the node of their first pod. A cluster whose classes
+	// were all removed gets it back at the next start.
+	if classes, err := s.listRaw(ctx, "storageclasses.storage.k8s.io", ""); err == nil && len(classes) == 0 {
+		sc := &storagev1.StorageClass{
+			ObjectMeta: metav1.ObjectMeta{Name: "local-path",
+				Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+			Provisioner:       "tether.io/local-path",
+			ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
+			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		}
+		if err := s.ensure(ctx, "", sc, nil); err != nil {
+			return err
+		}
 	}
 	for _, pc := range []*schedulingv1.PriorityClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: "system-cluster-critical"}, Value: 2000000000,
