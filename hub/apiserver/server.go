@@ -125,6 +125,7 @@ type Server struct {
 	metrics *metrics
 	maxBody int64
 	frames  frameCache
+	workers *workers
 }
 
 // New returns a Server for cfg.
@@ -139,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		authz:   cfg.Authorizer,
 		metrics: newMetrics(),
 		maxBody: cfg.MaxRequestBytes,
+		workers: newWorkers(),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -235,7 +237,11 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			s.log.Error("apiserver: panic serving request", "request_id", req.id, "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			stack := debug.Stack()
+			if wp, ok := p.(*workerPanic); ok {
+				p, stack = wp.value, wp.stack
+			}
+			s.log.Error("apiserver: panic serving request", "request_id", req.id, "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(stack))
 			if !w.written {
 				s.writeError(w, apierrors.NewInternalError(fmt.Errorf("panic: %v", p)))
 			}
@@ -286,6 +292,10 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/apis/") {
 		segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
 		if segs[0] == "api" && len(segs) > 2 || segs[0] == "apis" && len(segs) > 3 {
+			if pooled(r) {
+				s.workers.run(func() { s.serveResource(w, r, req, u, segs) })
+				return
+			}
 			s.serveResource(w, r, req, u, segs)
 			return
 		}

@@ -75,6 +75,8 @@ type Storage struct {
 
 	tcOnce sync.Once
 	tc     managedfields.TypeConverter
+	uc     *updateConverter
+	sets   setCache
 	mu     sync.Mutex
 	fms    map[fmKey]*managedfields.FieldManager
 }
@@ -199,20 +201,25 @@ func (s *Storage) decode(k *registry.Kind, o store.Object) (runtime.Object, erro
 // the stored kind when k is a view), without resourceVersion.
 func (s *Storage) encode(k *registry.Kind, obj runtime.Object) (store.Object, error) {
 	sk := s.storedKind(k)
-	obj = obj.DeepCopyObject()
 	if sk != k {
 		var err error
-		if obj, err = k.ToStorage(obj); err != nil {
+		if obj, err = k.ToStorage(obj.DeepCopyObject()); err != nil {
 			return store.Object{}, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
 		}
 	}
-	obj.GetObjectKind().SetGroupVersionKind(sk.GVK)
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return store.Object{}, apierrors.NewInternalError(err)
 	}
+	// The stored form has the stored kind's type and no resourceVersion;
+	// obj gets its own back once encoded (writes own the objects they
+	// encode, so nothing else reads it meanwhile).
+	gvk, rv := obj.GetObjectKind().GroupVersionKind(), m.GetResourceVersion()
+	obj.GetObjectKind().SetGroupVersionKind(sk.GVK)
 	m.SetResourceVersion("")
 	b, err := json.Marshal(obj)
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	m.SetResourceVersion(rv)
 	if err != nil {
 		return store.Object{}, apierrors.NewInternalError(fmt.Errorf("encode %s: %w", k.GVK.Kind, err))
 	}
@@ -233,9 +240,12 @@ func (s *Storage) encode(k *registry.Kind, obj runtime.Object) (store.Object, er
 	}, nil
 }
 
-// withType sets apiVersion and kind on an object.
+// withType sets apiVersion and kind on an object. An object that has them
+// already is only read.
 func withType(k *registry.Kind, obj runtime.Object) runtime.Object {
-	obj.GetObjectKind().SetGroupVersionKind(k.GVK)
+	if obj.GetObjectKind().GroupVersionKind() != k.GVK {
+		obj.GetObjectKind().SetGroupVersionKind(k.GVK)
+	}
 	return obj
 }
 
@@ -472,6 +482,18 @@ func (s *Storage) listRaw(ctx context.Context, resource, namespace string) ([]ru
 
 // typeConverter builds the shared type converter lazily.
 func (s *Storage) typeConverter() managedfields.TypeConverter {
-	s.tcOnce.Do(func() { s.tc = applyconfigurations.NewTypeConverter(s.scheme) })
+	s.tcOnce.Do(s.buildTypeConverters)
 	return s.tc
+}
+
+// updateConverter returns the type converter of the field managers that
+// record Update entries.
+func (s *Storage) updateConverter() managedfields.TypeConverter {
+	s.tcOnce.Do(s.buildTypeConverters)
+	return s.uc
+}
+
+func (s *Storage) buildTypeConverters() {
+	s.tc = applyconfigurations.NewTypeConverter(s.scheme)
+	s.uc = newUpdateConverter(s.tc, s.scheme)
 }

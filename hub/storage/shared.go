@@ -64,3 +64,16 @@ func (s *Storage) decodeShared(k *registry.Kind, o store.Object) (runtime.Object
 	d.once.Do(func() { d.obj, d.err = s.decode(k, o) })
 	return d.obj, d.err
 }
+
+// decodeOwned decodes a stored state the caller may modify. A write
+// decodes the state it stored, and the next write of the same object the
+// state it starts from, while the watches of the kind decode each change:
+// going through the shared decoding, each state is decoded once and every
+// owner gets a deep copy. o must be stored state (never a dry run's).
+func (s *Storage) decodeOwned(k *registry.Kind, o store.Object) (runtime.Object, error) {
+	obj, err := s.decodeShared(k, o)
+	if err != nil {
+		return nil, err
+	}
+	return obj.DeepCopyObject(), nil
+}

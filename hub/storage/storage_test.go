@@ -33,7 +33,7 @@ type fixture struct {
 	st *sqlite.Store
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
@@ -50,7 +50,7 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{s: s, st: st}
 }
 
-func kind(t *testing.T, group, version, resource string) *registry.Kind {
+func kind(t testing.TB, group, version, resource string) *registry.Kind {
 	t.Helper()
 	k := registry.Lookup(schema.GroupVersionResource{Group: group, Version: version, Resource: resource})
 	if k == nil {

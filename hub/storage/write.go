@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,30 +39,32 @@ var namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
 type fmKey struct {
 	gvk schema.GroupVersionKind
 	sub string
+	// update marks the field managers that only record Update entries
+	// (see updateConverter); apply uses the others.
+	update bool
 }
 
-// fieldManager returns the cached field manager of a kind and subresource.
-func (s *Storage) fieldManager(k *registry.Kind, sub string) (*managedfields.FieldManager, error) {
+// fieldManager returns the cached field manager of a kind and subresource,
+// for recording Update entries (update) or for server-side apply.
+func (s *Storage) fieldManager(k *registry.Kind, sub string, update bool) (*managedfields.FieldManager, error) {
 	if sub == "finalize" {
 		sub = ""
 	}
-	key := fmKey{k.GVK, sub}
+	key := fmKey{k.GVK, sub, update}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if fm := s.fms[key]; fm != nil {
 		return fm, nil
 	}
 	var reset map[fieldpath.APIVersion]fieldpath.Filter
-	if k.HasStatus {
-		p := "status"
-		if sub == "status" {
-			p = "spec"
-		}
-		reset = map[fieldpath.APIVersion]fieldpath.Filter{
-			fieldpath.APIVersion(k.GVK.GroupVersion().String()): fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie(p))),
-		}
+	if f := resetFilter(k, sub); f != nil {
+		reset = map[fieldpath.APIVersion]fieldpath.Filter{fieldpath.APIVersion(k.GVK.GroupVersion().String()): f}
 	}
-	fm, err := managedfields.NewDefaultFieldManager(s.typeConverter(), inPlaceConvertor{s.scheme}, s.scheme, s.scheme,
+	tc := s.typeConverter()
+	if update {
+		tc = s.updateConverter()
+	}
+	fm, err := managedfields.NewDefaultFieldManager(tc, inPlaceConvertor{s.scheme}, s.scheme, s.scheme,
 		k.GVK, k.GVK.GroupVersion(), sub, reset)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("build field manager for %s: %w", k.GVK, err))
@@ -95,7 +98,7 @@ func (c inPlaceConvertor) ConvertToVersion(in runtime.Object, target runtime.Gro
 }
 
 // recordUpdate records an Update entry for the manager in obj's
-// managedFields.
+// managedFields. live is only read.
 func (s *Storage) recordUpdate(k *registry.Kind, sub string, live, obj runtime.Object, manager string) (runtime.Object, error) {
 	if manager == "" {
 		if m, err := meta.Accessor(obj); err == nil && len(m.GetManagedFields()) == 0 && live != nil {
@@ -105,13 +108,47 @@ func (s *Storage) recordUpdate(k *registry.Kind, sub string, live, obj runtime.O
 		}
 		return obj, nil
 	}
-	fm, err := s.fieldManager(k, sub)
+	withType(k, obj)
+	withType(k, live)
+	m, merr := meta.Accessor(live)
+	common := merr == nil && sameVersion(k, m)
+	if common {
+		if entries, ok := s.updateEntries(k, sub, live, obj, manager); ok {
+			nm, _ := meta.Accessor(obj)
+			nm.SetManagedFields(entries)
+			return obj, nil
+		}
+	}
+	fm, err := s.fieldManager(k, sub, true)
 	if err != nil {
 		return nil, err
 	}
-	withType(k, obj)
-	withType(k, live)
+	if common && m.GetUID() != "" {
+		// An update of a stored object: compare only what differs.
+		if plive, pobj, ok := pruneEqual(live, obj, false); ok {
+			out := fm.UpdateNoErrors(plive, pobj, manager)
+			om, err1 := meta.Accessor(out)
+			nm, err2 := meta.Accessor(obj)
+			if err1 == nil && err2 == nil {
+				nm.SetManagedFields(om.GetManagedFields())
+				return obj, nil
+			}
+		}
+	}
 	return fm.UpdateNoErrors(live, obj, manager), nil
+}
+
+// sameVersion reports whether every managedFields entry of m is of k's
+// version: comparisons in other versions convert whole objects, which
+// pruneEqual is not made for.
+func sameVersion(k *registry.Kind, m metav1.Object) bool {
+	gv := k.GVK.GroupVersion().String()
+	for _, e := range m.GetManagedFields() {
+		if e.APIVersion != gv {
+			return false
+		}
+	}
+	return true
 }
 
 func accessor(obj runtime.Object) (metav1.Object, error) {
@@ -326,11 +363,12 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 			}
 			return nil, storeError(err, k.GroupResource(), m.GetName())
 		}
+		enc.Revision = rev
 		if opts.DryRun {
 			release()
+			return s.decode(k, enc)
 		}
-		enc.Revision = rev
-		return s.decode(k, enc)
+		return s.decodeOwned(k, enc)
 	}
 }
 
@@ -407,7 +445,7 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		if err != nil {
 			return nil, storeError(err, k.GroupResource(), name)
 		}
-		cur, err := s.decode(k, o)
+		cur, err := s.decodeOwned(k, o)
 		if err != nil {
 			return nil, err
 		}
@@ -425,7 +463,7 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		}
 		out := obj
 		if mode == raw {
-			if out, err = s.recordUpdate(k, opts.Subresource, cur.DeepCopyObject(), obj, opts.FieldManager); err != nil {
+			if out, err = s.recordUpdate(k, opts.Subresource, cur, obj, opts.FieldManager); err != nil {
 				return nil, err
 			}
 		} else if out, err = s.prepareUpdate(ctx, k, cur, obj, opts, mode == record); err != nil {
@@ -473,7 +511,7 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 			return nil, storeError(err, k.GroupResource(), name)
 		}
 		enc.Revision = rev
-		return s.decode(k, enc)
+		return s.decodeOwned(k, enc)
 	}
 }
 
@@ -531,7 +569,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 	switch opts.Subresource {
 	case "":
 		if k.HasStatus {
-			if obj, err = s.copyTop(k, obj, cur, func(dst, src map[string]any) {
+			if obj, err = s.copyTop(k, obj, cur, func(key string) bool { return key != "status" }, func(dst, src map[string]any) {
 				setOrDelete(dst, "status", src)
 			}); err != nil {
 				return nil, err
@@ -541,7 +579,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		if !k.HasStatus {
 			return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
 		}
-		if obj, err = s.copyTop(k, obj, cur, func(dst, src map[string]any) {
+		if obj, err = s.copyTop(k, obj, cur, func(key string) bool { return key == "status" || key == "metadata" }, func(dst, src map[string]any) {
 			for key := range dst {
 				if key != "status" && key != "metadata" {
 					delete(dst, key)
@@ -608,7 +646,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		}
 	}
 	if recordFields {
-		if obj, err = s.recordUpdate(k, opts.Subresource, cur.DeepCopyObject(), obj, opts.FieldManager); err != nil {
+		if obj, err = s.recordUpdate(k, opts.Subresource, cur, obj, opts.FieldManager); err != nil {
 			return nil, err
 		}
 	}
@@ -701,9 +739,14 @@ func setOrDelete(dst map[string]any, key string, src map[string]any) {
 	}
 }
 
-// copyTop edits the unstructured form of obj with values from cur and
-// returns the typed result.
-func (s *Storage) copyTop(k *registry.Kind, obj, cur runtime.Object, edit func(dst, src map[string]any)) (runtime.Object, error) {
+// copyTop returns an object with the top-level fields of obj that keep
+// selects (by JSON name) and the other top-level fields of cur. Typed
+// objects are combined field by field from a deep copy of cur; others
+// through their unstructured form, which edit changes.
+func (s *Storage) copyTop(k *registry.Kind, obj, cur runtime.Object, keep func(key string) bool, edit func(dst, src map[string]any)) (runtime.Object, error) {
+	if out, ok := copyTopTyped(obj, cur, keep); ok {
+		return withType(k, out), nil
+	}
 	dst, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
@@ -721,6 +764,37 @@ func (s *Storage) copyTop(k *registry.Kind, obj, cur runtime.Object, edit func(d
 		return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
 	}
 	return withType(k, out), nil
+}
+
+// copyTopTyped is copyTop for two typed objects of one struct type. The
+// fields taken from cur are deep copies: the result is changed by
+// defaulting and admission, cur must stay as stored.
+func copyTopTyped(obj, cur runtime.Object, keep func(key string) bool) (runtime.Object, bool) {
+	a, b := reflect.ValueOf(obj), reflect.ValueOf(cur)
+	if a.Type() != b.Type() || a.Kind() != reflect.Pointer || a.IsNil() || b.IsNil() || a.Elem().Kind() != reflect.Struct {
+		return nil, false
+	}
+	t := a.Elem().Type()
+	names := make([]string, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || (name == "" && !f.Anonymous) || name == "-" {
+			return nil, false
+		}
+		names[i] = name
+	}
+	out := cur.DeepCopyObject()
+	ov := reflect.ValueOf(out)
+	if ov.Type() != a.Type() {
+		return nil, false
+	}
+	for i, name := range names {
+		if keep(name) {
+			ov.Elem().Field(i).Set(a.Elem().Field(i))
+		}
+	}
+	return out, true
 }
 
 // specChanged compares the "spec" fields of two objects.
@@ -756,7 +830,7 @@ func (s *Storage) Apply(ctx context.Context, k *registry.Kind, namespace, name s
 	if k.Namespaced && po.GetNamespace() != "" && po.GetNamespace() != namespace {
 		return nil, false, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 	}
-	fm, err := s.fieldManager(k, opts.Subresource)
+	fm, err := s.fieldManager(k, opts.Subresource, false)
 	if err != nil {
 		return nil, false, err
 	}
