@@ -304,7 +304,7 @@ func (m *podManager) writeStatus(ctx context.Context, w *podWorker, pod *corev1.
 		pod: base, rt: rs, syncErr: syncErr, hostIPs: m.a.hostIPs(),
 		terminating: terminating, now: time.Now(),
 	})
-	return m.a.status.set(ctx, pod, st)
+	return m.a.status.set(ctx, pod, st, terminating)
 }
 
 // gracePeriod is how long the pod's containers get to stop.

@@ -8,7 +8,9 @@
 // (see package kit) keep a sync from acting on a cache that does not yet
 // show the controller's own creates and deletes. At most BurstReplicas pods
 // are created or deleted per sync, in batches of 1, 2, 4, … so a failing
-// template costs one failed create, not thousands.
+// template costs one failed create, not thousands; a scale-up spanning
+// several syncs, all of whose creates succeeded, goes on at full batch
+// size in the next sync instead of starting from one again.
 package replicaset
 
 import (
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -70,6 +73,19 @@ type Controller struct {
 	exp      *kit.Expectations
 	recorder *kit.Recorder
 	control  kit.PodControl
+
+	batchMu sync.Mutex
+	batches map[string]carriedBatch // by ReplicaSet key; see firstBatch
+}
+
+// batchCarryOver bounds how long a scale-up's slow start carries over to
+// the ReplicaSet's next sync.
+const batchCarryOver = time.Minute
+
+// carriedBatch is the first create batch of a ReplicaSet's next sync.
+type carriedBatch struct {
+	size int
+	at   time.Time
 }
 
 // New registers the controller's informers on cfg.Informers.
@@ -106,6 +122,7 @@ func New(cfg Config) (*Controller, error) {
 		synced:   []cache.InformerSynced{rsInf.Informer().HasSynced, podInf.Informer().HasSynced},
 		queue:    kit.NewQueue("replicaset"),
 		exp:      kit.NewExpectations(0, cfg.Now),
+		batches:  map[string]carriedBatch{},
 		recorder: rec,
 		control:  kit.PodControl{Client: cfg.Client, Recorder: rec},
 	}
@@ -115,6 +132,9 @@ func New(cfg Config) (*Controller, error) {
 		DeleteFunc: func(obj any) {
 			if key, ok := kit.Key(obj); ok {
 				c.exp.Forget(key)
+				c.batchMu.Lock()
+				delete(c.batches, key)
+				c.batchMu.Unlock()
 			}
 		},
 	}); err != nil {

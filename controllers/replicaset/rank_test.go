@@ -128,3 +128,32 @@ func TestSlowStart(t *testing.T) {
 		t.Errorf("one failure: %d calls, %d done; want 7 and 6", calls.Load(), done)
 	}
 }
+
+// TestBatchCarryOver checks that a scale-up spanning several syncs goes on
+// at full batch size only after a clean sync that hit the burst cap, and
+// not for long.
+func TestBatchCarryOver(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &Controller{burst: 500, now: func() time.Time { return now }, batches: map[string]carriedBatch{}}
+	if b := c.firstBatch("ns/a"); b != 1 {
+		t.Fatalf("first batch %d, want 1", b)
+	}
+	c.noteBatch("ns/a", 500, true)
+	if b := c.firstBatch("ns/a"); b != 500 {
+		t.Fatalf("after a full clean sync: %d, want 500", b)
+	}
+	c.noteBatch("ns/a", 500, false)
+	if b := c.firstBatch("ns/a"); b != 1 {
+		t.Fatalf("after a failure: %d, want 1", b)
+	}
+	c.noteBatch("ns/a", 500, true)
+	c.noteBatch("ns/a", 20, true) // the scale-up is done
+	if b := c.firstBatch("ns/a"); b != 1 {
+		t.Fatalf("after the last sync of a scale-up: %d, want 1", b)
+	}
+	c.noteBatch("ns/a", 500, true)
+	now = now.Add(2 * batchCarryOver)
+	if b := c.firstBatch("ns/a"); b != 1 {
+		t.Fatalf("long after: %d, want 1", b)
+	}
+}

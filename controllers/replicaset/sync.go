@@ -94,7 +94,7 @@ func (c *Controller) manage(ctx context.Context, key string, rs *appsv1.ReplicaS
 		n := min(-diff, c.burst)
 		c.exp.ExpectCreations(key, n)
 		c.log.Debug("creating pods", "replicaset", key, "need", want, "have", len(active), "creating", n)
-		created, err := SlowStart(n, 1, func() error {
+		created, err := SlowStart(n, c.firstBatch(key), func() error {
 			pod := kit.PodFromTemplate(&rs.Spec.Template, rs, controllerKind)
 			_, err := c.control.CreatePod(ctx, rs, pod)
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
@@ -106,6 +106,7 @@ func (c *Controller) manage(ctx context.Context, key string, rs *appsv1.ReplicaS
 		for range n - created {
 			c.exp.CreationObserved(key)
 		}
+		c.noteBatch(key, n, err == nil)
 		return err
 	case diff > 0:
 		n := min(diff, c.burst)
@@ -136,6 +137,35 @@ func (c *Controller) manage(ctx context.Context, key string, rs *appsv1.ReplicaS
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// firstBatch is the size of the first batch of creates for the
+// ReplicaSet key: 1, unless its previous sync, less than batchCarryOver
+// ago, created all of BurstReplicas pods without a failure, in which case
+// the slow start goes on where it ended. A ReplicaSet scaled up by
+// thousands needs several syncs of BurstReplicas pods; restarting each
+// from one pod would wait out a dozen round trips per sync. A sync with a
+// failure, or one that finished the scale-up, makes the next start from
+// one again.
+func (c *Controller) firstBatch(key string) int {
+	c.batchMu.Lock()
+	defer c.batchMu.Unlock()
+	b, ok := c.batches[key]
+	if !ok || c.now().Sub(b.at) > batchCarryOver {
+		return 1
+	}
+	return b.size
+}
+
+// noteBatch records the outcome of a sync that tried to create n pods.
+func (c *Controller) noteBatch(key string, n int, ok bool) {
+	c.batchMu.Lock()
+	defer c.batchMu.Unlock()
+	if !ok || n < c.burst {
+		delete(c.batches, key)
+		return
+	}
+	c.batches[key] = carriedBatch{size: c.burst, at: c.now()}
 }
 
 // relatedPods returns the active pods of rs and of every other ReplicaSet

@@ -27,26 +27,50 @@ const (
 	spamRefill       = 5 * time.Minute // one more event per object per refill
 	repeatWindow     = 10 * time.Minute
 	recorderWriteTTL = 10 * time.Second
+	// aggregateAfter is how many different messages one object may get
+	// for the same type and reason within repeatWindow before further
+	// ones are combined into a single event whose count goes up.
+	aggregateAfter = 10
+	combinedPrefix = "(combined from similar events): "
 )
 
 // Recorder writes core/v1 Events about objects. Eventf never blocks: events
 // go to a bounded buffer that one goroutine drains, and are dropped when the
 // buffer is full. An event identical to one written in the last ten minutes
 // (same object, type, reason and message) bumps that event's count instead
-// of creating a new one. Each object may produce a burst of 25 events, then
-// one per five minutes, so a controller creating thousands of pods does not
-// write thousands of events.
+// of creating a new one. Similar events (same object, type and reason, but
+// another message, such as "Created pod: web-x7k2p") are written as they are
+// up to ten different messages in ten minutes; after that they are combined
+// into one event, "(combined from similar events): <latest message>", whose
+// count goes up. Each object may produce a burst of 25 event writes
+// (creates and count updates alike), then one per five minutes, so a
+// controller creating thousands of pods writes a bounded number of events:
+// 25 for its first 10,000 pods.
 type Recorder struct {
 	client    kubernetes.Interface
 	component string
 	log       *slog.Logger
 	now       func() time.Time
-	ch        chan *corev1.Event
+	ch        chan queuedEvent
 
 	mu      sync.Mutex // guards the following fields
 	seen    map[string]*seenEvent
 	order   []string // keys of seen, oldest first, for eviction
 	buckets map[types.UID]*bucket
+	similar map[string]*similarEvents
+}
+
+// queuedEvent is an event waiting to be written, with the key under which
+// repeats of it are counted.
+type queuedEvent struct {
+	ev  *corev1.Event
+	key string
+}
+
+// similarEvents are the messages seen for one object, type and reason.
+type similarEvents struct {
+	messages map[string]struct{}
+	last     time.Time
 }
 
 type seenEvent struct {
@@ -68,9 +92,10 @@ func NewRecorder(client kubernetes.Interface, component string, log *slog.Logger
 	}
 	return &Recorder{
 		client: client, component: component, log: log, now: time.Now,
-		ch:      make(chan *corev1.Event, recorderBuffer),
+		ch:      make(chan queuedEvent, recorderBuffer),
 		seen:    map[string]*seenEvent{},
 		buckets: map[types.UID]*bucket{},
+		similar: map[string]*similarEvents{},
 	}
 }
 
@@ -87,10 +112,15 @@ func (r *Recorder) Eventf(obj Object, eventType, reason, format string, args ...
 		return
 	}
 	now := r.now()
+	ref := referenceTo(obj)
+	message := fmt.Sprintf(format, args...)
+	key, combined := r.aggregate(ref, eventType, reason, message, now)
+	if combined {
+		message = combinedPrefix + message
+	}
 	if !r.allow(obj.GetUID(), now) {
 		return
 	}
-	ref := referenceTo(obj)
 	ns := obj.GetNamespace()
 	if ns == "" {
 		ns = metav1.NamespaceDefault
@@ -103,7 +133,7 @@ func (r *Recorder) Eventf(obj Object, eventType, reason, format string, args ...
 		},
 		InvolvedObject:      ref,
 		Reason:              reason,
-		Message:             fmt.Sprintf(format, args...),
+		Message:             message,
 		Type:                eventType,
 		FirstTimestamp:      t,
 		LastTimestamp:       t,
@@ -112,10 +142,34 @@ func (r *Recorder) Eventf(obj Object, eventType, reason, format string, args ...
 		ReportingController: r.component,
 	}
 	select {
-	case r.ch <- ev:
+	case r.ch <- queuedEvent{ev: ev, key: key}:
 	default:
 		r.log.Debug("event buffer full, dropping event", "reason", reason, "object", obj.GetName())
 	}
+}
+
+// aggregate returns the key under which an event's repeats are counted,
+// and whether it is to be combined with similar ones: the object, type and
+// reason, without the message, once that group has had aggregateAfter
+// different messages within repeatWindow.
+func (r *Recorder) aggregate(ref corev1.ObjectReference, eventType, reason, message string, now time.Time) (string, bool) {
+	group := strings.Join([]string{string(ref.UID), ref.FieldPath, eventType, reason}, "\x00")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.similar[group]
+	if g == nil || now.Sub(g.last) > repeatWindow {
+		if len(r.similar) >= recorderCache {
+			clear(r.similar) // bounded, as the spam buckets
+		}
+		g = &similarEvents{messages: map[string]struct{}{}}
+		r.similar[group] = g
+	}
+	g.last = now
+	if _, ok := g.messages[message]; ok || len(g.messages) < aggregateAfter {
+		g.messages[message] = struct{}{}
+		return group + "\x00" + message, false
+	}
+	return group, true
 }
 
 // allow takes a token from the object's bucket.
@@ -145,9 +199,10 @@ func (r *Recorder) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev := <-r.ch:
+		case q := <-r.ch:
+			ev := q.ev
 			wctx, cancel := context.WithTimeout(ctx, recorderWriteTTL)
-			if err := r.write(wctx, ev); err != nil && ctx.Err() == nil {
+			if err := r.write(wctx, ev, q.key); err != nil && ctx.Err() == nil {
 				r.log.Debug("write event", "reason", ev.Reason, "object", ev.InvolvedObject.Name, "err", err)
 			}
 			cancel()
@@ -155,9 +210,9 @@ func (r *Recorder) Run(ctx context.Context) {
 	}
 }
 
-// write creates ev, or bumps the count of the same event written recently.
-func (r *Recorder) write(ctx context.Context, ev *corev1.Event) error {
-	key := strings.Join([]string{string(ev.InvolvedObject.UID), ev.InvolvedObject.FieldPath, ev.Type, ev.Reason, ev.Message}, "\x00")
+// write creates ev, or bumps the count (and updates the message, which
+// differs for combined events) of the event written recently under key.
+func (r *Recorder) write(ctx context.Context, ev *corev1.Event, key string) error {
 	now := ev.LastTimestamp.Time
 	r.mu.Lock()
 	s := r.seen[key]
@@ -170,7 +225,7 @@ func (r *Recorder) write(ctx context.Context, ev *corev1.Event) error {
 		s.count++
 		s.last = now
 		target = *s
-		patch, _ = json.Marshal(map[string]any{"count": s.count, "lastTimestamp": ev.LastTimestamp})
+		patch, _ = json.Marshal(map[string]any{"count": s.count, "lastTimestamp": ev.LastTimestamp, "message": ev.Message})
 	}
 	r.mu.Unlock()
 

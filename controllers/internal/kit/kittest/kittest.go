@@ -35,7 +35,7 @@ type Env struct {
 	Client kubernetes.Interface
 	Log    *slog.Logger
 	token  string
-	fleets int
+	fleets []*hollow.Fleet
 }
 
 // Runner is a controller: New registered its informers, Run blocks.
@@ -110,8 +110,32 @@ func (e *Env) AddNodes(t testing.TB, prefix string, n int) *hollow.Fleet {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	e.fleets++
+	e.fleets = append(e.fleets, f)
 	return f
+}
+
+// AgentWrites are the API writes of every hollow node so far.
+type AgentWrites struct {
+	// All counts every create, update, patch and delete the agents sent.
+	All int64
+	// PodStatus and NodeStatus count status patches of pods and nodes;
+	// the rest of All is the agents' other writes (registration, pod
+	// deletions once stopped).
+	PodStatus, NodeStatus int64
+}
+
+// AgentWrites sums the writes of the hollow nodes' agents.
+func (e *Env) AgentWrites() AgentWrites {
+	var w AgentWrites
+	for _, f := range e.fleets {
+		for _, a := range f.Agents() {
+			s := a.Stats()
+			w.All += s.Writes
+			w.PodStatus += s.PodStatusWrites
+			w.NodeStatus += s.NodeStatusWrites
+		}
+	}
+	return w
 }
 
 // Factory returns a new informer factory on the hub.
