@@ -73,14 +73,13 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	t.Cleanup(func() {
 		// The pods outlive the agent by design: adopt them with a runtime
 		// of the test's own and remove them, then containerd.
-		env := &testEnv{dir: dir, bridge: bridge, src: newFakeSources()}
-		env.rt = env.start(t)
-		env.cleanup(t)
+		daemon := 0
 		if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+			daemon, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
+		env := &testEnv{dir: dir, bridge: bridge, src: newFakeSources(), daemon: daemon}
+		env.rt = env.start(t)
+		env.cleanup(t) // stops the daemon too, then removes dir
 		_ = os.RemoveAll(dir)
 		_ = os.RemoveAll(pins) // unpinning the links detaches the programs
 		_ = os.Remove(cgroup)
