@@ -23,6 +23,7 @@ func newServiceWatch(a *Agent) *serviceWatch {
 	w := &serviceWatch{}
 	var ctrl cache.Controller
 	w.services, ctrl = newInformer(&listWatch{
+		keep: a.keep(keptServices), // local state: offline.go
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return a.core.Services(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -32,6 +33,7 @@ func newServiceWatch(a *Agent) *serviceWatch {
 	}, &corev1.Service{}, cache.ResourceEventHandlerFuncs{})
 	w.ctrls = append(w.ctrls, ctrl)
 	w.slices, ctrl = newInformer(&listWatch{
+		keep: a.keep(keptSlices),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return a.discovery.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
 		},
