@@ -32,6 +32,7 @@ type Agent struct {
 	discovery discoveryv1client.DiscoveryV1Interface
 	httpc     *http.Client // plain HTTP to the hub over the tunnel
 
+	local    *localState // what the node runs, kept on disk (localstate.go)
 	api      apiCounters
 	metrics  metrics
 	node     *nodeSync
@@ -83,6 +84,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.nodeIP = primaryIP(hubHost(a.cfg.HubURL))
 	}
 	a.node.host = readHostFacts()
+	// Local state: the node's pods start from it without the hub.
+	if err := a.openLocal(); err != nil {
+		return err
+	}
+	defer a.local.close()
+	a.node.seed()
 	nn, err := a.startNodeNet()
 	if err != nil {
 		return err
@@ -105,6 +112,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.metrics.connected.Store(true)
 			a.metrics.connects.Add(1)
 			a.log.Info("tunnel connected", "transport", p.Transport)
+			// Watches waiting to retry resume now; pods report the
+			// status they could not send.
+			a.local.reconnected()
+			a.pods.wakeAll()
 		},
 		OnDisconnect: func(err error) {
 			a.metrics.connected.Store(false)

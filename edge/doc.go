@@ -12,5 +12,12 @@
 // nodes in testbench/hollow); everything an agent owns hangs off its
 // [Agent] value, and agents share nothing.
 //
+// The agent keeps what its node runs (pods, the ConfigMaps and Secrets they
+// reference, Services and EndpointSlices, the node's pod ranges) and the
+// resourceVersion of each watch in a local SQLite file (edge/state),
+// written before it acts on any change. It starts the node's pods from it
+// without waiting for the hub, and resumes its watches from it when the hub
+// answers again.
+//
 // Runtimes live in sub-packages: edge/sim runs pods without containers.
 package edge

@@ -34,7 +34,13 @@ type env struct {
 
 func startHub(t *testing.T) *env {
 	t.Helper()
-	h := hubtest.Start(t)
+	return startHubArgs(t)
+}
+
+// startHubArgs starts a hub with extra flags.
+func startHubArgs(t *testing.T, args ...string) *env {
+	t.Helper()
+	h := hubtest.Start(t, args...)
 	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
 	if err != nil {
 		t.Fatalf("tether token create: %v\n%s", err, h.Logs())

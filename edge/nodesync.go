@@ -67,6 +67,28 @@ func (s *nodeSync) registered() bool {
 	}
 }
 
+// runnable reports whether pods may run: the node is registered, or an
+// earlier run registered it and left its pod ranges in the local state, so
+// the node's pods start before the hub answers.
+func (s *nodeSync) runnable() bool {
+	return s.registered() || (s.a.local != nil && s.a.local.hasNode.Load())
+}
+
+// seed takes the node's pod ranges from the local state, until the hub
+// answers.
+func (s *nodeSync) seed() {
+	if s.a.local == nil {
+		return
+	}
+	if n := s.a.local.loadNode(s.a.name); n != nil {
+		s.mu.Lock()
+		if s.node == nil {
+			s.node = n
+		}
+		s.mu.Unlock()
+	}
+}
+
 // run registers the node, then reports its status until ctx ends.
 func (s *nodeSync) run(ctx context.Context) {
 	wait := time.Second
@@ -135,6 +157,7 @@ func (s *nodeSync) register(ctx context.Context) error {
 	s.mu.Lock()
 	s.node = node
 	s.mu.Unlock()
+	s.a.local.saveNode(node)
 	s.a.metrics.registrations.Add(1)
 	return s.write(ctx, buildNodeStatus(in, &node.Status), true)
 }
@@ -162,6 +185,7 @@ func (s *nodeSync) report(ctx context.Context) error {
 			s.mu.Lock()
 			s.node = n
 			s.mu.Unlock()
+			s.a.local.saveNode(n)
 			if n.Spec.PodCIDR != "" {
 				s.a.pods.wakeAll()
 			}

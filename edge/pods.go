@@ -39,6 +39,7 @@ func newPodManager(a *Agent) *podManager {
 func (m *podManager) informer() cache.Controller {
 	sel := fields.OneTermEqualSelector("spec.nodeName", m.a.name).String()
 	lw := &listWatch{
+		keep: m.keep(), // local state: offline.go
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
 			return m.a.core.Pods(metav1.NamespaceAll).List(ctx, o)
@@ -233,10 +234,11 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		}
 		m.a.status.forget(w.uid)
 		m.a.refs.release(w.uid)
+		m.a.local.podRemoved(pod) // its tombstone in the local state
 		m.a.log.Debug("pod removed", "pod", pod.Namespace+"/"+pod.Name)
 		return true, nil
 	}
-	if deleted || !m.a.node.registered() {
+	if deleted || !m.a.node.runnable() {
 		return false, nil
 	}
 	m.a.refs.track(pod)

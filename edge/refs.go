@@ -165,6 +165,7 @@ func (m *refManager) drop(r objectRef) {
 	if w.users--; w.users <= 0 {
 		w.stop()
 		delete(m.watchers, r)
+		m.forget(r)
 	}
 }
 
@@ -202,6 +203,7 @@ func (m *refManager) watch(r objectRef) *objectWatcher {
 			},
 		}
 	}
+	lw.keep = m.keep(r) // local state: offline.go
 	// A change of the object concerns the pods that use it (their
 	// volumes, later); wake them.
 	notify := func(any) { m.wakeUsers(r) }

@@ -25,6 +25,7 @@ func newServiceWatch(a *Agent, sinks []serviceSink) *serviceWatch {
 	w := &serviceWatch{}
 	var ctrl cache.Controller
 	w.services, ctrl = newInformer(&listWatch{
+		keep: a.keep(keptServices), // local state: offline.go
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return a.core.Services(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -34,6 +35,7 @@ func newServiceWatch(a *Agent, sinks []serviceSink) *serviceWatch {
 	}, &corev1.Service{}, serviceHandler(sinks))
 	w.ctrls = append(w.ctrls, ctrl)
 	w.slices, ctrl = newInformer(&listWatch{
+		keep: a.keep(keptSlices),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return a.discovery.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
 		},

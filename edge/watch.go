@@ -34,6 +34,9 @@ const minWatchTimeout = 30 * time.Minute
 type listWatch struct {
 	list  func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	watch func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	// keep, when set, keeps the informer's objects and resourceVersion in
+	// the agent's local state (see localstate.go).
+	keep *keepSpec
 }
 
 var (
@@ -154,8 +157,12 @@ func (h *heldWatch) Stop() {
 
 func (h *heldWatch) ResultChan() <-chan watch.Event { return h.out }
 
-// newInformer returns a store and the controller that fills it from lw.
+// newInformer returns a store and the controller that fills it from lw, and
+// from the local state when lw keeps its objects there.
 func newInformer(lw *listWatch, obj runtime.Object, h cache.ResourceEventHandler) (cache.Store, cache.Controller) {
+	if lw.keep != nil {
+		return newKeptInformer(lw, obj, h)
+	}
 	return cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher:   lw,
 		ObjectType:      obj,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/hub/hubtest"
@@ -407,6 +408,38 @@ func TestLabPodsOnContainerd(t *testing.T) {
 			t.Errorf("container after agent restart: %q, before %q", after, before)
 		}
 	})
+	t.Run("offline restart", func(t *testing.T) {
+		// The hub goes away, then the agent restarts: the pod runs on
+		// from the local state, its containers adopted, and the hub
+		// hears of it when it is back.
+		before := l.kubectl(t, "get", "pod", "full", "-o", "jsonpath={.metadata.uid} {.status.containerStatuses[0].containerID}")
+		uid, id, _ := strings.Cut(before, " ")
+		l.hub.Stop()
+		l.agent.stop(t)
+		l.env.rt.Close()
+		start := time.Now()
+		l.startAgent(t)
+		l.waitFor(t, 30*time.Second, "pod running from the local state with the hub down", func() (bool, string) {
+			st, err := l.env.rt.PodStatus(context.Background(), types.UID(uid))
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, c := range st.Containers {
+				if c.Name == "app" {
+					return c.State == edge.ContainerRunning && c.Ready && c.ID == id && c.RestartCount == 0,
+						fmt.Sprintf("%s %s ready=%v restarts=%d", c.ID, c.State, c.Ready, c.RestartCount)
+				}
+			}
+			return false, "no app container"
+		})
+		t.Logf("pod ready again %v after the agent restarted with the hub down", time.Since(start).Round(time.Millisecond))
+		l.hub.Restart()
+		l.waitPodPhase(t, "full", "{.status.containerStatuses[0].ready}", "true")
+		after := l.kubectl(t, "get", "pod", "full", "-o", "jsonpath={.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}")
+		if after != id+" 0" {
+			t.Errorf("container after an offline restart: %q, before %q", after, id)
+		}
+	})
 	t.Run("delete after agent restart", func(t *testing.T) {
 		l.kubectl(t, "delete", "pod", "full", "--wait=true", "--timeout=60s")
 	})
@@ -460,4 +493,122 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestLabNodeRebootOffline reboots the node while the hub is down: the
+// agent, containerd, its shims and every container die. The agent comes
+// back before the hub and runs all the node's pods again from its local
+// state; the time until all 30 run is the benchmark's figure (≤ 10 s).
+func TestLabNodeRebootOffline(t *testing.T) {
+	const n = 30
+	l := startLab(t)
+	l.waitFor(t, 60*time.Second, "node Ready", func() (bool, string) {
+		out, err := l.hub.Run("get", "node", "edge-c", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return out == "True", out + errString(err)
+	})
+	l.apply(t, fmt.Sprintf(`
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: fleet}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: fleet}}
+  template:
+    metadata: {labels: {app: fleet}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: app, image: %s, imagePullPolicy: Never}]
+`, n, images.Sleeper))
+	var uids []string
+	l.waitFor(t, 3*time.Minute, fmt.Sprintf("%d pods Running", n), func() (bool, string) {
+		out, err := l.hub.Run("get", "pods", "-l", "app=fleet", "-o", `jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.uid}{" "}{end}`)
+		uids = strings.Fields(out)
+		return len(uids) == n, fmt.Sprintf("%d running%s", len(uids), errString(err))
+	})
+
+	// The reboot, with the hub down.
+	l.hub.Stop()
+	l.agent.stop(t)
+	ctx := context.Background()
+	var pids []int
+	if conts, err := l.env.rt.client.Containers(ctx); err == nil {
+		for _, c := range conts {
+			if task, err := c.Task(ctx, nil); err == nil {
+				pids = append(pids, int(task.Pid()))
+			}
+		}
+	}
+	containers := len(pids)
+	daemon := l.env.rt.DaemonPID()
+	l.env.rt.Close() // no restart of the daemon it supervises
+	shims := shimPIDs(t, l.dir)
+	if containers != n || len(shims) == 0 {
+		t.Fatalf("found %d container processes and %d shims to kill", containers, len(shims))
+	}
+	pids = append(pids, shims...)
+	if daemon != 0 {
+		pids = append(pids, daemon)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, pid := range pids {
+		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("killed containerd (pid %d), %d shims and %d container processes", daemon, len(shims), containers)
+
+	start := time.Now()
+	l.startAgent(t)
+	l.waitFor(t, 60*time.Second, "all pods running again from the local state", func() (bool, string) {
+		running := 0
+		for _, uid := range uids {
+			st, err := l.env.rt.PodStatus(ctx, types.UID(uid))
+			if err == nil && len(st.Containers) == 1 && st.Containers[0].State == edge.ContainerRunning {
+				running++
+			}
+		}
+		return running == n, fmt.Sprintf("%d of %d running", running, n)
+	})
+	took := time.Since(start)
+	t.Logf("node reboot with the hub down: %d pods running again %v after the agent started (target ≤ 10s)", n, took.Round(time.Millisecond))
+	if took > 30*time.Second {
+		t.Errorf("pods took %v to run again after the reboot", took)
+	}
+
+	// The hub comes back and hears the pods run.
+	l.hub.Restart()
+	l.waitFor(t, 60*time.Second, "the hub sees all pods Running and ready", func() (bool, string) {
+		out, err := l.hub.Run("get", "pods", "-l", "app=fleet", "-o", `jsonpath={range .items[*]}{.status.containerStatuses[0].ready}{" "}{end}`)
+		ready := strings.Count(out, "true")
+		return ready == n, fmt.Sprintf("%d ready%s", ready, errString(err))
+	})
+	l.kubectl(t, "delete", "deploy", "fleet", "--wait=true", "--timeout=60s")
+}
+
+// shimPIDs finds the containerd shims serving the daemon whose state is
+// under dir.
+func shimPIDs(t *testing.T, dir string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmd, "containerd-shim") && strings.Contains(cmd, dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

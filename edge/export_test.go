@@ -1,0 +1,14 @@
+package edge
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// SetAfterPersist installs f, called after each event is written to the
+// local state and before the agent acts on it; nil removes it. It must be
+// set while no agent runs.
+func SetAfterPersist(f func(kind string, ev watch.EventType, obj metav1.Object)) { afterPersist = f }
+
+// StateFile is the local state's file name in the data directory.
+const StateFile = stateFile
