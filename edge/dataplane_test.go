@@ -112,7 +112,7 @@ func TestAgentDataplaneAndDNS(t *testing.T) {
 		t.Logf("error: %v", err)
 	})
 
-	a := startAgent(t, edge.Config{
+	cfg := edge.Config{
 		HubURL: e.url, Token: e.token, DataDir: t.TempDir(), NodeName: "edge-dp",
 		NodeIP:        netip.MustParseAddr("192.0.2.20"),
 		WatchServices: true, Dataplane: edge.DataplaneEBPF,
@@ -120,7 +120,8 @@ func TestAgentDataplaneAndDNS(t *testing.T) {
 		DNSAddr: netip.AddrPortFrom(dnsIP, 53), DNSInterface: dnsIf,
 		DNSUpstreams: []string{upstream},
 		Logger:       log,
-	})
+	}
+	a := startAgent(t, cfg)
 	waitNodeReady(t, e, "edge-dp")
 	if got := a.DNSAddr(); got != netip.AddrPortFrom(dnsIP, 53) {
 		t.Fatalf("DNSAddr() = %v, want %v:53", got, dnsIP)
@@ -294,6 +295,26 @@ func TestAgentDataplaneAndDNS(t *testing.T) {
 		// ... the dataplane is not: pinned maps keep ClusterIPs working
 		// until the next agent adopts them.
 		checkConnect(t)
+	})
+
+	t.Run("RestartedOffline", func(t *testing.T) {
+		// A new agent on the same data directory while the hub is still
+		// down: it adopts the pinned dataplane, and its DNS server answers
+		// from the Services and EndpointSlices of its local state.
+		b := startAgent(t, cfg)
+		eventually(t, 20*time.Second, "DNS answers from the local state", func() (bool, string) {
+			m, err := queryIn(pod, dnsServer, "web.default.svc.cluster.local.", dns.TypeA)
+			if err != nil {
+				return false, err.Error()
+			}
+			return slices.Contains(answerStrings(m), "A "+clusterIP), m.String()
+		})
+		if b.Stats().Connected {
+			t.Error("the agent says it is connected to a stopped hub")
+		}
+		checkDNS(t, true)
+		checkConnect(t)
+		b.stop(t)
 	})
 }
 

@@ -55,16 +55,17 @@ func startHubArgs(t *testing.T, args ...string) *env {
 type runningAgent struct {
 	*edge.Agent
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed when Run returned, with err
+	err    error
 }
 
 func (r *runningAgent) stop(t *testing.T) {
 	t.Helper()
 	r.cancel()
 	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Fatalf("agent: %v", err)
+	case <-r.done:
+		if r.err != nil {
+			t.Fatalf("agent: %v", r.err)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent did not stop within 15s")
@@ -85,8 +86,8 @@ func startAgent(t *testing.T, cfg edge.Config) *runningAgent {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningAgent{Agent: a, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- a.Run(ctx) }()
+	r := &runningAgent{Agent: a, cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = a.Run(ctx); close(r.done) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
