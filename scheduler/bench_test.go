@@ -107,7 +107,7 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained bool) e2eResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
 
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
@@ -115,16 +115,24 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained bool) e2eResult {
 	s := th.runScheduler(t)
 	bound := map[types.UID]bool{}
 	timeout := time.After(time.Duration(numPods/50+60) * time.Second)
+	lastRV := list.ResourceVersion
 	for len(bound) < numPods {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				t.Fatal("watch closed")
+				// The hub ends a watch that falls too far behind, as
+				// kube-apiserver does; resume from the last event seen.
+				if w, err = th.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{ResourceVersion: lastRV}); err != nil {
+					t.Fatalf("resume the watch: %v", err)
+				}
+				continue
 			}
 			if ev.Type != watch.Modified {
 				continue
 			}
-			if p := ev.Object.(*corev1.Pod); p.Spec.NodeName != "" {
+			p := ev.Object.(*corev1.Pod)
+			lastRV = p.ResourceVersion
+			if p.Spec.NodeName != "" {
 				bound[p.UID] = true
 			}
 		case <-timeout:
