@@ -105,6 +105,11 @@ type Config struct {
 	// DisableScheduler leaves pods unscheduled by the hub, for another
 	// scheduler or for tests that run their own.
 	DisableScheduler bool
+	// KeepStartupMemory leaves the memory only start-up used mapped. By
+	// default the hub, once settled after start-up, returns its free heap
+	// to the operating system and pages out its executable's read-only
+	// mappings, once (see releaseStartupMemory).
+	KeepStartupMemory bool
 	// Version is tether's own version, reported as gitCommit at /version.
 	Version string
 	// Logger receives the hub's logs; nil means slog.Default().
@@ -388,6 +393,9 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}
 	defer stopSched()
+	if !cfg.KeepStartupMemory {
+		go releaseStartupMemory(bgCtx, h.log)
+	}
 
 	select {
 	case err := <-serveErr:

@@ -58,8 +58,9 @@ func newVersionCmd() *cobra.Command {
 
 func newHubCmd() *cobra.Command {
 	var (
-		cfg      hub.Config
-		logLevel string
+		cfg         hub.Config
+		logLevel    string
+		keepStartup bool
 	)
 	cmd := &cobra.Command{
 		Use:   "hub --data-dir DIR",
@@ -72,6 +73,13 @@ func newHubCmd() *cobra.Command {
 			}
 			cfg.Logger = logger
 			cfg.Version = version
+			cfg.KeepStartupMemory = keepStartup
+			// The hub serves no profiles, so sampling the heap for one
+			// only costs memory (the records and their hash table).
+			// GODEBUG=memprofilerate=N still turns it on.
+			if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
+				runtime.MemProfileRate = 0
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			h, err := hub.New(cfg)
@@ -98,6 +106,7 @@ func newHubCmd() *cobra.Command {
 	f.DurationVar(&cfg.DrainWindow, "drain-window", 10*time.Second, "on shutdown, the window over which edges are told to spread their reconnects")
 	f.StringSliceVar(&cfg.Controllers, "controllers", []string{"*"}, "controllers to run: '*' for all, 'name' to enable, '-name' to disable (names: "+strings.Join(controllers.Names(), ", ")+")")
 	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
+	f.BoolVar(&keepStartup, "keep-startup-memory", false, "do not return the memory only start-up used (free heap, pages of the executable) to the operating system once the hub has settled")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd

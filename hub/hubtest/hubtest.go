@@ -50,6 +50,13 @@ func Binaries(t testing.TB) (tether, kubectl string) {
 			buildErr = fmt.Errorf("build tether: %v\n%s", err, out)
 			return
 		}
+		// Write the fresh binary out, so the hub runs from clean pages
+		// like an installed binary: the kernel cannot release dirty
+		// pages of the executable, which measurements of the hub's
+		// memory would otherwise show.
+		if buildErr = syncFile(tetherBin); buildErr != nil {
+			return
+		}
 		if k := os.Getenv("TETHER_KUBECTL"); k != "" {
 			kubectlBin = k
 			return
@@ -95,6 +102,18 @@ func Start(t testing.TB, extraArgs ...string) *Hub {
 	h.startArgs(extraArgs)
 	t.Cleanup(func() { h.Stop() })
 	return h
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
 }
 
 func freeAddr(t testing.TB) string {

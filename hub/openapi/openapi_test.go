@@ -1,6 +1,8 @@
 package openapi
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -205,5 +207,65 @@ func TestRegistryKinds(t *testing.T) {
 	}
 	if _, err := dc.OpenAPISchema(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestEncodings checks that a client accepting gzip gets the stored
+// compressed document and one that does not gets the same bytes plain, with
+// the same ETag either way.
+func TestEncodings(t *testing.T) {
+	srv, _ := serve(t, testKinds())
+	get := func(acceptEncoding string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/openapi/v2", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Setting Accept-Encoding ourselves keeps the transport from
+		// decompressing the body.
+		req.Header.Set("Accept-Encoding", acceptEncoding)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("Accept-Encoding %q: status %d", acceptEncoding, resp.StatusCode)
+		}
+		return resp, b
+	}
+	plainResp, plain := get("identity")
+	if ce := plainResp.Header.Get("Content-Encoding"); ce != "" {
+		t.Errorf("plain response has Content-Encoding %q", ce)
+	}
+	if !json.Valid(plain) {
+		t.Fatal("plain /openapi/v2 is not JSON")
+	}
+	for _, ae := range []string{"gzip", "br, gzip;q=0.5", "deflate , GZIP"} {
+		resp, gz := get(ae)
+		if ce := resp.Header.Get("Content-Encoding"); ce != "gzip" {
+			t.Fatalf("Accept-Encoding %q: Content-Encoding %q, want gzip", ae, ce)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(gz))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, plain) {
+			t.Errorf("Accept-Encoding %q: inflated body differs from the plain one", ae)
+		}
+		if resp.Header.Get("ETag") != plainResp.Header.Get("ETag") {
+			t.Errorf("Accept-Encoding %q: ETag %s, plain %s", ae, resp.Header.Get("ETag"), plainResp.Header.Get("ETag"))
+		}
+	}
+	if resp, _ := get("gzip;q=0"); resp.Header.Get("Content-Encoding") != "" {
+		t.Error("gzip;q=0 got a compressed response")
 	}
 }
