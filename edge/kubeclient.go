@@ -76,8 +76,10 @@ func restConfig(dial func(ctx context.Context, network, addr string) (net.Conn, 
 			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json",
 			ContentType:        "application/vnd.kubernetes.protobuf",
 		},
-		QPS:   20,
-		Burst: 40,
+		// The kubelet's defaults (--kube-api-qps, --kube-api-burst): a
+		// node starting a hundred pods reports them without waiting.
+		QPS:   50,
+		Burst: 100,
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			return &countingTransport{next: rt, c: c}
 		},

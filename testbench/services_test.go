@@ -138,7 +138,18 @@ spec:
 	time.Sleep(2 * time.Second) // the slices' last changes
 	mu.Lock()
 	var delays []time.Duration
+	// A pod's changes count from the first time a slice listed it: its
+	// first readiness may come before the Service's slices exist.
+	listed := map[string]time.Time{}
+	for _, ec := range epChanges {
+		if _, ok := listed[ec.pod]; !ok {
+			listed[ec.pod] = ec.at
+		}
+	}
 	for _, pc := range podChanges {
+		if first, ok := listed[pc.pod]; !ok || pc.at.Before(first) {
+			continue
+		}
 		// The first endpoint change of that pod to that readiness after
 		// the pod's own.
 		i := slices.IndexFunc(epChanges, func(ec change) bool {
