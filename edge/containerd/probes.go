@@ -194,15 +194,7 @@ func (r *Runtime) probe(ctx context.Context, p *pod, inst *instance, h *corev1.P
 	defer cancel()
 	switch {
 	case h.Exec != nil:
-		var out strings.Builder
-		code, err := r.execInstance(ctx, inst, h.Exec.Command, edge.Streams{Stdout: &out, Stderr: &out})
-		if err != nil {
-			return err
-		}
-		if code != 0 {
-			return fmt.Errorf("exec probe exited with %d: %s", code, truncate(out.String(), 256))
-		}
-		return nil
+		return r.execStatus(ctx, inst, h.Exec.Command, "exec probe")
 	case h.HTTPGet != nil:
 		return r.httpGet(ctx, p, h.HTTPGet)
 	case h.TCPSocket != nil:
@@ -337,19 +329,25 @@ func (r *Runtime) httpGet(ctx context.Context, p *pod, g *corev1.HTTPGetAction) 
 	return nil
 }
 
+// execStatus runs cmd in the instance and fails, with the start of its
+// output, when it exits with another status than 0.
+func (r *Runtime) execStatus(ctx context.Context, inst *instance, cmd []string, what string) error {
+	var out strings.Builder
+	code, err := r.execInstance(ctx, inst, cmd, edge.Streams{Stdout: &out, Stderr: &out})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("%s exited with %d: %s", what, code, truncate(out.String(), 256))
+	}
+	return nil
+}
+
 // runHook runs a lifecycle hook (preStop) in or against the instance.
 func (r *Runtime) runHook(ctx context.Context, p *pod, inst *instance, h *corev1.LifecycleHandler) error {
 	switch {
 	case h.Exec != nil:
-		var out strings.Builder
-		code, err := r.execInstance(ctx, inst, h.Exec.Command, edge.Streams{Stdout: &out, Stderr: &out})
-		if err != nil {
-			return err
-		}
-		if code != 0 {
-			return fmt.Errorf("hook exited with %d: %s", code, truncate(out.String(), 256))
-		}
-		return nil
+		return r.execStatus(ctx, inst, h.Exec.Command, "hook")
 	case h.HTTPGet != nil:
 		return r.httpGet(ctx, p, h.HTTPGet)
 	case h.Sleep != nil:
