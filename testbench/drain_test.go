@@ -19,10 +19,7 @@ func TestDrainHonoursDisruptionBudget(t *testing.T) {
 	token := joinToken(t, h)
 	startSimEdge(t, h, token, "node-a")
 	startSimEdge(t, h, token, "node-b")
-	waitUntil(t, "two Ready nodes", 60*time.Second, func() bool {
-		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
-		return strings.Count(out, "True") == 2
-	})
+	waitNodesReady(t, h, 2)
 	h.MustRun("create", "deployment", "web", "--image=web", "--replicas=4")
 	h.MustRun("rollout", "status", "deployment/web", "--timeout=60s")
 	h.MustRun("create", "pdb", "web", "--selector=app=web", "--min-available=3")

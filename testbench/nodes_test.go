@@ -20,17 +20,8 @@ func TestNodeLostOnSimEdges(t *testing.T) {
 	token := joinToken(t, h)
 	lost := startSimEdge(t, h, token, "lost-1")
 	startSimEdge(t, h, token, "kept-1")
-	waitUntil(t, "two Ready nodes", 60*time.Second, func() bool {
-		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
-		return strings.Count(out, "True") == 2
-	})
-	apply := func(yaml string) {
-		t.Helper()
-		if out, err := h.RunInput(t.Context(), yaml, nil, "apply", "-f", "-"); err != nil {
-			t.Fatalf("kubectl apply: %v\n%s", err, out)
-		}
-	}
-	apply(`apiVersion: apps/v1
+	waitNodesReady(t, h, 2)
+	applyYAML(t, h, `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: quick}
 spec:

@@ -1,6 +1,7 @@
 package testbench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +23,7 @@ func TestSchedulingOnSimEdges(t *testing.T) {
 	waitFor := func(what string, timeout time.Duration, ok func() bool) { t.Helper(); waitUntil(t, what, timeout, ok) }
 	startEdge("small-1", "1")
 	startEdge("small-2", "1")
-	waitFor("two Ready nodes", 60*time.Second, func() bool {
-		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
-		return strings.Count(out, "True") == 2
-	})
+	waitNodesReady(t, h, 2)
 
 	h.MustRun("create", "deployment", "web", "--image=web", "--replicas=4")
 	h.MustRun("set", "resources", "deployment", "web", "--requests=cpu=200m")
@@ -110,6 +108,23 @@ func joinToken(t *testing.T, h *hubtest.Hub) string {
 		t.Fatalf("tether token create: %v", err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// waitNodesReady waits until n nodes are Ready.
+func waitNodesReady(t *testing.T, h *hubtest.Hub, n int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d Ready nodes", n), 60*time.Second, func() bool {
+		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
+		return strings.Count(out, "True") == n
+	})
+}
+
+// applyYAML runs kubectl apply with manifests on its standard input.
+func applyYAML(t *testing.T, h *hubtest.Hub, yaml string) {
+	t.Helper()
+	if out, err := h.RunInput(t.Context(), yaml, nil, "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
 }
 
 // waitUntil polls ok every 250ms until it holds or timeout passes.

@@ -30,10 +30,7 @@ func TestEndpointSlicesOnSimEdges(t *testing.T) {
 	token := joinToken(t, h)
 	startSimEdge(t, h, token, "shop-1", "--zone", "shop", "--sim-pods", "300", "--sim-backoff-base", "2s")
 	startSimEdge(t, h, token, "yard-1", "--zone", "yard", "--sim-pods", "300", "--sim-backoff-base", "2s")
-	waitUntil(t, "two Ready nodes", 60*time.Second, func() bool {
-		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
-		return strings.Count(out, "True") == 2
-	})
+	waitNodesReady(t, h, 2)
 	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +100,7 @@ func TestEndpointSlicesOnSimEdges(t *testing.T) {
 
 	// Pods whose container crashes 3s after each start: ready, then not,
 	// then ready again after the back-off.
-	if out, err := h.RunInput(ctx, `apiVersion: apps/v1
+	applyYAML(t, h, `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: flaky}
 spec:
@@ -123,9 +120,7 @@ metadata: {name: flaky}
 spec:
   selector: {app: flaky}
   ports: [{name: web, port: 80, targetPort: http}]
-`, nil, "apply", "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
+`)
 	waitUntil(t, "two readiness changes of every pod", 90*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

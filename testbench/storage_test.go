@@ -18,21 +18,12 @@ func TestVolumesOnSimEdges(t *testing.T) {
 	token := joinToken(t, h)
 	startSimEdge(t, h, token, "node-a")
 	startSimEdge(t, h, token, "node-b")
-	waitUntil(t, "two Ready nodes", 60*time.Second, func() bool {
-		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
-		return strings.Count(out, "True") == 2
-	})
+	waitNodesReady(t, h, 2)
 	if out := h.MustRun("get", "storageclass"); !strings.Contains(out, "local-path (default)") || !strings.Contains(out, "tether.io/local-path") ||
 		!strings.Contains(out, "WaitForFirstConsumer") {
 		t.Fatalf("kubectl get storageclass:\n%s", out)
 	}
-	apply := func(yaml string) {
-		t.Helper()
-		if out, err := h.RunInput(t.Context(), yaml, nil, "apply", "-f", "-"); err != nil {
-			t.Fatalf("kubectl apply: %v\n%s", err, out)
-		}
-	}
-	apply(`apiVersion: apps/v1
+	applyYAML(t, h, `apiVersion: apps/v1
 kind: StatefulSet
 metadata: {name: db}
 spec:
@@ -105,7 +96,7 @@ spec:
 	})
 
 	// A static volume of a class without a provisioner.
-	apply(`apiVersion: v1
+	applyYAML(t, h, `apiVersion: v1
 kind: PersistentVolume
 metadata: {name: shelf}
 spec:
