@@ -181,13 +181,14 @@ type ServerStats struct {
 // Server is the hub side of the tunnel. Its methods are safe for concurrent
 // use.
 type Server struct {
-	cfg     ServerConfig
-	log     *slog.Logger
-	quicTLS *tls.Config
-	limiter *rate.Limiter // nil: no limit
-	peak    peakMeter
-	budget  *windowBudget
-	ln      *listener
+	cfg          ServerConfig
+	log          *slog.Logger
+	quicTLS      *tls.Config
+	limiter      *rate.Limiter // nil: no limit
+	refusedAddrs refusedSet
+	peak         peakMeter
+	budget       *windowBudget
+	ln           *listener
 
 	closedCh chan struct{}
 
@@ -264,8 +265,10 @@ func (s *Server) quicConfig() *quic.Config {
 }
 
 // admit applies the drain state and the handshake token bucket to a new
-// connection attempt.
-func (s *Server) admit() error {
+// connection attempt. from is the attempt's source address for QUIC, whose
+// Initial packets a client retransmits until it hears the refusal, and nil
+// for TCP.
+func (s *Server) admit(from net.Addr) error {
 	s.mu.Lock()
 	draining, closed := s.draining, s.closed
 	s.mu.Unlock()
@@ -276,8 +279,18 @@ func (s *Server) admit() error {
 	case draining:
 		s.refused.Add(1)
 		return errors.New("tunnel: draining")
+	case from != nil && s.limiter != nil && s.refusedAddrs.recent(from.String(), time.Now()):
+		// A refused connection leaves no state in the QUIC server, so a
+		// retransmission of its Initial looks like a new attempt. Refuse
+		// it again rather than spend a token on a connection whose client
+		// has already been told no; clients retry from a new socket.
+		s.refused.Add(1)
+		return errors.New("tunnel: handshake rate limit")
 	case s.limiter != nil && !s.limiter.Allow():
 		s.refused.Add(1)
+		if from != nil {
+			s.refusedAddrs.add(from.String(), time.Now())
+		}
 		return errors.New("tunnel: handshake rate limit")
 	}
 	s.handshakes.Add(1)
@@ -291,8 +304,8 @@ func (s *Server) admit() error {
 func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
 	tr := &quic.Transport{
 		Conn: pc,
-		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
-			return ctx, s.admit()
+		ConnContext: func(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
+			return ctx, s.admit(info.RemoteAddr)
 		},
 	}
 	if s.cfg.StatelessResetKey != nil {
@@ -351,7 +364,7 @@ func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
 // ALPN; the hub calls it from http.Server.TLSNextProto[ALPN] on its API
 // port. It blocks until the session ends and closes c.
 func (s *Server) ServeConn(c *tls.Conn) {
-	if err := s.admit(); err != nil {
+	if err := s.admit(nil); err != nil {
 		c.Close()
 		return
 	}
@@ -554,4 +567,51 @@ func (m *peakMeter) max() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.peak
+}
+
+// refusedSet remembers the source addresses of recently refused QUIC
+// attempts. Entries live for refusedMemory, longer than a client keeps
+// retransmitting an Initial that got no answer; the set is pruned as it is
+// used, and bounded, so a flood of spoofed addresses cannot grow it.
+type refusedSet struct {
+	mu    sync.Mutex
+	addrs map[string]time.Time
+}
+
+const (
+	refusedMemory  = 5 * time.Second
+	refusedSetSize = 4096
+)
+
+func (r *refusedSet) add(addr string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.addrs == nil {
+		r.addrs = make(map[string]time.Time)
+	}
+	if len(r.addrs) >= refusedSetSize {
+		for a, t := range r.addrs {
+			if now.Sub(t) >= refusedMemory {
+				delete(r.addrs, a)
+			}
+		}
+		if len(r.addrs) >= refusedSetSize {
+			return // full of fresh entries: forget this one
+		}
+	}
+	r.addrs[addr] = now
+}
+
+func (r *refusedSet) recent(addr string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.addrs[addr]
+	if !ok {
+		return false
+	}
+	if now.Sub(t) >= refusedMemory {
+		delete(r.addrs, addr)
+		return false
+	}
+	return true
 }

@@ -680,3 +680,41 @@ func TestDialContextWhileDisconnected(t *testing.T) {
 		t.Fatalf("dial while the hub came up: %v", err)
 	}
 }
+
+// A QUIC server keeps no state for a refused connection, so when a client
+// retransmits its Initial before the refusal reaches it, the retransmission
+// arrives as a new attempt. It must be refused again without spending a
+// token that a waiting edge could use.
+func TestRefusedInitialRetransmitSpendsNoToken(t *testing.T) {
+	p := newPKI(t)
+	s, err := NewServer(ServerConfig{TLS: p.serverTLS(), HandshakesPerSecond: 20, HandshakeBurst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000}
+	b := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4001}
+	if err := s.admit(a); err != nil {
+		t.Fatalf("first attempt: %v", err)
+	}
+	if err := s.admit(b); err == nil {
+		t.Fatal("second attempt admitted with an empty bucket")
+	}
+	time.Sleep(100 * time.Millisecond) // the bucket refills (one token per 50 ms)
+	if err := s.admit(b); err == nil {
+		t.Fatal("retransmission of a refused attempt admitted")
+	}
+	c := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4002}
+	if err := s.admit(c); err != nil {
+		t.Fatalf("new attempt after the refill: %v", err)
+	}
+	st := s.Stats()
+	if st.Handshakes != 2 || st.HandshakesRefused != 2 {
+		t.Fatalf("admitted %d refused %d, want 2 and 2", st.Handshakes, st.HandshakesRefused)
+	}
+	// TCP attempts carry no address to remember and are judged by the
+	// bucket alone.
+	time.Sleep(100 * time.Millisecond)
+	if err := s.admit(nil); err != nil {
+		t.Fatalf("tcp attempt: %v", err)
+	}
+}
