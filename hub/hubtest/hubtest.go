@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,14 +34,33 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// removeStaleBuilds removes the build directories of test processes that
+// have exited. A test binary has no hook that runs after its last test in
+// every package, so each process leaves its binaries behind and the next
+// one to build cleans up after the dead.
+func removeStaleBuilds() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "tether-e2e-bin-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "tether-e2e-bin-"))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(d)
+		}
+	}
+}
+
 // Binaries builds (once per process) and returns the tether and kubectl
 // binaries.
 func Binaries(t testing.TB) (tether, kubectl string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		root := RepoRoot()
-		buildDir, buildErr = os.MkdirTemp("", "tether-e2e-bin-")
-		if buildErr != nil {
+		removeStaleBuilds()
+		buildDir = filepath.Join(os.TempDir(), fmt.Sprintf("tether-e2e-bin-%d", os.Getpid()))
+		os.RemoveAll(buildDir)
+		if buildErr = os.Mkdir(buildDir, 0o755); buildErr != nil {
 			return
 		}
 		tetherBin = filepath.Join(buildDir, "tether")
