@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,6 +96,31 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 
 var outMu sync.Mutex
 
+var (
+	spawnOnce sync.Once
+	spawnReqs chan func()
+)
+
+// startFromSpawner starts cmd from one OS thread that lives as long as the
+// test process. Pdeathsig fires when the thread that forked a child exits,
+// not the process, and helpers that enter a namespace (InHost) leave their
+// thread locked so the runtime destroys it afterwards: a child forked from
+// such a thread would be killed in the middle of a test.
+func startFromSpawner(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread stays ours
+			for f := range spawnReqs {
+				f()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	spawnReqs <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
 func (p *Process) start() error {
 	h := p.l.hosts[p.Host]
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -110,7 +136,7 @@ func (p *Process) start() error {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", h.Netns}, p.args...)...)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startFromSpawner(cmd); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
