@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -298,8 +299,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 		if ok {
 			w.Header().Set("Content-Type", out.info.MediaType)
 			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
 			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(body)
+			_, _ = body.WriteTo(w)
 			return
 		}
 	}
@@ -315,7 +317,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 // without building typed objects (*storage.Storage does); the body must
 // equal the JSON encoding of what List returns.
 type jsonLister interface {
-	ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body []byte, ok bool, err error)
+	ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body *storage.JSONList, ok bool, err error)
 }
 
 // respond writes obj (an object or a list of kind k) transformed as out asks.
