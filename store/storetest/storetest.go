@@ -395,6 +395,15 @@ func testList(t *testing.T, open Opener) {
 				t.Errorf("%s: listed object differs from Get (-get +list):\n%s", tt.name, d)
 			}
 		}
+		// A read-only list has the same content; only who owns it differs.
+		tt.opts.ReadOnly = true
+		ro, err := s.List(ctx, tt.opts)
+		if err != nil {
+			t.Fatalf("%s: read-only List: %v", tt.name, err)
+		}
+		if d := cmp.Diff(res, ro, objCmp); d != "" {
+			t.Errorf("%s: read-only List differs (-copied +read-only):\n%s", tt.name, d)
+		}
 	}
 	res, _ := s.List(ctx, store.ListOptions{Resource: "nothing"})
 	if len(res.Objects) != 0 {
