@@ -110,6 +110,8 @@ type Config struct {
 	// to the operating system and pages out its executable's read-only
 	// mappings, once (see releaseStartupMemory).
 	KeepStartupMemory bool
+	// Profiling serves /debug/pprof/ (see apiserver.Config.Profiling).
+	Profiling bool
 	// Version is tether's own version, reported as gitCommit at /version.
 	Version string
 	// Logger receives the hub's logs; nil means slog.Default().
@@ -261,6 +263,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		DialNode:             dialNode(edges),
 		ServiceAccountTokens: saTokens,
 		ExtraMetrics:         tunnelMetrics(edges),
+		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,
 		Discovery:            discovery.New(kinds, discovery.Config{Subresources: servedSubresources}),

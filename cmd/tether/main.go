@@ -74,10 +74,10 @@ func newHubCmd() *cobra.Command {
 			cfg.Logger = logger
 			cfg.Version = version
 			cfg.KeepStartupMemory = keepStartup
-			// The hub serves no profiles, so sampling the heap for one
-			// only costs memory (the records and their hash table).
-			// GODEBUG=memprofilerate=N still turns it on.
-			if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
+			// Without --profiling the hub serves no profiles, so sampling
+			// the heap for one only costs memory (the records and their
+			// hash table). GODEBUG=memprofilerate=N still turns it on.
+			if !cfg.Profiling && !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
 				runtime.MemProfileRate = 0
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -107,6 +107,7 @@ func newHubCmd() *cobra.Command {
 	f.StringSliceVar(&cfg.Controllers, "controllers", []string{"*"}, "controllers to run: '*' for all, 'name' to enable, '-name' to disable (names: "+strings.Join(controllers.Names(), ", ")+")")
 	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
 	f.BoolVar(&keepStartup, "keep-startup-memory", false, "do not return the memory only start-up used (free heap, pages of the executable) to the operating system once the hub has settled")
+	f.BoolVar(&cfg.Profiling, "profiling", false, "serve the Go runtime's profiles at /debug/pprof/ to authorized users")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd

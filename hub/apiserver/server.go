@@ -101,6 +101,9 @@ type Config struct {
 	// ExtraMetrics appends metrics of other parts of the hub (Prometheus
 	// text format) to /metrics; may be nil.
 	ExtraMetrics func(w io.Writer)
+	// Profiling serves the Go runtime's profiles under /debug/pprof/ to
+	// authorized users, as kube-apiserver's --profiling does.
+	Profiling bool
 	// ServiceAccountTokens signs tokens for serviceaccounts/token; nil
 	// leaves that subresource unserved.
 	ServiceAccountTokens *auth.ServiceAccountTokens
@@ -358,6 +361,8 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request, path s
 	case path == "/healthz" || path == "/livez" || path == "/readyz" ||
 		strings.HasPrefix(path, "/healthz/") || strings.HasPrefix(path, "/livez/") || strings.HasPrefix(path, "/readyz/"):
 		s.serveHealth(w, r, path)
+	case s.cfg.Profiling && (path == "/debug/pprof" || strings.HasPrefix(path, "/debug/pprof/")):
+		servePprof(w, r, path)
 	case path == "/metrics":
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
