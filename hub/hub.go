@@ -356,18 +356,10 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	close(h.ready)
 	h.log.Info("serving the Kubernetes API", "addr", ln.Addr().String(), "advertise", advertise, "kubeconfig", h.KubeconfigPath())
 
-	// The built-in controllers are clients of the hub's own API over
-	// loopback, like any other client.
-	ctrlCert, ctrlKey, err := authority.IssueClientCert("system:kube-controller-manager", []string{pki.AdminGroup}, 10*365*24*time.Hour)
-	if err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("issue controllers certificate: %w", err)
-	}
+	// The built-in controllers are clients of the hub's own API like any
+	// other client, served in-process (see apiserver.LocalTransport).
 	ctrl, err := controllers.New(controllers.Config{
-		RestConfig: &rest.Config{
-			Host:            url,
-			TLSClientConfig: rest.TLSClientConfig{CAData: authority.CAPEM(), CertData: ctrlCert, KeyData: ctrlKey},
-		},
+		RestConfig:  localConfig(api, url, "system:kube-controller-manager"),
 		Logger:      cfg.Logger.With("component", "controllers"),
 		Controllers: cfg.Controllers,
 		RootCA:      authority.CAPEM(),
@@ -390,7 +382,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 
 	stopSched := func() {}
 	if !cfg.DisableScheduler {
-		if stopSched, err = h.startScheduler(ctx, authority, url); err != nil {
+		if stopSched, err = h.startScheduler(ctx, api, url); err != nil {
 			_ = srv.Close()
 			return err
 		}
@@ -496,19 +488,21 @@ var servedSubresources = []discovery.Subresource{
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "NodeProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
 }
 
+// localConfig is the client configuration of a component running inside
+// the hub: the API served in-process, as user (in the cluster-admin group).
+func localConfig(api *apiserver.Server, url, user string) *rest.Config {
+	return &rest.Config{
+		Host:      url,
+		Transport: api.LocalTransport(&auth.User{Name: user, Groups: []string{pki.AdminGroup, "system:authenticated"}}),
+	}
+}
+
 // startScheduler runs the scheduler in-process as a client of the hub's own
 // API, like the controllers; the returned function stops it and waits.
-func (h *Hub) startScheduler(ctx context.Context, authority *pki.Authority, url string) (func(), error) {
-	cert, key, err := authority.IssueClientCert("system:kube-scheduler", []string{pki.AdminGroup}, 10*365*24*time.Hour)
-	if err != nil {
-		return nil, fmt.Errorf("issue scheduler certificate: %w", err)
-	}
+func (h *Hub) startScheduler(ctx context.Context, api *apiserver.Server, url string) (func(), error) {
 	sched, err := scheduler.New(scheduler.Config{
-		RestConfig: &rest.Config{
-			Host:            url,
-			TLSClientConfig: rest.TLSClientConfig{CAData: authority.CAPEM(), CertData: cert, KeyData: key},
-		},
-		Logger: h.cfg.Logger.With("component", "scheduler"),
+		RestConfig: localConfig(api, url, "system:kube-scheduler"),
+		Logger:     h.cfg.Logger.With("component", "scheduler"),
 	})
 	if err != nil {
 		return nil, err
