@@ -80,9 +80,13 @@ type listItem struct {
 // Len returns the length of the body in bytes.
 func (b *JSONList) Len() int { return b.size }
 
-// WriteTo writes the body to w in pieces of at most 64 KiB.
+// WriteTo writes the body to w, through a buffer of 64 KiB unless w is a
+// buffered writer already.
 func (b *JSONList) WriteTo(w io.Writer) (int64, error) {
-	bw := bufio.NewWriterSize(w, 64<<10)
+	bw, ok := w.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriterSize(w, 64<<10)
+	}
 	var n int64
 	write := func(p []byte) {
 		m, _ := bw.Write(p)
