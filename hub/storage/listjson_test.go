@@ -160,3 +160,40 @@ func TestAppendListItem(t *testing.T) {
 		}
 	}
 }
+
+// Decoded states are kept for a while only: an idle hub holds none.
+func TestDecodeCacheExpires(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	k := kind(t, "", "v1", "configmaps")
+	if _, err := f.s.Create(ctx, k, "default", cm("a", nil), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := f.s.st.Get(ctx, f.s.key(k, "default", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.s.decodeShared(k, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := f.s.decodeShared(k, o); again != first {
+		t.Fatal("a second decode of the same state was not shared")
+	}
+	c := &f.s.shared
+	c.mu.Lock()
+	for _, d := range c.byKey {
+		d.at = d.at.Add(-2 * sharedTTL)
+	}
+	c.mu.Unlock()
+	c.expire()
+	c.mu.Lock()
+	n, timer := len(c.byKey), c.sweep
+	c.mu.Unlock()
+	if n != 0 || timer != nil {
+		t.Fatalf("after expiry: %d entries, sweep timer %v", n, timer)
+	}
+	if again, _ := f.s.decodeShared(k, o); again == first {
+		t.Fatal("an expired state was still shared")
+	}
+}
