@@ -20,10 +20,18 @@ import (
 
 // Authorizer is the node authorizer: a node's credentials may read its own
 // Node and the pods bound to it, the secrets, config maps and claims those
-// pods reference, Services and EndpointSlices; write its own Node and its
-// status, its Lease, its pods' status, and events; and delete its pods once
-// they stopped (graceful deletion ends with the node). Anything else is 403.
-// Requests of other users go to Next.
+// pods reference and the PersistentVolumes bound to those claims, Services
+// and EndpointSlices; write its own Node and its status, its Lease, its
+// pods' status, and events; and delete its pods once they stopped
+// (graceful deletion ends with the node). Anything else is 403. Requests
+// of other users go to Next.
+//
+// Two rules are tether's own, for local-path volumes, whose data lives on
+// one node: a node may read the local-path PersistentVolumes whose node
+// affinity pins them to it, and may get a PersistentVolume of the
+// provisioned form pvc-<uid> that does not exist (the answer is 404),
+// which is how the node learns that it may remove the data of a deleted
+// one. It learns nothing but the absence of a volume of that name.
 type Authorizer struct {
 	cfg   Config
 	graph *graph
@@ -159,6 +167,28 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 		}
 		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
 
+	case at.Group == "" && at.Kind == "persistentvolumes":
+		if !read || at.Subresource != "" {
+			return fmt.Sprintf("node '%s' cannot %s %s", node, at.Verb, at.Kind)
+		}
+		name := at.Name
+		if at.Verb != "get" {
+			n, ok := exactField(at.FieldSelector, "metadata.name")
+			if !ok {
+				return fmt.Sprintf("node '%s' can only list or watch single %s (fieldSelector metadata.name=<name>)", node, at.Kind)
+			}
+			name = n
+		}
+		switch a.volumeAccess(node, name) {
+		case volumeAllowed:
+			return ""
+		case volumeMissing:
+			if at.Verb == "get" && strings.HasPrefix(name, "pvc-") {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
+
 	case at.Group == "" && (at.Kind == "services" || at.Kind == "endpoints"),
 		at.Group == "discovery.k8s.io" && at.Kind == "endpointslices":
 		if read && at.Subresource == "" {
@@ -208,6 +238,61 @@ func (a *Authorizer) needs(node string, r ref) bool {
 		return false
 	}
 	return a.graph.nodeNeeds(node, r)
+}
+
+// Answers of volumeAccess.
+const (
+	volumeDenied = iota
+	volumeAllowed
+	volumeMissing
+)
+
+// volumeAccess tells whether node may read the PersistentVolume name: one
+// bound (claimRef) to a claim of a pod on the node, or a local-path volume
+// pinned to the node; or that no such volume exists.
+func (a *Authorizer) volumeAccess(node, name string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	obj, err := a.cfg.Storage.Get(ctx, pvsKind, "", name)
+	if apierrors.IsNotFound(err) {
+		return volumeMissing
+	}
+	if err != nil {
+		return volumeDenied
+	}
+	pv := obj.(*corev1.PersistentVolume)
+	if r := pv.Spec.ClaimRef; r != nil && a.needs(node, ref{"persistentvolumeclaims", r.Namespace, r.Name}) {
+		return volumeAllowed
+	}
+	if pv.Annotations[annProvisionedBy] == localPathProvisioner && pinnedTo(pv) == node {
+		return volumeAllowed
+	}
+	return volumeDenied
+}
+
+// Names of tether's local-path volumes (controllers/volume).
+const (
+	annProvisionedBy     = "pv.kubernetes.io/provisioned-by"
+	localPathProvisioner = "tether.io/local-path"
+)
+
+// pinnedTo returns the one node a volume's required node affinity allows
+// (kubernetes.io/hostname In [node]), or "".
+func pinnedTo(pv *corev1.PersistentVolume) string {
+	na := pv.Spec.NodeAffinity
+	if na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 {
+		return ""
+	}
+	node := ""
+	for _, e := range na.Required.NodeSelectorTerms[0].MatchExpressions {
+		if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+			if node != "" && node != e.Values[0] {
+				return ""
+			}
+			node = e.Values[0]
+		}
+	}
+	return node
 }
 
 // selects reports whether a field selector requires field=value exactly.

@@ -17,6 +17,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-edge/tether/hub/apiserver"
@@ -118,6 +119,38 @@ func TestNodeAuthorizer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	pvsKind := mustKindT(t, "persistentvolumes")
+	pinned := func(node string) *corev1.VolumeNodeAffinity {
+		return &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		}}}}
+	}
+	pv := func(name, claim string, localPathOn string) *corev1.PersistentVolume {
+		v := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + name}},
+		}}
+		if claim != "" {
+			v.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "shop", Name: claim}
+		}
+		if localPathOn != "" {
+			v.Annotations = map[string]string{"pv.kubernetes.io/provisioned-by": "tether.io/local-path"}
+			v.Spec.NodeAffinity = pinned(localPathOn)
+		}
+		return v
+	}
+	for _, v := range []*corev1.PersistentVolume{
+		pv("pv-claim1", "claim1", ""), pv("pvc-on-n1", "", "n1"), pv("pvc-on-n2", "", "n2"), pv("other", "other-claim", ""),
+		pv("pvc-static-on-n1", "", ""),
+	} {
+		if v.Name == "pvc-static-on-n1" {
+			v.Spec.NodeAffinity = pinned("n1") // pinned, but not a local-path volume
+		}
+		if _, err := st.Create(ctx, pvsKind, "", v, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n1 := nodeUser("n1")
 	res := func(verb, group, kind, ns, name, sub, fieldSel string) apiserver.Attributes {
 		return apiserver.Attributes{Verb: verb, Resource: true, Group: group, Version: "v1", Kind: kind,
@@ -139,6 +172,13 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("watch", "", "configmaps", "shop", "", "", "metadata.name=cm-env"),
 		res("list", "", "configmaps", "shop", "", "", "metadata.name=cm-projected"),
 		res("get", "", "persistentvolumeclaims", "shop", "claim1", "", ""),
+		res("watch", "", "persistentvolumeclaims", "shop", "", "", "metadata.name=claim1"),
+		res("get", "", "persistentvolumes", "", "pv-claim1", "", ""),
+		res("list", "", "persistentvolumes", "", "", "", "metadata.name=pv-claim1"),
+		res("watch", "", "persistentvolumes", "", "", "", "metadata.name=pv-claim1"),
+		res("get", "", "persistentvolumes", "", "pvc-on-n1", "", ""),
+		res("watch", "", "persistentvolumes", "", "", "", "metadata.name=pvc-on-n1"),
+		res("get", "", "persistentvolumes", "", "pvc-deleted", "", ""), // the answer is 404
 		res("list", "", "services", "", "", "", ""),
 		res("watch", "discovery.k8s.io", "endpointslices", "", "", "", ""),
 		res("get", "coordination.k8s.io", "leases", "kube-node-lease", "n1", "", ""),
@@ -171,6 +211,16 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("list", "", "secrets", "", "", "", "metadata.name=s1"),
 		res("update", "", "secrets", "shop", "s1", "", ""),
 		res("get", "", "configmaps", "shop", "other", "", ""),
+		res("get", "", "persistentvolumeclaims", "shop", "other-claim", "", ""),
+		res("get", "", "persistentvolumes", "", "other", "", ""),
+		res("get", "", "persistentvolumes", "", "pvc-on-n2", "", ""),
+		res("get", "", "persistentvolumes", "", "pvc-static-on-n1", "", ""),
+		res("get", "", "persistentvolumes", "", "static-deleted", "", ""),
+		res("watch", "", "persistentvolumes", "", "", "", "metadata.name=pvc-deleted"),
+		res("list", "", "persistentvolumes", "", "", "", ""),
+		res("update", "", "persistentvolumes", "", "pvc-on-n1", "", ""),
+		res("delete", "", "persistentvolumes", "", "pv-claim1", "", ""),
+		res("create", "", "persistentvolumes", "", "", "", ""),
 		res("create", "", "services", "shop", "", "", ""),
 		res("get", "coordination.k8s.io", "leases", "kube-node-lease", "n2", "", ""),
 		res("get", "", "events", "shop", "e", "", ""),
@@ -217,6 +267,19 @@ func TestNodeAuthorizer(t *testing.T) {
 			t.Fatal("secret of a deleted pod still readable after 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// So are the claim and the volume bound to it; the local-path volume
+	// pinned to the node stays readable.
+	for _, at := range []apiserver.Attributes{
+		res("get", "", "persistentvolumeclaims", "shop", "claim1", "", ""),
+		res("get", "", "persistentvolumes", "", "pv-claim1", "", ""),
+	} {
+		if err := a.Authorize(n1, at); !apierrors.IsForbidden(err) {
+			t.Errorf("%s %s/%s after its pod was deleted: %v, want 403", at.Verb, at.Kind, at.Name, err)
+		}
+	}
+	if err := a.Authorize(n1, res("get", "", "persistentvolumes", "", "pvc-on-n1", "", "")); err != nil {
+		t.Errorf("local-path volume of n1: %v", err)
 	}
 }
 
