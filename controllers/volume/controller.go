@@ -142,6 +142,14 @@ func New(cfg Config) (*Controller, error) {
 			c.queue.Add(volumePrefix + v.Name)
 			if r := v.Spec.ClaimRef; r != nil {
 				c.queue.Add(claimPrefix + r.Namespace + "/" + r.Name)
+				return
+			}
+			// A free volume may suit a claim waiting for one.
+			claims, _ := c.pvcs.List(labels.Everything())
+			for _, p := range claims {
+				if p.Spec.VolumeName == "" && claimClass(p) == volumeClass(v) {
+					c.queue.Add(claimPrefix + p.Namespace + "/" + p.Name)
+				}
 			}
 		}
 	}

@@ -68,6 +68,23 @@ func TestClaimProtection(t *testing.T) {
 	claim("used")
 	claim("unused")
 	waitFor("finalizers on both claims", func() bool { return protected("used") && protected("unused") })
+	// The claim in use is bound, as it would be.
+	if _, err := kube.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "shelf"},
+		Spec: corev1.PersistentVolumeSpec{
+			StorageClassName:       "manual",
+			ClaimRef:               &corev1.ObjectReference{Namespace: "default", Name: "used"},
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/shelf"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the claim in use bound", func() bool {
+		c, err := claims.Get(ctx, "used", metav1.GetOptions{})
+		return err == nil && c.Status.Phase == corev1.ClaimBound
+	})
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "user"},
