@@ -118,6 +118,10 @@ type Config struct {
 	// cluster domain. Empty: the nameservers of the node's
 	// /etc/resolv.conf, DNSAddr's address excepted.
 	DNSUpstreams []string
+	// LocalVolumeCheckInterval is how often the agent asks the hub
+	// whether the local-path volumes its pods used and no longer use still
+	// exist, to remove the data of deleted ones. Zero means 1m.
+	LocalVolumeCheckInterval time.Duration
 	// CertRenewFraction is the fraction of the certificate's lifetime
 	// after which it is renewed. Zero means 2/3.
 	CertRenewFraction float64
@@ -158,6 +162,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.StatusCheckInterval <= 0 {
 		c.StatusCheckInterval = 10 * time.Second
+	}
+	if c.LocalVolumeCheckInterval <= 0 {
+		c.LocalVolumeCheckInterval = time.Minute
 	}
 	if c.CertRenewFraction <= 0 || c.CertRenewFraction >= 1 {
 		c.CertRenewFraction = 2.0 / 3

@@ -87,6 +87,10 @@ type podWorker struct {
 	deleted bool // the agent deleted it from the API
 	retry   *time.Timer
 	backoff time.Duration
+	// mountMsg and mountAt are the last FailedMount event's message
+	// and time.
+	mountMsg string
+	mountAt  time.Time
 }
 
 func (w *podWorker) poke() {
@@ -205,7 +209,11 @@ func (m *podManager) run(ctx context.Context, w *podWorker) {
 				w.retry.Stop()
 			}
 			w.retry = time.AfterFunc(w.backoff, w.poke)
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, ErrVolumeNotReady):
+				m.a.log.Info("pod waits for its volumes", "uid", w.uid, "err", err, "retry in", w.backoff)
+			default:
 				m.a.log.Warn("sync pod", "uid", w.uid, "err", err, "retry in", w.backoff)
 			}
 		} else {
@@ -277,6 +285,17 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		// A finished pod never runs again, even when the agent
 		// restarted and its runtime forgot it.
 		return false, nil
+	}
+	if err := m.checkVolumes(ctx, pod); err != nil {
+		// Not for the runtime yet: the pod waits in ContainerCreating.
+		m.mountFailed(w, pod, err)
+		w.mu.Lock()
+		w.syncErr = nil
+		w.mu.Unlock()
+		if werr := m.writeStatus(ctx, w, pod, false); werr != nil {
+			return false, werr
+		}
+		return false, err
 	}
 	syncErr := rt.SyncPod(ctx, pod, m.a.node.network())
 	w.mu.Lock()
