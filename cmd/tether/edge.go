@@ -134,6 +134,7 @@ working while the hub is out of reach.`,
 	f.IntVar(&ctrdCfg.ImageGCHighThresholdPercent, "image-gc-high-threshold", 85, "disk usage percent of the image store above which unused images are removed (above 100: never)")
 	f.IntVar(&ctrdCfg.ImageGCLowThresholdPercent, "image-gc-low-threshold", 80, "disk usage percent image garbage collection brings the image store back to")
 	f.StringVar(&ctrdCfg.RegistryConfigDir, "registry-config-dir", "/etc/containerd/certs.d", "registry host configuration in containerd's layout (<dir>/<host>/hosts.toml, CA and client certificates)")
+	f.StringVar(&ctrdCfg.LocalPathRoot, "local-path-root", edge.DefaultLocalPathRoot, "directory of the node's local-path volumes; the agent removes a volume's directory there once the hub deleted the volume (must match the hub's --local-path-root)")
 	f.StringVar(&cfg.Zone, "zone", "", "the node's site, set as the topology.kubernetes.io/zone label")
 	f.StringToStringVar(&cfg.Labels, "labels", nil, "extra node labels, key=value,...")
 	f.StringVar(&nodeIP, "node-ip", "", "the node's InternalIP (default: the address used to reach the hub)")
