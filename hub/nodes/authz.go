@@ -22,9 +22,9 @@ import (
 // Node and the pods bound to it, the secrets, config maps and claims those
 // pods reference and the PersistentVolumes bound to those claims, Services
 // and EndpointSlices; write its own Node and its status, its Lease, its
-// pods' status, and events; and delete its pods once they stopped
-// (graceful deletion ends with the node). Anything else is 403. Requests
-// of other users go to Next.
+// pods' status, and events; create the mirror pods of its static pods;
+// and delete its pods once they stopped (graceful deletion ends with the
+// node). Anything else is 403. Requests of other users go to Next.
 //
 // Two rules are tether's own, for local-path volumes, whose data lives on
 // one node: a node may read the local-path PersistentVolumes whose node
@@ -81,7 +81,7 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 		}
 		return forbiddenPath(u, at)
 	}
-	if at.Verb == "create" && at.Name == "" && at.Subresource == "" && (at.Group == "" && at.Kind == "nodes" ||
+	if at.Verb == "create" && at.Name == "" && at.Subresource == "" && (at.Group == "" && (at.Kind == "nodes" || at.Kind == "pods") ||
 		at.Group == "coordination.k8s.io" && at.Kind == "leases" && at.Namespace == corev1.NamespaceNodeLease) {
 		// The name is in the body: AuthorizeCreate decides.
 		return nil
@@ -105,10 +105,78 @@ func (a *Authorizer) AuthorizeCreate(u *auth.User, at apiserver.Attributes, obj 
 		return forbidden(u, at, "object without metadata")
 	}
 	at.Name = m.GetName()
+	if at.Group == "" && at.Kind == "pods" {
+		if why := a.decideMirrorPod(node, obj); why != "" {
+			return forbidden(u, at, why)
+		}
+		return nil
+	}
 	if why := a.decide(node, at); why != "" {
 		return forbidden(u, at, why)
 	}
 	return nil
+}
+
+// annMirror marks a mirror pod: the API's view of a static pod that a
+// node runs from a manifest file; its value is the static pod's hash.
+const annMirror = "kubernetes.io/config.mirror"
+
+// decideMirrorPod returns "" when node may create pod: a mirror pod bound
+// to the node, controlled by the node's own Node object, and referencing
+// no other API object (service account, secret, config map, claim), as
+// upstream's NodeRestriction admission requires.
+func (a *Authorizer) decideMirrorPod(node string, obj runtime.Object) string {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return "not a pod"
+	}
+	if _, ok := pod.Annotations[annMirror]; !ok {
+		return fmt.Sprintf("pod does not have %q annotation, node %q can only create mirror pods", annMirror, node)
+	}
+	if pod.Spec.NodeName != node {
+		return fmt.Sprintf("node %q can only create pods with spec.nodeName set to itself", node)
+	}
+	if len(pod.OwnerReferences) != 1 {
+		return fmt.Sprintf("node %q can only create pods with a single owner reference set to itself", node)
+	}
+	owner := pod.OwnerReferences[0]
+	if owner.APIVersion != "v1" || owner.Kind != "Node" || owner.Name != node {
+		return fmt.Sprintf("node %q can only create pods with an owner reference set to itself", node)
+	}
+	if owner.Controller == nil || !*owner.Controller {
+		return fmt.Sprintf("node %q can only create pods with a controller owner reference set to itself", node)
+	}
+	if owner.BlockOwnerDeletion != nil && *owner.BlockOwnerDeletion {
+		return fmt.Sprintf("node %q must not set blockOwnerDeletion on an owner reference", node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := a.cfg.Storage.Get(ctx, nodesKind, "", node)
+	if err != nil {
+		return fmt.Sprintf("node %q: %v", node, err)
+	}
+	if uid := n.(*corev1.Node).UID; owner.UID != uid {
+		return fmt.Sprintf("node %s UID mismatch: expected %s got %s", node, uid, owner.UID)
+	}
+	if pod.Spec.ServiceAccountName != "" || pod.Spec.DeprecatedServiceAccount != "" {
+		return fmt.Sprintf("node %q can not create pods that reference a service account", node)
+	}
+	if refs := podRefs(pod); len(refs) > 0 {
+		return fmt.Sprintf("node %q can not create pods that reference %s", node, refs[0].resource)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil || src.ClusterTrustBundle != nil {
+					return fmt.Sprintf("node %q can not create pods that reference service account tokens or cluster trust bundles", node)
+				}
+			}
+		}
+	}
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return fmt.Sprintf("node %q can not create pods that reference resourceclaims", node)
+	}
+	return ""
 }
 
 // decide returns "" to allow, else the reason for refusing.

@@ -203,7 +203,9 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("get", "", "pods", "shop", "p2", "", ""),
 		res("update", "", "pods", "shop", "p2", "status", ""),
 		res("get", "", "pods", "shop", "unbound", "", ""),
-		res("create", "", "pods", "shop", "", "", ""),
+		res("update", "", "pods", "shop", "p1", "", ""),
+		res("create", "", "pods", "shop", "p1", "binding", ""),
+		res("create", "", "pods", "shop", "p1", "eviction", ""),
 		res("get", "", "pods", "shop", "p1", "log", ""),
 		res("get", "", "secrets", "shop", "s2", "", ""),
 		res("get", "", "secrets", "shop", "s3", "", ""),
@@ -255,6 +257,66 @@ func TestNodeAuthorizer(t *testing.T) {
 	}
 	if err := a.AuthorizeCreate(n1, nodeAttrs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}); !apierrors.IsForbidden(err) {
 		t.Errorf("create another node: %v, want 403", err)
+	}
+
+	// Mirror pods: a node creates them for itself only, controlled by its
+	// Node, referencing no other object.
+	nodesKind := mustKindT(t, "nodes")
+	created, err := st.Create(ctx, nodesKind, "", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeUID := created.(*corev1.Node).UID
+	podAttrs := res("create", "", "pods", "shop", "", "", "")
+	if err := a.Authorize(n1, podAttrs); err != nil {
+		t.Fatalf("pod create deferred to the body: %v", err)
+	}
+	yes := true
+	mirror := func(change func(*corev1.Pod)) *corev1.Pod {
+		p := pod("static-n1", "n1", corev1.PodSpec{})
+		p.Annotations = map[string]string{"kubernetes.io/config.mirror": "0123abcd", "kubernetes.io/config.source": "file"}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: nodeUID, Controller: &yes}}
+		if change != nil {
+			change(p)
+		}
+		return p
+	}
+	if err := a.AuthorizeCreate(n1, podAttrs, mirror(nil)); err != nil {
+		t.Errorf("create own mirror pod: %v", err)
+	}
+	for why, change := range map[string]func(*corev1.Pod){
+		"not a mirror pod": func(p *corev1.Pod) { delete(p.Annotations, "kubernetes.io/config.mirror") },
+		"another node's":   func(p *corev1.Pod) { p.Spec.NodeName = "n2" },
+		"unbound":          func(p *corev1.Pod) { p.Spec.NodeName = "" },
+		"no owner":         func(p *corev1.Pod) { p.OwnerReferences = nil },
+		"owned by n2":      func(p *corev1.Pod) { p.OwnerReferences[0].Name = "n2" },
+		"wrong node uid":   func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" },
+		"owner not a Node": func(p *corev1.Pod) { p.OwnerReferences[0].Kind = "ReplicaSet" },
+		"not controller":   func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil },
+		"blocks deletion":  func(p *corev1.Pod) { p.OwnerReferences[0].BlockOwnerDeletion = &yes },
+		"two owners":       func(p *corev1.Pod) { p.OwnerReferences = append(p.OwnerReferences, p.OwnerReferences[0]) },
+		"service account":  func(p *corev1.Pod) { p.Spec.ServiceAccountName = "default" },
+		"secret volume": func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s1"}}}}
+		},
+		"pull secret": func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "pull"}} },
+		"configmap env": func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm-env"}}}}
+		},
+		"claim": func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim1"}}}}
+		},
+		"projected token": func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		},
+	} {
+		err := a.AuthorizeCreate(n1, podAttrs, mirror(change))
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("create mirror pod (%s): %v, want 403", why, err)
+		}
+	}
+	if err := a.AuthorizeCreate(nodeUser("n2"), podAttrs, mirror(func(p *corev1.Pod) { p.Spec.NodeName = "n2" })); !apierrors.IsForbidden(err) {
+		t.Errorf("n2 creates a mirror pod owned by n1: %v, want 403", err)
 	}
 
 	// The graph follows rebinding and deletion.
