@@ -183,6 +183,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.cfg.Runtime.Notify(a.pods.runtimeChanged)
 	a.pods.start(ctx)
 	a.refs.start(ctx)
+	if a.cfg.PodManifestPath != "" {
+		src := newStaticSource(a, a.cfg.PodManifestPath)
+		goRun(func() { src.run(ctx) })
+	} else {
+		a.pods.staticSynced()
+	}
 	goRun(func() { a.node.run(ctx) })
 	podInformer := a.pods.informer()
 	goRun(func() { podInformer.RunWithContext(ctx) })

@@ -118,6 +118,11 @@ type Config struct {
 	// cluster domain. Empty: the nameservers of the node's
 	// /etc/resolv.conf, DNSAddr's address excepted.
 	DNSUpstreams []string
+	// PodManifestPath is the directory of static pod manifests (or one
+	// manifest file), as the kubelet's staticPodPath: the pods there run
+	// without the hub, and the agent keeps a mirror pod of each on the
+	// hub. It is created if missing. Empty: no static pods.
+	PodManifestPath string
 	// LocalVolumeCheckInterval is how often the agent asks the hub
 	// whether the local-path volumes its pods used and no longer use still
 	// exist, to remove the data of deleted ones. Zero means 1m.

@@ -68,6 +68,10 @@ func (m *podManager) keep() *keepSpec {
 // goneFromState makes sure a pod deleted from the hub is stopped, even
 // when the agent has no worker for it (it was deleted before a restart).
 func (m *podManager) goneFromState(p *corev1.Pod) {
+	if isMirror(p) {
+		m.a.local.podRemoved(p) // never ran
+		return
+	}
 	w := m.worker(p.UID, true)
 	if w == nil {
 		return
