@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -61,6 +62,9 @@ func (e *errVolumesNotReady) Is(target error) bool { return target == ErrVolumeN
 // when the pod must wait. A pod that runs already is not held back: its
 // volumes were set up when it started.
 func (m *podManager) checkVolumes(ctx context.Context, pod *corev1.Pod) error {
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return ClaimName(pod, &v) != "" }) {
+		return nil
+	}
 	src := agentSources{a: m.a}
 	started := true
 	if _, err := m.a.cfg.Runtime.PodStatus(ctx, pod.UID); errors.Is(err, ErrPodNotFound) {
