@@ -102,6 +102,10 @@ type Config struct {
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.
 	Controllers []string
+	// LocalPathRoot is the directory of nodes under which the local-path
+	// provisioner makes volumes; empty means /var/lib/tether/storage. Agents
+	// must use the same (tether edge --local-path-root).
+	LocalPathRoot string
 	// DisableScheduler leaves pods unscheduled by the hub, for another
 	// scheduler or for tests that run their own.
 	DisableScheduler bool
@@ -359,10 +363,11 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	// The built-in controllers are clients of the hub's own API like any
 	// other client, served in-process (see apiserver.LocalTransport).
 	ctrl, err := controllers.New(controllers.Config{
-		RestConfig:  localConfig(api, url, "system:kube-controller-manager"),
-		Logger:      cfg.Logger.With("component", "controllers"),
-		Controllers: cfg.Controllers,
-		RootCA:      authority.CAPEM(),
+		RestConfig:    localConfig(api, url, "system:kube-controller-manager"),
+		Logger:        cfg.Logger.With("component", "controllers"),
+		Controllers:   cfg.Controllers,
+		RootCA:        authority.CAPEM(),
+		LocalPathRoot: cfg.LocalPathRoot,
 	})
 	if err != nil {
 		_ = srv.Close()
