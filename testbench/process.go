@@ -214,17 +214,15 @@ func (l *Lab) Exec(ctx context.Context, host string, args ...string) ([]byte, er
 }
 
 // InHost runs fn on a locked OS thread that has entered host's network
-// namespace, so sockets fn opens live there.
+// namespace, so sockets fn opens live there. The thread goes back to the
+// lab's namespace afterwards and is reused, never ended: that would kill
+// the lab processes it started (see inNetns).
 func (l *Lab) InHost(host string, fn func() error) error {
 	h := l.hosts[host]
 	if h == nil {
 		return fmt.Errorf("enter host: no host %q", host)
 	}
 	errc := make(chan error, 1)
-	go func() {
-		// The goroutine's thread is never unlocked, so the runtime
-		// throws it away when the goroutine ends.
-		errc <- inNetns(nsPath(h.Netns), fn)
-	}()
+	go func() { errc <- inNetns(nsPath(h.Netns), fn) }()
 	return <-errc
 }
