@@ -332,6 +332,13 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 	w.mu.Lock()
 	w.syncErr = syncErr
 	w.mu.Unlock()
+	if m.a.tunnel != nil && !m.a.tunnel.Connected() {
+		// Offline the status waits for the tunnel, which wakes every
+		// worker when it is back. Writing now would hold the worker in
+		// the tunnel's dial wait, deaf to the runtime's wake-ups: a
+		// container that exits or whose back-off ends would wait too.
+		return false, syncErr
+	}
 	if err := m.writeStatus(ctx, w, pod, false); err != nil {
 		return false, err
 	}
