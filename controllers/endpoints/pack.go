@@ -70,9 +70,12 @@ type slot struct {
 //     place and the others removed;
 //  2. new endpoints fill the slices step 1 changed anyway;
 //  3. what is left goes to the one untouched slice that has room for all
-//     of it (the fullest such), else to new slices.
+//     of it (the fullest such), else to new slices;
+//  4. an untouched slice whose endpoints fit in the room left in slices
+//     written anyway moves into them and is deleted: one write more, one
+//     slice fewer (see absorbSmall).
 //
-// Slices do not get rebalanced. A Service with no endpoint at all keeps one
+// Slices are not otherwise rebalanced. A Service with no endpoint at all keeps one
 // empty slice, so that it shows up in slice listings. triggerTime, when
 // not empty, is written to every slice written.
 func planSlices(svc *corev1.Service, groups map[string]*group, existing []*discoveryv1.EndpointSlice, maxPerSlice int, triggerTime string) plan {
@@ -183,13 +186,18 @@ func planSlices(svc *corev1.Service, groups map[string]*group, existing []*disco
 				keys = nil
 			}
 		}
+		var fresh [][]discoveryv1.Endpoint
 		for len(keys) > 0 {
 			n := min(len(keys), maxPerSlice)
-			eps := make([]discoveryv1.Endpoint, 0, n)
+			eps := make([]discoveryv1.Endpoint, 0, maxPerSlice)
 			for _, k := range keys[:n] {
 				eps = append(eps, remaining[k])
 			}
 			keys = keys[n:]
+			fresh = append(fresh, eps)
+		}
+		fresh = absorbSmall(slots, fresh, maxPerSlice)
+		for _, eps := range fresh {
 			p.create = append(p.create, newSlice(g, eps))
 		}
 		for _, sl := range slots {
@@ -225,6 +233,54 @@ func planSlices(svc *corev1.Service, groups map[string]*group, existing []*disco
 		p.create = append(p.create, newSlice(&group{addressType: placeholderType}, []discoveryv1.Endpoint{}))
 	}
 	return p
+}
+
+// absorbSmall moves untouched slices, smallest first, into the room left
+// in the slices this plan writes anyway (changed slots and new slices),
+// while one fits whole. Left alone, additions arriving in waves leave small
+// slices behind: 250 endpoints in four slices instead of three. It returns
+// fresh, possibly grown.
+func absorbSmall(slots []*slot, fresh [][]discoveryv1.Endpoint, maxPerSlice int) [][]discoveryv1.Endpoint {
+	room := 0
+	for _, sl := range slots {
+		if sl.changed {
+			room += max(maxPerSlice-len(sl.endpoints), 0)
+		}
+	}
+	for _, eps := range fresh {
+		room += maxPerSlice - len(eps)
+	}
+	var small []*slot
+	for _, sl := range slots {
+		if !sl.changed && len(sl.endpoints) > 0 {
+			small = append(small, sl)
+		}
+	}
+	slices.SortStableFunc(small, func(a, b *slot) int { return cmp.Compare(len(a.endpoints), len(b.endpoints)) })
+	absorbed := map[*slot]bool{}
+	for _, c := range small {
+		if len(c.endpoints) > room {
+			break
+		}
+		room -= len(c.endpoints)
+		eps := c.endpoints
+		absorbed[c] = true
+		for _, sl := range slots {
+			if !sl.changed || absorbed[sl] {
+				continue
+			}
+			n := min(max(maxPerSlice-len(sl.endpoints), 0), len(eps))
+			sl.endpoints = append(sl.endpoints, eps[:n]...)
+			eps = eps[n:]
+		}
+		for i := range fresh {
+			n := min(maxPerSlice-len(fresh[i]), len(eps))
+			fresh[i] = append(fresh[i], eps[:n]...)
+			eps = eps[n:]
+		}
+		c.endpoints, c.changed = nil, true
+	}
+	return fresh
 }
 
 func setTrigger(m *metav1.ObjectMeta, t string) {
