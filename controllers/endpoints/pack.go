@@ -235,50 +235,108 @@ func planSlices(svc *corev1.Service, groups map[string]*group, existing []*disco
 	return p
 }
 
-// absorbSmall moves untouched slices, smallest first, into the room left
-// in the slices this plan writes anyway (changed slots and new slices),
-// while one fits whole. Left alone, additions arriving in waves leave small
-// slices behind: 250 endpoints in four slices instead of three. It returns
-// fresh, possibly grown.
+// absorbSmall keeps a Service's slices few. Additions arriving in waves
+// leave small slices behind (250 endpoints in four slices instead of
+// three), so while a plan writes anything, it also folds small slices into
+// the room of others, smallest first, and deletes them:
+//
+//   - an untouched slice that fits in the room of slices written anyway
+//     costs one delete and saves a slice;
+//   - while there are more slices than the endpoints need, the smallest one,
+//     if at most half full, also goes into untouched slices with room (the
+//     roomiest first), one more update each. Fuller slices stay: one new
+//     slice is cheaper than several updates, as upstream prefers.
+//
+// It returns fresh, possibly grown.
 func absorbSmall(slots []*slot, fresh [][]discoveryv1.Endpoint, maxPerSlice int) [][]discoveryv1.Endpoint {
-	room := 0
+	free := func(n int) int { return max(maxPerSlice-n, 0) }
+	total, live := 0, len(fresh)
 	for _, sl := range slots {
-		if sl.changed {
-			room += max(maxPerSlice-len(sl.endpoints), 0)
+		if len(sl.endpoints) > 0 {
+			total += len(sl.endpoints)
+			live++
 		}
 	}
 	for _, eps := range fresh {
-		room += maxPerSlice - len(eps)
+		total += len(eps)
 	}
-	var small []*slot
-	for _, sl := range slots {
-		if !sl.changed && len(sl.endpoints) > 0 {
-			small = append(small, sl)
-		}
-	}
-	slices.SortStableFunc(small, func(a, b *slot) int { return cmp.Compare(len(a.endpoints), len(b.endpoints)) })
+	needed := (total + maxPerSlice - 1) / maxPerSlice
 	absorbed := map[*slot]bool{}
-	for _, c := range small {
-		if len(c.endpoints) > room {
-			break
-		}
-		room -= len(c.endpoints)
-		eps := c.endpoints
-		absorbed[c] = true
+	// move puts eps into the room of the slots pass allows, then of the
+	// fresh slices; it reports whether all of eps found a place.
+	move := func(eps []discoveryv1.Endpoint, pass func(*slot) bool) []discoveryv1.Endpoint {
 		for _, sl := range slots {
-			if !sl.changed || absorbed[sl] {
+			if absorbed[sl] || !pass(sl) {
 				continue
 			}
-			n := min(max(maxPerSlice-len(sl.endpoints), 0), len(eps))
-			sl.endpoints = append(sl.endpoints, eps[:n]...)
-			eps = eps[n:]
+			n := min(free(len(sl.endpoints)), len(eps))
+			if n > 0 {
+				sl.endpoints = append(sl.endpoints, eps[:n]...)
+				sl.changed = true
+				eps = eps[n:]
+			}
 		}
 		for i := range fresh {
-			n := min(maxPerSlice-len(fresh[i]), len(eps))
+			n := min(free(len(fresh[i])), len(eps))
 			fresh[i] = append(fresh[i], eps[:n]...)
 			eps = eps[n:]
 		}
+		return eps
+	}
+	room := func(pass func(*slot) bool, except *slot) int {
+		r := 0
+		for _, sl := range slots {
+			if sl != except && !absorbed[sl] && pass(sl) {
+				r += free(len(sl.endpoints))
+			}
+		}
+		for _, eps := range fresh {
+			r += free(len(eps))
+		}
+		return r
+	}
+	written := func(sl *slot) bool { return sl.changed }
+	any := func(sl *slot) bool { return len(sl.endpoints) > 0 || sl.changed }
+	for live > 0 {
+		var c *slot
+		for _, sl := range slots {
+			if absorbed[sl] || len(sl.endpoints) == 0 {
+				continue
+			}
+			if c == nil || len(sl.endpoints) < len(c.endpoints) {
+				c = sl
+			}
+		}
+		if c == nil {
+			break
+		}
+		switch {
+		case !c.changed && len(c.endpoints) <= room(written, c):
+			absorbed[c] = true
+			move(c.endpoints, written)
+		case live > needed && 2*len(c.endpoints) <= maxPerSlice && len(c.endpoints) <= room(any, c):
+			absorbed[c] = true
+			// Slices written anyway first, then the roomiest others.
+			rest := move(c.endpoints, written)
+			order := slices.Clone(slots)
+			slices.SortStableFunc(order, func(a, b *slot) int { return cmp.Compare(len(a.endpoints), len(b.endpoints)) })
+			for _, sl := range order {
+				if len(rest) == 0 {
+					break
+				}
+				if absorbed[sl] || sl.changed || len(sl.endpoints) == 0 {
+					continue
+				}
+				n := min(free(len(sl.endpoints)), len(rest))
+				sl.endpoints = append(sl.endpoints, rest[:n]...)
+				sl.changed = true
+				rest = rest[n:]
+			}
+		default:
+			return fresh
+		}
 		c.endpoints, c.changed = nil, true
+		live--
 	}
 	return fresh
 }

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -360,6 +361,44 @@ func TestPackAbsorbsSmallSlices(t *testing.T) {
 	for _, s := range cur {
 		if len(s.Endpoints) > 100 {
 			t.Fatalf("slice of %d", len(s.Endpoints))
+		}
+	}
+}
+
+// Whatever the waves endpoints arrive in, 250 of them end in three slices.
+func TestPackWavesEndInFewSlices(t *testing.T) {
+	svc := testService(intstr.FromString("web"))
+	ready := make([]*corev1.Pod, 250)
+	for i := range ready {
+		ready[i] = testPod(i, true, 8080)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		var cur []*discoveryv1.EndpointSlice
+		pods := make([]*corev1.Pod, 250)
+		for i := range pods {
+			pods[i] = testPod(i, false, 8080)
+		}
+		for n := 0; n < 250; {
+			n = min(250, n+1+rng.IntN(80))
+			cur = apply(cur, planSlices(svc, desiredGroups(svc, pods[:n], zoneA), cur, 100, ""))
+		}
+		// Pods turn ready in waves too.
+		for n := 0; n < 250; {
+			next := min(250, n+1+rng.IntN(80))
+			copy(pods[n:next], ready[n:next])
+			n = next
+			cur = apply(cur, planSlices(svc, desiredGroups(svc, pods, zoneA), cur, 100, ""))
+		}
+		var sizes []int
+		for _, s := range cur {
+			sizes = append(sizes, len(s.Endpoints))
+			if len(s.Endpoints) > 100 {
+				t.Fatalf("round %d: slice of %d", round, len(s.Endpoints))
+			}
+		}
+		if countEndpoints(cur) != 250 || len(cur) != 3 {
+			t.Fatalf("round %d: slices of %v, want 250 endpoints in 3", round, sizes)
 		}
 	}
 }
