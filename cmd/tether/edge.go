@@ -17,6 +17,7 @@ import (
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/containerd"
 	"github.com/tether-edge/tether/edge/sim"
+	"github.com/tether-edge/tether/memtrim"
 )
 
 func newEdgeCmd() *cobra.Command {
@@ -35,6 +36,7 @@ func newEdgeCmd() *cobra.Command {
 		dnsAddr        string
 		dnsPort        uint16
 		uplinks        []string
+		keepStartup    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "edge --hub https://HOST:6443 --token TOKEN --data-dir DIR",
@@ -60,6 +62,7 @@ working while the hub is out of reach.`,
 			}
 			cfg.Logger = logger
 			cfg.Version = version
+			noHeapSampling()
 			if nodeIP != "" {
 				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
 					return fmt.Errorf("parse --node-ip: %w", err)
@@ -107,6 +110,12 @@ working while the hub is out of reach.`,
 			if err != nil {
 				return err
 			}
+			if !keepStartup {
+				// Once the node is registered (its running pods were
+				// adopted before), and again after bursts of pod
+				// starts and stops, once the agent is quiet.
+				go memtrim.New(memtrim.Config{Logger: logger, Ready: a.Registered(), ReadyTimeout: time.Minute, AfterBursts: true}).Run(ctx)
+			}
 			return a.Run(ctx)
 		},
 	}
@@ -140,6 +149,7 @@ working while the hub is out of reach.`,
 	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "", "tunnel address HOST:PORT (default: the --hub host and port)")
 	f.DurationVar(&cfg.StatusInterval, "node-status-report-frequency", 5*time.Minute, "longest time between node status reports when nothing changes")
 	f.BoolVar(&cfg.WatchServices, "watch-services", true, "watch Services and EndpointSlices for the data plane")
+	f.BoolVar(&keepStartup, "keep-startup-memory", false, "do not return the memory only start-up used (free heap, pages of the executable) to the operating system once the node is registered and the agent has settled, nor again when it is quiet after bursts of work")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&simCfg.StartDelay, "sim-start-delay", time.Second, "sim runtime: time a container takes to start")
 	f.DurationVar(&simCfg.BackoffBase, "sim-backoff-base", 0, "sim runtime: first crash-loop back-off (0: 10s)")

@@ -74,12 +74,7 @@ func newHubCmd() *cobra.Command {
 			cfg.Logger = logger
 			cfg.Version = version
 			cfg.KeepStartupMemory = keepStartup
-			// The hub serves no profiles, so sampling the heap for one
-			// only costs memory (the records and their hash table).
-			// GODEBUG=memprofilerate=N still turns it on.
-			if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
-				runtime.MemProfileRate = 0
-			}
+			noHeapSampling()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			h, err := hub.New(cfg)
@@ -110,6 +105,16 @@ func newHubCmd() *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
+}
+
+// noHeapSampling turns off the runtime's sampling of heap allocations:
+// neither the hub nor the agent serves profiles, so the samples only cost
+// memory (the records and their hash table).
+// GODEBUG=memprofilerate=N still turns it on.
+func noHeapSampling() {
+	if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
+		runtime.MemProfileRate = 0
+	}
 }
 
 func newLogger(level string) (*slog.Logger, error) {
