@@ -89,6 +89,8 @@ type Trimmer struct {
 	burstAlloc                              uint64
 	// released, when set (by tests), is called after each release.
 	released func(after string, r Result)
+	// base is what the process had allocated at the last release.
+	base uint64
 }
 
 // New returns a Trimmer; nothing happens until Run.
@@ -137,8 +139,7 @@ func (t *Trimmer) afterBursts(ctx context.Context) {
 	quietAlloc := uint64(settleAlloc) * uint64(t.burstPoll) / uint64(settlePoll)
 	tick := time.NewTicker(t.burstPoll)
 	defer tick.Stop()
-	base := allocated() // at the last release
-	last, lastAt := base, time.Now()
+	last, lastAt := t.base, time.Now()
 	var quietSince time.Time
 	for {
 		select {
@@ -153,17 +154,19 @@ func (t *Trimmer) afterBursts(ctx context.Context) {
 			quietSince = time.Now()
 		}
 		last = now
-		if now-base < t.burstAlloc || quietSince.IsZero() || time.Since(quietSince) < t.burstQuiet || time.Since(lastAt) < t.burstMinInterval {
+		if now-t.base < t.burstAlloc || quietSince.IsZero() || time.Since(quietSince) < t.burstQuiet || time.Since(lastAt) < t.burstMinInterval {
 			continue
 		}
 		t.release("burst", Unmap)
-		base, last, lastAt = allocated(), allocated(), time.Now()
+		last, lastAt = t.base, time.Now()
 	}
 }
 
 func (t *Trimmer) release(after string, exe Executable) {
+	since := allocated() - t.base
 	r, err := Release(exe)
-	t.log.Debug("released memory", "after", after, "heapReleased", r.HeapReleased, "executableAdvised", r.ExecutableAdvised, "err", err, "took", r.Took)
+	t.base = allocated()
+	t.log.Debug("released memory", "after", after, "allocatedSince", since, "heapReleased", r.HeapReleased, "executableAdvised", r.ExecutableAdvised, "err", err, "took", r.Took)
 	if t.released != nil {
 		t.released(after, r)
 	}
