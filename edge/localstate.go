@@ -332,7 +332,7 @@ func (i *keptInformer) relist(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("list: unexpected %T", it)
 		}
-		obj.SetManagedFields(nil)
+		trimForCache(obj)
 		key, _ := cache.MetaNamespaceKeyFunc(obj)
 		listed[key] = true
 		var old protoObject
@@ -478,7 +478,7 @@ func (i *keptInformer) apply(ev watch.Event) error {
 		i.rv.Store(&rv)
 		return nil
 	}
-	obj.SetManagedFields(nil)
+	trimForCache(obj)
 	key, _ := cache.MetaNamespaceKeyFunc(obj)
 	var old protoObject
 	if o, ok, _ := i.store.GetByKey(key); ok {

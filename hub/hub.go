@@ -42,6 +42,7 @@ import (
 	"github.com/tether-edge/tether/hub/pki"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/memtrim"
 	"github.com/tether-edge/tether/scheduler"
 	"github.com/tether-edge/tether/store/sqlite"
 	"github.com/tether-edge/tether/tunnel"
@@ -112,7 +113,7 @@ type Config struct {
 	// KeepStartupMemory leaves the memory only start-up used mapped. By
 	// default the hub, once settled after start-up, returns its free heap
 	// to the operating system and pages out its executable's read-only
-	// mappings, once (see releaseStartupMemory).
+	// mappings, once (see package memtrim).
 	KeepStartupMemory bool
 	// Profiling serves /debug/pprof/ (see apiserver.Config.Profiling).
 	Profiling bool
@@ -394,7 +395,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	}
 	defer stopSched()
 	if !cfg.KeepStartupMemory {
-		go releaseStartupMemory(bgCtx, h.log)
+		go memtrim.New(memtrim.Config{Logger: h.log}).Run(bgCtx)
 	}
 
 	select {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/containerd"
 	"github.com/tether-edge/tether/edge/sim"
+	"github.com/tether-edge/tether/memtrim"
 )
 
 func newEdgeCmd() *cobra.Command {
@@ -37,6 +40,9 @@ func newEdgeCmd() *cobra.Command {
 		dnsPort        uint16
 		uplinks        []string
 		manifestPath   string
+		keepStartup    bool
+		gcPercent      int
+		memoryLimit    string
 	)
 	cmd := &cobra.Command{
 		Use:   "edge --hub https://HOST:6443 --token TOKEN --data-dir DIR",
@@ -62,6 +68,10 @@ working while the hub is out of reach.`,
 			}
 			cfg.Logger = logger
 			cfg.Version = version
+			noHeapSampling()
+			if err := agentGC(cmd, gcPercent, memoryLimit); err != nil {
+				return err
+			}
 			if nodeIP != "" {
 				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
 					return fmt.Errorf("parse --node-ip: %w", err)
@@ -116,6 +126,12 @@ working while the hub is out of reach.`,
 			if err != nil {
 				return err
 			}
+			if !keepStartup {
+				// Once the node is registered (its running pods were
+				// adopted before), and again after bursts of pod
+				// starts and stops, once the agent is quiet.
+				go memtrim.New(memtrim.Config{Logger: logger, Ready: a.Registered(), ReadyTimeout: time.Minute, AfterBursts: true}).Run(ctx)
+			}
 			return a.Run(ctx)
 		},
 	}
@@ -151,6 +167,9 @@ working while the hub is out of reach.`,
 	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "", "tunnel address HOST:PORT (default: the --hub host and port)")
 	f.DurationVar(&cfg.StatusInterval, "node-status-report-frequency", 5*time.Minute, "longest time between node status reports when nothing changes")
 	f.BoolVar(&cfg.WatchServices, "watch-services", true, "watch Services and EndpointSlices for the data plane")
+	f.IntVar(&gcPercent, "gc-percent", 50, "garbage collection target percentage, as GOGC (which applies when this flag is not given): the heap may grow by this much over what is live before a collection; lower keeps the agent smaller for more CPU")
+	f.StringVar(&memoryLimit, "memory-limit", "64Mi", "soft limit of the agent's own memory, as GOMEMLIMIT (which applies when this flag is not given): the garbage collector works harder near it; 0: none")
+	f.BoolVar(&keepStartup, "keep-startup-memory", false, "do not return the memory only start-up used (free heap, pages of the executable) to the operating system once the node is registered and the agent has settled, nor again when it is quiet after bursts of work")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&simCfg.StartDelay, "sim-start-delay", time.Second, "sim runtime: time a container takes to start")
 	f.DurationVar(&simCfg.BackoffBase, "sim-backoff-base", 0, "sim runtime: first crash-loop back-off (0: 10s)")
@@ -161,6 +180,30 @@ working while the hub is out of reach.`,
 	_ = cmd.MarkFlagRequired("hub")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
+}
+
+// agentGC sets the garbage collector of the agent's process from
+// --gc-percent and --memory-limit, unless GOGC or GOMEMLIMIT say otherwise
+// and the flag was not given. The defaults keep the agent's heap within
+// half again what is live (the runtime's default doubles it) and bound it
+// well above what a node with a hundred pods needs.
+func agentGC(cmd *cobra.Command, gcPercent int, memoryLimit string) error {
+	f := cmd.Flags()
+	if f.Changed("gc-percent") || os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+	if f.Changed("memory-limit") || os.Getenv("GOMEMLIMIT") == "" {
+		q, err := resource.ParseQuantity(memoryLimit)
+		if err != nil {
+			return fmt.Errorf("parse --memory-limit: %w", err)
+		}
+		limit := q.Value()
+		if limit <= 0 {
+			limit = math.MaxInt64
+		}
+		debug.SetMemoryLimit(limit)
+	}
+	return nil
 }
 
 // edgeNetFlags fills the dataplane and DNS settings of cfg from the flags,

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"math"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"slices"
 	"testing"
 
@@ -61,5 +63,60 @@ func TestEdgeNetFlags(t *testing.T) {
 		if _, err := parse(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+// TestAgentGC checks that --gc-percent and --memory-limit apply when given
+// and by default, and that GOGC and GOMEMLIMIT win over the defaults.
+func TestAgentGC(t *testing.T) {
+	gcPercent, memLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetGCPercent(gcPercent); debug.SetMemoryLimit(memLimit) })
+	apply := func(t *testing.T, args ...string) (int, int64, error) {
+		t.Helper()
+		debug.SetGCPercent(100)
+		debug.SetMemoryLimit(math.MaxInt64)
+		cmd := newEdgeCmd()
+		if err := cmd.Flags().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := cmd.Flags().GetInt("gc-percent")
+		l, _ := cmd.Flags().GetString("memory-limit")
+		err := agentGC(cmd, p, l)
+		return debug.SetGCPercent(100), debug.SetMemoryLimit(-1), err
+	}
+	for _, c := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		percent int
+		limit   int64
+		wantErr bool
+	}{
+		{name: "defaults", percent: 50, limit: 64 << 20},
+		{name: "flags", args: []string{"--gc-percent", "80", "--memory-limit", "100Mi"}, percent: 80, limit: 100 << 20},
+		{name: "no limit", args: []string{"--memory-limit", "0"}, percent: 50, limit: math.MaxInt64},
+		// The runtime read the variables at start: agentGC leaves its
+		// settings alone (here, what apply set).
+		{name: "environment", env: map[string]string{"GOGC": "200", "GOMEMLIMIT": "1GiB"}, percent: 100, limit: math.MaxInt64},
+		{name: "flags over environment", env: map[string]string{"GOGC": "200"}, args: []string{"--gc-percent", "30"}, percent: 30, limit: 64 << 20},
+		{name: "bad limit", args: []string{"--memory-limit", "lots"}, wantErr: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GOGC", "")
+			t.Setenv("GOMEMLIMIT", "")
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			percent, limit, err := apply(t, c.args...)
+			if c.wantErr {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				return
+			}
+			if err != nil || percent != c.percent || limit != c.limit {
+				t.Errorf("GC percent %d, memory limit %d, err %v; want %d, %d", percent, limit, err, c.percent, c.limit)
+			}
+		})
 	}
 }

@@ -51,6 +51,9 @@ func ImportArchive(ctx context.Context, address, path string) ([]string, error) 
 }
 
 func importArchive(ctx context.Context, c *containerd.Client, path, snapshotter string) ([]string, error) {
+	// Ending the context ends the content streams the import leaves open.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("import image archive: %w", err)
@@ -174,6 +177,9 @@ func (r *Runtime) unpacked(ctx context.Context, img containerd.Image) (container
 
 // pull fetches ref from its registry with the pod's pull secrets.
 func (r *Runtime) pull(ctx context.Context, pod *corev1.Pod, ref string) (containerd.Image, error) {
+	// Ending the context ends the content streams the pull leaves open.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	creds := r.pullCredentials(pod)
 	// Registry hosts are configured as containerd's CRI does: an optional
 	// <dir>/<host>/hosts.toml (mirrors, plain HTTP, CA and client

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -453,24 +453,12 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 // newTask creates the container's task with its output going to the log
 // (and to attached clients).
 func (r *Runtime) newTask(ctx context.Context, cont containerd.Container, inst *instance, stdin, tty bool) (containerd.Task, error) {
-	opts := []cio.Opt{cio.WithFIFODir(r.fifoDir)}
-	var in *stdinPipe
+	var in io.Reader
 	if stdin {
-		in = newStdinPipe()
-		inst.stdin = in
+		inst.stdin = newStdinPipe()
+		in = inst.stdin
 	}
-	out, errw := inst.logs.stream("stdout"), inst.logs.stream("stderr")
-	var streams cio.Opt
-	if in != nil {
-		streams = cio.WithStreams(in, out, errw)
-	} else {
-		streams = cio.WithStreams(nil, out, errw)
-	}
-	opts = append(opts, streams)
-	if tty {
-		opts = append(opts, cio.WithTerminal)
-	}
-	task, err := cont.NewTask(ctx, cio.NewCreator(opts...))
+	task, err := cont.NewTask(ctx, taskIO(r.fifoDir, in, inst.logs.stream("stdout"), inst.logs.stream("stderr"), tty))
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}

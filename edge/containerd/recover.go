@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -136,16 +137,12 @@ func (r *Runtime) adopt(ctx context.Context, p *pod, cs *ctr, cont containerd.Co
 		if err != nil {
 			return nil, err
 		}
-		var in *stdinPipe
+		var in io.Reader
 		if fs.Stdin != "" {
-			in = newStdinPipe()
-			stdin = in
+			stdin = newStdinPipe()
+			in = stdin
 		}
-		streams := cio.WithStreams(nil, logs.stream("stdout"), logs.stream("stderr"))
-		if in != nil {
-			streams = cio.WithStreams(in, logs.stream("stdout"), logs.stream("stderr"))
-		}
-		return cio.NewAttach(streams)(fs)
+		return attachTaskIO(in, logs.stream("stdout"), logs.stream("stderr"))(fs)
 	}
 	task, err := cont.Task(ctx, attach)
 	if err != nil {

@@ -1,0 +1,260 @@
+// Package memtrim hands back to the operating system the memory a tether
+// process needed only for a while.
+//
+// Start-up of a tether process (package initialization of every linked
+// library, scheme registration, the first LIST and WATCH of its informers;
+// OpenAPI generation in the hub, adoption and start of the node's pods in
+// the agent) touches far more memory than the process needs once it idles:
+// code and read-only data of the executable that runs once, and heap
+// garbage the collector frees but the runtime keeps mapped for reuse. A
+// burst of work later (an agent starting fifty pods) does the same on a
+// smaller scale. Release hands both back: it collects garbage, returns the
+// free heap to the kernel and releases the executable's resident pages,
+// paging them out (what start-up alone ran) or only unmapping them (what
+// the next burst will run again, which then faults back from the page
+// cache without reading the disk).
+//
+// A Trimmer decides when: once the process has settled after start-up,
+// and, when asked, again each time it has gone quiet after a burst.
+package memtrim
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+const (
+	// settlePoll is how often allocation is sampled while waiting for the
+	// process to settle after start-up.
+	settlePoll = 200 * time.Millisecond
+	// settleAlloc is the allocation per poll below which the process
+	// counts as quiet; an idle hub or agent allocates a few kilobytes per
+	// second.
+	settleAlloc = 256 << 10
+	// settleQuietPolls is how many quiet polls in a row mean settled.
+	settleQuietPolls = 3
+	// settleMax bounds the wait on a process that never quiets down (a
+	// fleet reconnecting to the hub at once); the release then happens
+	// anyway.
+	settleMax = 30 * time.Second
+
+	// burstPoll is how often allocation is sampled between bursts. One
+	// wake-up a second costs nothing measurable.
+	burstPoll = time.Second
+	// burstAlloc is the allocation since the last release that makes a
+	// burst: far more than an idle process allocates between two
+	// releases, about what an agent allocates to start a few pods.
+	burstAlloc = 16 << 20
+	// burstQuiet is how long allocation must stay below the settling
+	// rate (settleAlloc per settlePoll) after a burst before the release.
+	burstQuiet = 5 * time.Second
+	// burstMinInterval spaces releases: however bursty the process, a
+	// release (two collections and a pass over the executable's
+	// mappings, a few milliseconds) runs at most this often.
+	burstMinInterval = 30 * time.Second
+)
+
+// Config says when a Trimmer releases memory. The zero value releases once,
+// after start-up.
+type Config struct {
+	// Logger receives a debug line per release. Nil: slog.Default().
+	Logger *slog.Logger
+	// Ready, when set, holds the first release back until it is closed:
+	// the process's start-up is done (the hub serves, the agent's node is
+	// registered). The release then waits for the process to settle.
+	Ready <-chan struct{}
+	// ReadyTimeout bounds the wait for Ready: a node that starts while its
+	// hub is out of reach has its pods running from the local state and
+	// releases anyway. 0: no bound.
+	ReadyTimeout time.Duration
+	// AfterBursts releases again each time the process has gone quiet
+	// after a burst of work (an agent starting or stopping many pods),
+	// at most once per 30 seconds. These releases unmap the executable's
+	// pages (Unmap) rather than page them out: the next burst runs the
+	// same code.
+	AfterBursts bool
+}
+
+// Trimmer releases memory as its Config says. Build it with New, run it
+// with Run.
+type Trimmer struct {
+	cfg Config
+	log *slog.Logger
+	// The constants of the same names; tests shorten them.
+	burstPoll, burstQuiet, burstMinInterval time.Duration
+	burstAlloc                              uint64
+	// released, when set (by tests), is called after each release.
+	released func(after string, r Result)
+	// base is what the process had allocated at the last release.
+	base uint64
+}
+
+// New returns a Trimmer; nothing happens until Run.
+func New(cfg Config) *Trimmer {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Trimmer{cfg: cfg, log: log, burstPoll: burstPoll, burstQuiet: burstQuiet,
+		burstMinInterval: burstMinInterval, burstAlloc: burstAlloc}
+}
+
+// Run releases memory once start-up is done and, with AfterBursts, after
+// every burst, until ctx ends.
+func (t *Trimmer) Run(ctx context.Context) {
+	if t.cfg.Ready != nil {
+		var timeout <-chan time.Time
+		if t.cfg.ReadyTimeout > 0 {
+			tm := time.NewTimer(t.cfg.ReadyTimeout)
+			defer tm.Stop()
+			timeout = tm.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.cfg.Ready:
+		case <-timeout:
+		}
+	}
+	waitSettled(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	t.release("start-up", PageOut)
+	if !t.cfg.AfterBursts {
+		return
+	}
+	t.afterBursts(ctx)
+}
+
+// afterBursts releases once the process allocated burstAlloc since the
+// last release and then stayed quiet for burstQuiet, at most once per
+// burstMinInterval.
+func (t *Trimmer) afterBursts(ctx context.Context) {
+	// Quiet is the same allocation rate as when settling.
+	quietAlloc := uint64(settleAlloc) * uint64(t.burstPoll) / uint64(settlePoll)
+	tick := time.NewTicker(t.burstPoll)
+	defer tick.Stop()
+	last, lastAt := t.base, time.Now()
+	var quietSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := allocated()
+		if now-last >= quietAlloc {
+			quietSince = time.Time{}
+		} else if quietSince.IsZero() {
+			quietSince = time.Now()
+		}
+		last = now
+		if now-t.base < t.burstAlloc || quietSince.IsZero() || time.Since(quietSince) < t.burstQuiet || time.Since(lastAt) < t.burstMinInterval {
+			continue
+		}
+		t.release("burst", Unmap)
+		last, lastAt = t.base, time.Now()
+	}
+}
+
+func (t *Trimmer) release(after string, exe Executable) {
+	since := allocated() - t.base
+	r, err := Release(exe)
+	t.base = allocated()
+	t.log.Debug("released memory", "after", after, "allocatedSince", since, "heapReleased", r.HeapReleased, "executableAdvised", r.ExecutableAdvised, "err", err, "took", r.Took)
+	if t.released != nil {
+		t.released(after, r)
+	}
+}
+
+// Executable says what a release does with the resident pages of the
+// executable.
+type Executable int
+
+const (
+	// PageOut has the kernel reclaim them (MADV_PAGEOUT, Linux 5.4 and
+	// later): they leave the process and, unless another process maps
+	// them, the page cache too; a page needed again is read from the
+	// disk, alone (read-ahead is off), so that only what the process
+	// uses comes back. For what only start-up ran.
+	PageOut Executable = iota
+	// Unmap only unmaps them (MADV_DONTNEED): they stay in the page
+	// cache, clean, among the first pages the kernel reclaims when
+	// memory is short, and a page needed again faults back without
+	// reading the disk. For what a burst of work ran and the next one
+	// will run again.
+	Unmap
+)
+
+// Result tells what a release did.
+type Result struct {
+	// HeapReleased is how much more of the heap the kernel has back.
+	HeapReleased int64
+	// ExecutableAdvised is the size of the executable's mappings the
+	// kernel was advised about (see releaseExecutable); 0 where the
+	// kernel has no MADV_PAGEOUT.
+	ExecutableAdvised int64
+	Took              time.Duration
+}
+
+// Release collects garbage twice (the second empties what sync.Pools kept
+// from the first), returns the free heap to the kernel and releases the
+// resident pages of the executable's read-only mappings as exe says.
+func Release(exe Executable) (Result, error) {
+	start := time.Now()
+	before := heapReleased()
+	runtime.GC()
+	debug.FreeOSMemory()
+	r := Result{HeapReleased: int64(heapReleased()) - int64(before)}
+	var err error
+	r.ExecutableAdvised, err = releaseExecutable(exe)
+	r.Took = time.Since(start)
+	return r, err
+}
+
+// waitSettled returns once the process allocated less than settleAlloc in
+// each of settleQuietPolls consecutive polls, after settleMax, or when ctx
+// ends.
+func waitSettled(ctx context.Context) {
+	deadline := time.NewTimer(settleMax)
+	defer deadline.Stop()
+	tick := time.NewTicker(settlePoll)
+	defer tick.Stop()
+	last, quiet := allocated(), 0
+	for quiet < settleQuietPolls {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+		now := allocated()
+		if now-last < settleAlloc {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = now
+	}
+}
+
+// allocated is the heap the process allocated since it started.
+func allocated() uint64 { return readUint64("/gc/heap/allocs:bytes") }
+
+// heapReleased is the memory of the heap the kernel has back.
+func heapReleased() uint64 { return readUint64("/memory/classes/heap/released:bytes") }
+
+func readUint64(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
