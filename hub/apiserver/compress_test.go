@@ -6,10 +6,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -18,7 +16,6 @@ import (
 
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
-	"github.com/tether-edge/tether/store/sqlite"
 )
 
 func TestAcceptsGzip(t *testing.T) {
@@ -45,20 +42,8 @@ func TestAcceptsGzip(t *testing.T) {
 // Large responses go out gzipped to clients that accept it, as
 // kube-apiserver sends them; the content is the same.
 func TestLargeResponsesCompressed(t *testing.T) {
-	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	stg, err := storage.New(storage.Config{Store: st, Kinds: registry.All(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stg, quiet := newTestStorage(t)
 	ctx := context.Background()
-	if err := stg.Bootstrap(ctx, storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
-		t.Fatal(err)
-	}
 	var cms *registry.Kind
 	for _, k := range registry.All() {
 		if k.GVK.Group == "" && k.Resource == "configmaps" {

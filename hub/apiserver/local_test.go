@@ -3,9 +3,6 @@ package apiserver
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -20,8 +17,6 @@ import (
 
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/registry"
-	"github.com/tether-edge/tether/hub/storage"
-	"github.com/tether-edge/tether/store/sqlite"
 )
 
 // denyUser forbids everything to one user name.
@@ -36,20 +31,8 @@ func (d denyUser) Authorize(u *auth.User, a Attributes) error {
 
 // client-go through LocalTransport: the same API, served in-process.
 func TestLocalTransport(t *testing.T) {
-	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	stg, err := storage.New(storage.Config{Store: st, Kinds: registry.All(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stg, quiet := newTestStorage(t)
 	ctx := context.Background()
-	if err := stg.Bootstrap(ctx, storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
-		t.Fatal(err)
-	}
 	s, err := New(Config{Storage: stg, Kinds: registry.All(), Authorizer: denyUser("mallory"), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
