@@ -226,55 +226,19 @@ func (m *refManager) watch(r objectRef) *objectWatcher {
 	case refPVC:
 		c := m.a.core.PersistentVolumeClaims(r.namespace)
 		obj = &corev1.PersistentVolumeClaim{}
-		lw = &listWatch{
-			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return c.List(ctx, o)
-			},
-			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return c.Watch(ctx, o)
-			},
-		}
+		lw = namedListWatch(sel, c.List, c.Watch)
 	case refPV:
 		c := m.a.core.PersistentVolumes()
 		obj = &corev1.PersistentVolume{}
-		lw = &listWatch{
-			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return c.List(ctx, o)
-			},
-			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return c.Watch(ctx, o)
-			},
-		}
+		lw = namedListWatch(sel, c.List, c.Watch)
 	case refConfigMap:
 		c := m.a.core.ConfigMaps(r.namespace)
 		obj = &corev1.ConfigMap{}
-		lw = &listWatch{
-			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return c.List(ctx, o)
-			},
-			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return c.Watch(ctx, o)
-			},
-		}
+		lw = namedListWatch(sel, c.List, c.Watch)
 	default:
 		c := m.a.core.Secrets(r.namespace)
 		obj = &corev1.Secret{}
-		lw = &listWatch{
-			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return c.List(ctx, o)
-			},
-			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return c.Watch(ctx, o)
-			},
-		}
+		lw = namedListWatch(sel, c.List, c.Watch)
 	}
 	lw.keep = m.keep(r) // local state: offline.go
 	// A change of the object concerns the pods that use it (their
@@ -285,6 +249,23 @@ func (m *refManager) watch(r objectRef) *objectWatcher {
 	})
 	go ctrl.RunWithContext(ctx)
 	return &objectWatcher{stop: cancel, store: store, synced: ctrl.HasSynced}
+}
+
+// namedListWatch lists and watches through a typed client with the field
+// selector sel.
+func namedListWatch[L runtime.Object](sel string,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *listWatch {
+	return &listWatch{
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return list(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return watchFn(ctx, o)
+		},
+	}
 }
 
 func (m *refManager) wakeUsers(r objectRef) {
