@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,7 +124,11 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained, inHub bool) e2eRes
 	if inHub {
 		w.Stop()
 		th.h.Stop()
-		th.h.Restart(hubArgsWithScheduler...)
+		args := hubArgsWithScheduler
+		if *benchProfile != "" {
+			args = append(slices.Clip(args), "--profiling")
+		}
+		th.h.Restart(args...)
 		deadline := time.Now().Add(30 * time.Second)
 		for start, err = schedulerStarted(th.h.Logs()); err != nil; start, err = schedulerStarted(th.h.Logs()) {
 			if time.Now().After(deadline) {
@@ -131,6 +137,10 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained, inHub bool) e2eRes
 			time.Sleep(20 * time.Millisecond)
 		}
 		hubCPU0, _ = th.h.CPU()
+		if *benchProfile != "" {
+			done := profileHub(t, th, *benchProfile)
+			defer func() { <-done }()
+		}
 		if w, err = th.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion}); err != nil {
 			t.Fatal(err)
 		}
@@ -218,6 +228,25 @@ func TestEndToEndThroughput(t *testing.T) {
 			runE2E(t, n, pods, false, true)
 		})
 	}
+}
+
+var benchProfile = flag.String("schedbench.profile", "", "write a CPU profile of the hub, with its own scheduler, over the first 5 s of each run to this file")
+
+// profileHub writes a 5 s CPU profile of the hub to path; the channel is
+// closed when it is written.
+func profileHub(t *testing.T, th *testHub, path string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b, err := th.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "5").DoRaw(context.Background())
+		if err == nil {
+			err = os.WriteFile(path, b, 0o644)
+		}
+		if err != nil {
+			t.Errorf("profile the hub: %v", err)
+		}
+	}()
+	return done
 }
 
 // hubArgsWithScheduler are hubArgs with the hub's own scheduler on.

@@ -6,16 +6,32 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
+// Events are written at most eventQPS a second with bursts of eventBurst,
+// and at most eventQueue wait; an event that finds the queue full is
+// dropped. These are kube-scheduler's defaults: its event client shares
+// the client connection's 50 QPS and burst of 100, and its broadcaster
+// queues 1,000 events and drops the rest. Events are a record for people,
+// not state: at a burst of thousands of bindings a second, an event per
+// binding would double the hub's writes, so most of a burst's Scheduled
+// events are not written, as upstream does not write them either.
+const (
+	eventQPS   = 50
+	eventBurst = 100
+	eventQueue = 1000
+)
+
 // recorder writes core/v1 Events. Like upstream's broadcaster it never
-// slows the scheduler down: when its buffer is full, events are dropped.
+// slows the scheduler down: when its queue is full, events are dropped.
 // A repeat of the last event for the same pod and reason with the same
 // message bumps that event's count instead of creating another.
 type recorder struct {
@@ -24,6 +40,8 @@ type recorder struct {
 	instance  string
 	log       *slog.Logger
 	ch        chan pendingEvent
+	limit     *rate.Limiter
+	dropped   atomic.Int64
 
 	mu   sync.Mutex
 	last map[lastKey]*lastEvent
@@ -48,14 +66,31 @@ type lastEvent struct {
 
 func newRecorder(cs kubernetes.Interface, component, instance string, log *slog.Logger) *recorder {
 	return &recorder{cs: cs, component: component, instance: instance, log: log,
-		ch: make(chan pendingEvent, 8192), last: map[lastKey]*lastEvent{}}
+		ch: make(chan pendingEvent, eventQueue), last: map[lastKey]*lastEvent{},
+		limit: rate.NewLimiter(eventQPS, eventBurst)}
 }
 
 func (r *recorder) event(pod *corev1.Pod, typ, reason, message string) {
 	select {
 	case r.ch <- pendingEvent{pod: pod, typ: typ, reason: reason, message: message, at: time.Now()}:
 	default:
+		if n := r.dropped.Add(1); n&(n-1) == 0 {
+			r.log.Info("event queue full, dropping events", "dropped", n)
+		}
 	}
+}
+
+// rememberedReasons are the reasons whose last event per pod is kept, to
+// count repeats.
+var rememberedReasons = []string{"FailedScheduling", "Preempted"}
+
+// forget drops what the recorder remembers of a pod that is gone.
+func (r *recorder) forget(uid types.UID) {
+	r.mu.Lock()
+	for _, reason := range rememberedReasons {
+		delete(r.last, lastKey{uid, reason})
+	}
+	r.mu.Unlock()
 }
 
 func (r *recorder) run(ctx context.Context) {
@@ -67,6 +102,9 @@ func (r *recorder) run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case e := <-r.ch:
+					if r.limit.Wait(ctx) != nil {
+						return
+					}
 					r.write(ctx, e)
 				}
 			}
