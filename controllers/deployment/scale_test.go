@@ -222,6 +222,9 @@ func TestDeploymentScale(t *testing.T) {
 	if podStatus/r > 1.5 {
 		t.Errorf("agents wrote %.2f pod status patches per pod, want about 1", podStatus/r)
 	}
+	if *benchFull && perPod > 4 {
+		t.Errorf("the hub took %.2f writes per pod, events included, want ≤ 4", perPod)
+	}
 	if *benchFull && took > 60*time.Second {
 		t.Errorf("took %v to run %d pods, want ≤ 60s", took, replicas)
 	}
