@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -541,12 +543,27 @@ spec:
     spec:
       terminationGracePeriodSeconds: 1
       containers: [{name: app, image: %s, imagePullPolicy: Never}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: with-init}
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers: [{name: setup, image: %[2]s, imagePullPolicy: Never, command: [/testapp, crash, "0"]}]
+  containers: [{name: app, image: %[2]s, imagePullPolicy: Never}]
 `, n, images.Sleeper))
 	var uids []string
 	l.waitFor(t, 3*time.Minute, fmt.Sprintf("%d pods Running", n), func() (bool, string) {
 		out, err := l.hub.Run("get", "pods", "-l", "app=fleet", "-o", `jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.uid}{" "}{end}`)
 		uids = strings.Fields(out)
 		return len(uids) == n, fmt.Sprintf("%d running%s", len(uids), errString(err))
+	})
+	var initUID string
+	l.waitFor(t, time.Minute, "the pod with an init container Running", func() (bool, string) {
+		out, err := l.hub.Run("get", "pod", "with-init", "-o", `jsonpath={.status.phase} {.metadata.uid}`)
+		phase, uid, _ := strings.Cut(out, " ")
+		initUID = uid
+		return phase == "Running", out + errString(err)
 	})
 
 	// The reboot, with the hub down.
@@ -565,7 +582,7 @@ spec:
 	daemon := l.env.rt.DaemonPID()
 	l.env.rt.Close() // no restart of the daemon it supervises
 	shims := shimPIDs(t, l.dir)
-	if containers != n || len(shims) == 0 {
+	if containers < n+1 || len(shims) == 0 {
 		t.Fatalf("found %d container processes and %d shims to kill", containers, len(shims))
 	}
 	pids = append(pids, shims...)
@@ -581,6 +598,13 @@ spec:
 		}
 	}
 	t.Logf("killed containerd (pid %d), %d shims and %d container processes", daemon, len(shims), containers)
+	// /var/run is a tmpfs: the pods' network namespaces go with the
+	// reboot, and with them the pods' ends of their veths.
+	for _, uid := range append(slices.Clone(uids), initUID) {
+		if err := netns.DeleteNamed(netnsName(types.UID(uid))); err != nil {
+			t.Errorf("remove the network namespace of pod %s: %v", uid, err)
+		}
+	}
 
 	start := time.Now()
 	l.startAgent(t)
@@ -596,6 +620,21 @@ spec:
 	})
 	took := time.Since(start)
 	t.Logf("node reboot with the hub down: %d pods running again %v after the agent started (target ≤ 10s)", n, took.Round(time.Millisecond))
+
+	// The pod's sandbox was made anew, so its init container ran again,
+	// to completion, before its app container started, as the kubelet
+	// does.
+	l.waitFor(t, 30*time.Second, "the init container run again, then the app container", func() (bool, string) {
+		st, err := l.env.rt.PodStatus(ctx, types.UID(initUID))
+		if err != nil || len(st.InitContainers) != 1 || len(st.Containers) != 1 {
+			return false, fmt.Sprintf("%+v %v", st, err)
+		}
+		ic, app := st.InitContainers[0], st.Containers[0]
+		return ic.State == edge.ContainerExited && ic.ExitCode == 0 && ic.RestartCount == 1 && ic.StartedAt.After(start) &&
+				app.State == edge.ContainerRunning && !app.StartedAt.Before(ic.FinishedAt),
+			fmt.Sprintf("init %s exit %d restarts %d started %v finished %v; app %s started %v (agent started %v)",
+				ic.State, ic.ExitCode, ic.RestartCount, ic.StartedAt, ic.FinishedAt, app.State, app.StartedAt, start)
+	})
 	if took > 30*time.Second {
 		t.Errorf("pods took %v to run again after the reboot", took)
 	}
@@ -608,6 +647,7 @@ spec:
 		return ready == n, fmt.Sprintf("%d ready%s", ready, errString(err))
 	})
 	l.kubectl(t, "delete", "deploy", "fleet", "--wait=true", "--timeout=60s")
+	l.kubectl(t, "delete", "pod", "with-init", "--wait=true", "--timeout=60s")
 }
 
 // shimPIDs finds the containerd shims serving the daemon whose state is

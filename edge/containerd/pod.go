@@ -77,6 +77,11 @@ type ctr struct {
 	pullRetryAt time.Time
 	// waiting explains why no instance runs (image errors, back-off).
 	waitReason, waitMessage string
+	// stale is set on an init container whose last run was in a sandbox
+	// that is gone (the node rebooted): it runs again before the app
+	// containers start in the new sandbox, as the kubelet runs a pod's
+	// init containers again whenever it makes the pod's sandbox anew.
+	stale bool
 }
 
 // instance is one containerd container (one run of a pod's container).
@@ -192,6 +197,13 @@ func (r *Runtime) SyncPod(ctx context.Context, spec *corev1.Pod, net edge.Networ
 			p.mu.Unlock()
 			return fmt.Errorf("create sandbox of pod %s/%s: %w", spec.Namespace, spec.Name, err)
 		}
+		p.mu.Lock()
+		for _, cs := range p.init {
+			if cs.cur != nil && !cs.cur.running {
+				cs.stale = true
+			}
+		}
+		p.mu.Unlock()
 	}
 	if err := r.syncVolumes(ctx, p, spec); err != nil {
 		return fmt.Errorf("set up volumes of pod %s/%s: %w", spec.Namespace, spec.Name, err)
@@ -255,6 +267,10 @@ func (r *Runtime) advance(ctx context.Context, p *pod, spec *corev1.Pod) error {
 		case cur.running:
 			r.ensureProbes(p, cs, c)
 			return nil
+		case cs.stale:
+			// A new sandbox: run it again now, with no back-off, as
+			// the kubelet does.
+			return r.start(ctx, p, cs, c, spec, cur.attempt+1)
 		case cur.exitCode == 0:
 			continue
 		case policy == corev1.RestartPolicyNever:
@@ -417,6 +433,7 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 	old := cs.prev
 	cs.prev, cs.cur = cs.cur, inst
 	cs.waitReason, cs.waitMessage = "", ""
+	cs.stale = false
 	p.mu.Unlock()
 	if old != nil {
 		r.dropInstance(ctx, old)
