@@ -831,7 +831,11 @@ func natPartition(t *testing.T, l *Lab, h *labHub, n *ctrNode, d time.Duration) 
 			t.Errorf("%s after the reboot: %q, want %q", file, out, want)
 		}
 	}
-	t.Logf("init's order file after the reboot: %q", h.must(t, "exec", "init", "-c", "main", "--", "cat", "/work/order"))
+	// The reboot took the pod's sandbox: its init containers ran again,
+	// in order, before main, on the emptyDir the node's disk kept.
+	if out := h.must(t, "exec", "init", "-c", "main", "--", "cat", "/work/order"); out != "one\ntwo\none\ntwo\n" {
+		t.Errorf("init's order file after the reboot: %q, want the init containers to have run again in order", out)
+	}
 	t.Logf("kubectl get pods -o wide:\n%s", h.must(t, "get", "pods", "-o", "wide"))
 }
 
