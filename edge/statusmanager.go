@@ -52,13 +52,15 @@ type knownStatus struct {
 	rv     uint64 // resourceVersion of the object it came with
 }
 
-// pendingStatus is a status held back in the batching window.
+// pendingStatus is a status waiting to be written: held back in the
+// batching window, or due now and written in the background.
 type pendingStatus struct {
 	ctx     context.Context
 	pod     *corev1.Pod
 	status  corev1.PodStatus
 	timer   *time.Timer
 	backoff time.Duration // after a failed write
+	due     bool          // not to be held back: written as soon as it can be
 }
 
 // revision reads a resourceVersion as the hub's revision number; 0 when
@@ -96,8 +98,11 @@ func (m *statusManager) acked(pod *corev1.Pod) corev1.PodStatus {
 }
 
 // set makes the hub's status of pod st. pod is the agent's latest copy of
-// the API object. A Pending status is held back for the batching window
-// unless urgent; anything else is written before set returns.
+// the API object. An urgent status (a terminating pod's) is written before
+// set returns. A Pending status is held back for the batching window; any
+// other is written at once, in the background, with retries on a back-off:
+// the pod's worker never waits on the hub, whose link may have died before
+// the tunnel noticed, while its containers need restarting.
 func (m *statusManager) set(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus, urgent bool) error {
 	m.mu.Lock()
 	p := m.pending[pod.UID]
@@ -114,12 +119,25 @@ func (m *statusManager) set(ctx context.Context, pod *corev1.Pod, st corev1.PodS
 		m.mu.Unlock()
 		return nil
 	}
-	if !urgent && m.window > 0 && st.Phase == corev1.PodPending {
+	if !urgent {
+		hold := m.window > 0 && st.Phase == corev1.PodPending
 		if p == nil {
 			p = &pendingStatus{pod: pod}
 			m.pending[pod.UID] = p
 			uid := pod.UID
-			p.timer = time.AfterFunc(m.window, func() { m.flush(uid, p) })
+			wait := m.window
+			if !hold {
+				wait, p.due = 0, true
+			}
+			p.timer = time.AfterFunc(wait, func() { m.flush(uid, p) })
+		} else if !hold && !p.due {
+			// Held back until now: due at once. A timer that
+			// already fired finds the new status when its write
+			// ends.
+			p.due = true
+			if p.timer.Stop() {
+				p.timer.Reset(0)
+			}
 		}
 		p.ctx, p.status = ctx, st
 		m.mu.Unlock()
@@ -134,7 +152,7 @@ func (m *statusManager) set(ctx context.Context, pod *corev1.Pod, st corev1.PodS
 	return m.write(ctx, pod, st)
 }
 
-// flush writes a held-back status once its window has passed. A failed
+// flush writes a pending status once it is due. A failed
 // write is retried on a back-off, unless a newer status replaced it.
 func (m *statusManager) flush(uid types.UID, p *pendingStatus) {
 	lock := m.lock(uid)
@@ -162,10 +180,14 @@ func (m *statusManager) flush(uid types.UID, p *pendingStatus) {
 	case err == nil && apiequality.Semantic.DeepEqual(p.status, st):
 		delete(m.pending, uid)
 	case err == nil:
-		// A newer Pending status came while writing: it gets its own
-		// window.
+		// A newer status came while writing: it is due at once, or
+		// gets its own window if it is Pending.
 		p.backoff = 0
-		p.timer = time.AfterFunc(m.window, func() { m.flush(uid, p) })
+		wait := m.window
+		if p.due {
+			wait = 0
+		}
+		p.timer = time.AfterFunc(wait, func() { m.flush(uid, p) })
 	default:
 		p.backoff = min(max(2*p.backoff, statusRetryMin), statusRetryMax)
 		p.timer = time.AfterFunc(p.backoff, func() { m.flush(uid, p) })

@@ -2,11 +2,13 @@ package edge
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -20,6 +22,17 @@ func statusPatches(c *fake.Clientset) int {
 		}
 	}
 	return n
+}
+
+// waitPatches waits up to 5s for the fake clientset to have taken n
+// status patches, and returns how many it took.
+func waitPatches(t *testing.T, c *fake.Clientset, n int) int {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); statusPatches(c) < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // for a write too many to show
+	return statusPatches(c)
 }
 
 func runningStatus(pod *corev1.Pod, ready bool) corev1.PodStatus {
@@ -57,7 +70,7 @@ func TestStatusManagerBatchesStart(t *testing.T) {
 	if err := m.set(ctx, pod, running, false); err != nil {
 		t.Fatal(err)
 	}
-	if n := statusPatches(client); n != 1 {
+	if n := waitPatches(t, client, 1); n != 1 {
 		t.Fatalf("%d writes after Running, want 1", n)
 	}
 	got, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -76,7 +89,7 @@ func TestStatusManagerBatchesStart(t *testing.T) {
 	if err := m.set(ctx, got, runningStatus(got, false), false); err != nil {
 		t.Fatal(err)
 	}
-	if n := statusPatches(client); n != 2 {
+	if n := waitPatches(t, client, 2); n != 2 {
 		t.Fatalf("%d writes after readiness change, want 2", n)
 	}
 }
@@ -108,6 +121,64 @@ func TestStatusManagerFlushesPending(t *testing.T) {
 	m.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d statuses still held back after the write", left)
+	}
+}
+
+// TestStatusManagerDoesNotWaitForTheHub: with a hub that does not answer
+// (a link that died before the tunnel noticed), setting a status returns
+// at once; the newest status is written once the hub answers, and the
+// statuses set meanwhile are not written one by one.
+func TestStatusManagerDoesNotWaitForTheHub(t *testing.T) {
+	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
+	client := fake.NewClientset(pod)
+	release := make(chan struct{})
+	var hung atomic.Int32
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if hung.Add(1) == 1 {
+			<-release // the first write hangs until the hub answers
+		}
+		return false, nil, nil
+	})
+	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	ctx := context.Background()
+	set := make(chan error, 1)
+	go func() {
+		for i := range 5 {
+			st := runningStatus(pod, i%2 == 0)
+			st.ContainerStatuses[0].RestartCount = int32(i)
+			if err := m.set(ctx, pod, st, false); err != nil {
+				set <- err
+				return
+			}
+		}
+		set <- nil
+	}()
+	select {
+	case err := <-set:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		close(release)
+		t.Fatal("setting 5 statuses waited for the hub, which does not answer")
+	}
+	if base := m.base(pod); base.ContainerStatuses[0].RestartCount != 4 {
+		t.Fatalf("base has restart count %d, want the newest status's 4", base.ContainerStatuses[0].RestartCount)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _ := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if len(got.Status.ContainerStatuses) == 1 && got.Status.ContainerStatuses[0].RestartCount == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the newest status never reached the hub: %+v", got.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := statusPatches(client); n > 2 {
+		t.Errorf("%d status writes, want the hung one and the newest", n)
 	}
 }
 
