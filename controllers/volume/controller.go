@@ -17,7 +17,9 @@
 //
 // Claims carry upstream's kubernetes.io/pvc-protection finalizer: a claim
 // deleted while a scheduled pod that has not finished uses it stays (with
-// its deletion timestamp) until no such pod is left.
+// its deletion timestamp) until no such pod is left. Volumes carry
+// kubernetes.io/pv-protection: a volume deleted while a claim is bound to
+// it stays until that claim is gone.
 package volume
 
 import (
@@ -62,6 +64,8 @@ const (
 
 	// PVCProtectionFinalizer keeps a claim that pods use.
 	PVCProtectionFinalizer = "kubernetes.io/pvc-protection"
+	// PVProtectionFinalizer keeps a volume that a claim is bound to.
+	PVProtectionFinalizer = "kubernetes.io/pv-protection"
 )
 
 // Config configures the controller. Client and Informers are required.
@@ -580,7 +584,14 @@ func (c *Controller) syncVolume(ctx context.Context, name string) error {
 		return err
 	}
 	if v.DeletionTimestamp != nil {
-		return nil
+		return c.releaseVolume(ctx, v)
+	}
+	if !slices.Contains(v.Finalizers, PVProtectionFinalizer) {
+		nv := v.DeepCopy()
+		nv.Finalizers = append(nv.Finalizers, PVProtectionFinalizer)
+		if v, err = c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, nv, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
 	}
 	phase := corev1.VolumeAvailable
 	if r := v.Spec.ClaimRef; r != nil {
@@ -624,5 +635,35 @@ func (c *Controller) syncVolume(ctx context.Context, name string) error {
 	nv := v.DeepCopy()
 	nv.Status.Phase = phase
 	_, err = c.cfg.Client.CoreV1().PersistentVolumes().UpdateStatus(ctx, nv, metav1.UpdateOptions{})
+	return err
+}
+
+// releaseVolume lets a deleted volume go once no claim is bound to it. The
+// hub is asked before: the cache may not have seen the claim yet.
+func (c *Controller) releaseVolume(ctx context.Context, v *corev1.PersistentVolume) error {
+	if !slices.Contains(v.Finalizers, PVProtectionFinalizer) {
+		return nil
+	}
+	if r := v.Spec.ClaimRef; r != nil {
+		bound := func(p *corev1.PersistentVolumeClaim) bool {
+			return (r.UID == "" || p.UID == r.UID) && p.Spec.VolumeName == v.Name
+		}
+		if p, err := c.pvcs.PersistentVolumeClaims(r.Namespace).Get(r.Name); err == nil && bound(p) {
+			return nil // the claim's deletion brings the volume back
+		}
+		p, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err == nil && bound(p) {
+			return nil
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	nv := v.DeepCopy()
+	nv.Finalizers = slices.DeleteFunc(nv.Finalizers, func(f string) bool { return f == PVProtectionFinalizer })
+	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, nv, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
 	return err
 }

@@ -114,3 +114,84 @@ func TestClaimProtection(t *testing.T) {
 	}
 	waitFor("the claim deleted once its pod is gone", func() bool { return gone("used") })
 }
+
+// TestVolumeProtection: a volume carries the pv-protection finalizer; one
+// deleted while a claim is bound to it stays until the claim is gone, one
+// no claim is bound to goes at once.
+func TestVolumeProtection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a hub process")
+	}
+	h := hubtest.Start(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(rc)
+	ctx := context.Background()
+	pvs := kube.CoreV1().PersistentVolumes()
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !f() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, name := range []string{"bound", "free"} {
+		if _, err := pvs.Create(ctx, &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeSpec{
+				StorageClassName:       "shelf-" + name,
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + name}},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("shelf-bound"),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	protected := func(name string) bool {
+		v, err := pvs.Get(ctx, name, metav1.GetOptions{})
+		return err == nil && slices.Contains(v.Finalizers, volume.PVProtectionFinalizer)
+	}
+	gone := func(name string) bool {
+		_, err := pvs.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}
+	waitFor("finalizers on both volumes", func() bool { return protected("bound") && protected("free") })
+	waitFor("the claim bound", func() bool {
+		v, err := pvs.Get(ctx, "bound", metav1.GetOptions{})
+		return err == nil && v.Status.Phase == corev1.VolumeBound
+	})
+	for _, name := range []string{"bound", "free"} {
+		if err := pvs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor("the free volume deleted", func() bool { return gone("free") })
+	time.Sleep(time.Second)
+	v, err := pvs.Get(ctx, "bound", metav1.GetOptions{})
+	if err != nil || v.DeletionTimestamp == nil {
+		t.Fatalf("bound volume: %v, %v; want it kept, being deleted", v, err)
+	}
+	if c, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{}); err != nil || c.Status.Phase != corev1.ClaimBound {
+		t.Fatalf("claim of the volume being deleted: %v, %v; want it still Bound", c, err)
+	}
+	if err := kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the volume deleted once its claim is gone", func() bool { return gone("bound") })
+}
