@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -58,6 +59,85 @@ func TestSocketLB(t *testing.T) {
 				t.Fatalf("backend saw client %s, want %s (no SNAT at the socket layer)", r.client, labClient)
 			}
 		}
+	})
+
+	t.Run("ReverseTranslationTable", func(t *testing.T) {
+		// A connected socket's translation is in lb_sk_rev at its
+		// cookie, not in socket-local storage, and sock_release frees
+		// it with the socket.
+		before, err := l.dp.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mask := l.dp.objs.LbSkRev.MaxEntries() - 1
+		entry := func(cookie uint64) lbSkRev {
+			var e lbSkRev
+			if err := l.dp.objs.LbSkRev.Lookup(uint32(cookie)&mask, &e); err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		vip := netip.MustParseAddr("10.214.100.1")
+		var a, b int
+		var ca, cb uint64
+		err = l.cli.Do(func() error {
+			var err error
+			if a, ca, err = connectRaw(vip, 80); err != nil {
+				return err
+			}
+			// A second socket whose cookie names the same entry
+			// while the first is open: cookies are handed out in
+			// sequence, so some socket soon lands on it.
+			for range 100000 {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+				if err != nil {
+					unix.Close(fd)
+					return err
+				}
+				if uint32(c)&mask == uint32(ca)&mask {
+					b, cb = fd, c
+					return unix.Connect(fd, &unix.SockaddrInet4{Addr: vip.As4(), Port: 80})
+				}
+				unix.Close(fd)
+			}
+			return errors.New("no socket cookie landed on the first socket's entry")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := entry(ca)
+		if e.Cookie != ca || fromLbAddr(e.FeIp).Unmap() != vip || htons(e.FePort) != 80 {
+			t.Fatalf("lb_sk_rev entry of an open connection: %+v (cookie %d)", e, ca)
+		}
+		for _, fd := range []int{a, b} {
+			sa, err := unix.Getpeername(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in, ok := sa.(*unix.SockaddrInet4); !ok || netip.AddrFrom4(in.Addr) != vip || in.Port != 80 {
+				t.Fatalf("getpeername = %+v, want the ClusterIP", sa)
+			}
+		}
+		after, err := l.dp.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := after.SocketRevLocal - before.SocketRevLocal; got != 1 {
+			t.Fatalf("%d translations went to socket-local storage, want 1 (the socket whose entry was taken)", got)
+		}
+		unix.Close(b)
+		if e := entry(ca); e.Cookie != ca {
+			t.Fatalf("closing the other socket freed the entry: %+v", e)
+		}
+		unix.Close(a)
+		if e := entry(ca); e.Cookie != 0 {
+			t.Fatalf("entry still held after close: %+v", e)
+		}
+		t.Logf("cookies %d and %d share entry %d: the second socket's translation went to socket-local storage", ca, cb, uint32(ca)&mask)
 	})
 
 	t.Run("NamedAndMultiPort", func(t *testing.T) {
@@ -438,4 +518,23 @@ func TestSocketLB(t *testing.T) {
 	}
 	t.Logf("stats: %+v", st)
 	_ = context.Background
+}
+
+// connectRaw connects a TCP socket to ip:port from the calling thread and
+// returns it with its cookie.
+func connectRaw(ip netip.Addr, port int) (int, uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: ip.As4(), Port: port}); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	return fd, c, nil
 }
