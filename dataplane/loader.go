@@ -226,7 +226,7 @@ func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObject
 // strongOrder tells the programs whether this CPU keeps loads in order with
 // loads and stores with stores (x86 does), so that the lock-free tables
 // need no fences there.
-func strongOrder() uint8 {
+var strongOrder = func() uint8 {
 	if runtime.GOARCH == "amd64" || runtime.GOARCH == "386" {
 		return 1
 	}
