@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -43,12 +44,14 @@ func TestNoIptablesOrNftRules(t *testing.T) {
 	}
 	// The host's rulesets belong to others (the pod network's CNI
 	// masquerade rules among them, which are not about Services); none of
-	// their lines may name our Services' addresses or node ports.
+	// their lines may name our Services' addresses or node ports. Whole
+	// words only: CNI chain names carry hex hashes that may contain the
+	// digits of a port.
 	for _, cmd := range [][]string{{"iptables-save"}, {"nft", "list", "ruleset"}} {
 		out := run(cmd...)
-		for _, needle := range []string{"10.214.", "30080", "30081"} {
-			if strings.Contains(out, needle) {
-				t.Errorf("host %s mentions %q", strings.Join(cmd, " "), needle)
+		for _, needle := range []*regexp.Regexp{regexp.MustCompile(`\b10\.214\.`), regexp.MustCompile(`\b30080\b`), regexp.MustCompile(`\b30081\b`)} {
+			if m := needle.FindString(out); m != "" {
+				t.Errorf("host %s mentions %q", strings.Join(cmd, " "), m)
 			}
 		}
 	}
