@@ -195,6 +195,7 @@ const (
 	lbVarFeFastBits        = "fe_fast_bits"
 	lbVarHaveSetRetval     = "have_set_retval"
 	lbVarHostNetnsCookie   = "host_netns_cookie"
+	lbVarSkRevHotMask      = "sk_rev_hot_mask"
 	lbVarSkRevMask         = "sk_rev_mask"
 	lbVarStrongOrder       = "strong_order"
 )
@@ -282,6 +283,7 @@ type lbVariableSpecs struct {
 	FeFastBits      *ebpf.VariableSpec `ebpf:"fe_fast_bits"`
 	HaveSetRetval   *ebpf.VariableSpec `ebpf:"have_set_retval"`
 	HostNetnsCookie *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
+	SkRevHotMask    *ebpf.VariableSpec `ebpf:"sk_rev_hot_mask"`
 	SkRevMask       *ebpf.VariableSpec `ebpf:"sk_rev_mask"`
 	StrongOrder     *ebpf.VariableSpec `ebpf:"strong_order"`
 }
@@ -346,6 +348,7 @@ type lbVariables struct {
 	FeFastBits      *ebpf.Variable `ebpf:"fe_fast_bits"`
 	HaveSetRetval   *ebpf.Variable `ebpf:"have_set_retval"`
 	HostNetnsCookie *ebpf.Variable `ebpf:"host_netns_cookie"`
+	SkRevHotMask    *ebpf.Variable `ebpf:"sk_rev_hot_mask"`
 	SkRevMask       *ebpf.Variable `ebpf:"sk_rev_mask"`
 	StrongOrder     *ebpf.Variable `ebpf:"strong_order"`
 }

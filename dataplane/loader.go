@@ -208,6 +208,9 @@ func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObject
 	if err := spec.Variables["sk_rev_mask"].Set(uint32(1)<<sockBits - 1); err != nil {
 		return nil, nil, fmt.Errorf("set sk_rev_mask: %w", err)
 	}
+	if err := spec.Variables["sk_rev_hot_mask"].Set(uint32(1)<<min(sockBits, sockHotBits) - 1); err != nil {
+		return nil, nil, fmt.Errorf("set sk_rev_hot_mask: %w", err)
+	}
 	objs = new(lbObjects)
 	err = spec.LoadAndAssign(objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
 	if err != nil {
@@ -232,6 +235,11 @@ var strongOrder = func() uint8 {
 	}
 	return 0
 }
+
+// sockHotBits sizes the hot part of lb_sk_rev (4,096 entries, 256 KiB),
+// which sockets try first: small enough to stay in a CPU's caches while
+// short-lived connections keep reusing it.
+const sockHotBits = 12
 
 // pinnedSockTable returns the size of a pinned lb_sk_rev that this build
 // can use as it is but for its size.

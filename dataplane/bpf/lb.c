@@ -53,6 +53,10 @@ volatile const __u64 host_netns_cookie = 0;
  * 1 << fe_fast_bits entries, lb_sk_rev sk_rev_mask + 1. */
 volatile const __u32 fe_fast_bits = 10;
 volatile const __u32 sk_rev_mask = 1023;
+/* The first entries of lb_sk_rev that a socket tries before its entry in
+ * the whole table: sockets that close soon reuse them while they are still
+ * in the CPU caches (see struct sk_rev). */
+volatile const __u32 sk_rev_hot_mask = 255;
 /* Set on CPUs that keep loads in order with loads and stores with stores
  * (x86): the lock-free tables then need no fences, only a compiler that
  * keeps the order (barrier()); elsewhere their counts are read and written
@@ -360,37 +364,45 @@ static __always_inline __u64 rev_owner(struct sk_rev *e)
 	return v;
 }
 
-/* Records the reverse translation of a connected socket: in its lb_sk_rev
- * entry, claimed with a compare-and-exchange, or in socket-local storage
- * when a live socket holds that entry. */
+/* Claims lb_sk_rev entry idx for the socket with cookie and writes the
+ * translation to it: a free entry, or one the socket holds already (it
+ * connected again). Returns 0 when another socket holds it. */
+static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_addr *fe_ip, __u16 fe_port,
+				     const struct slot *be)
+{
+	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
+	__u64 cur;
+
+	if (!e)
+		return 0;
+	cur = *(volatile __u64 *)&e->cookie;
+	if ((cur != 0 && cur != cookie) ||
+	    __sync_val_compare_and_swap(&e->cookie, cur, cookie | SK_REV_BUSY) != cur)
+		return 0;
+	e->fe_ip = *fe_ip;
+	e->fe_port = fe_port;
+	e->be_ip = be->ip;
+	e->be_port = be->port;
+	if (strong_order) {
+		barrier();
+		*(volatile __u64 *)&e->cookie = cookie;
+	} else {
+		__sync_lock_test_and_set(&e->cookie, cookie);
+	}
+	return 1;
+}
+
+/* Records the reverse translation of a connected socket: in its hot entry
+ * of lb_sk_rev, else in its entry of the whole table, else (both held by
+ * live sockets) in socket-local storage. */
 static __always_inline void rev_store(struct bpf_sock_addr *ctx, __u64 cookie, const struct lb_addr *fe_ip,
 				      __u16 fe_port, const struct slot *be)
 {
 	struct sk_rnat *rn;
-	struct sk_rev *e;
-	__u64 cur;
-	__u32 idx;
 
-	idx = (__u32)cookie & sk_rev_mask;
-	e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
-	if (e) {
-		cur = *(volatile __u64 *)&e->cookie;
-		/* Free, or ours already (a socket connected again). */
-		if ((cur == 0 || cur == cookie) &&
-		    __sync_val_compare_and_swap(&e->cookie, cur, cookie | SK_REV_BUSY) == cur) {
-			e->fe_ip = *fe_ip;
-			e->fe_port = fe_port;
-			e->be_ip = be->ip;
-			e->be_port = be->port;
-			if (strong_order) {
-				barrier();
-				*(volatile __u64 *)&e->cookie = cookie;
-			} else {
-				__sync_lock_test_and_set(&e->cookie, cookie);
-			}
-			return;
-		}
-	}
+	if (rev_claim((__u32)cookie & sk_rev_hot_mask, cookie, fe_ip, fe_port, be) ||
+	    rev_claim((__u32)cookie & sk_rev_mask, cookie, fe_ip, fe_port, be))
+		return;
 	count(STAT_SOCK_REV_LOCAL);
 	rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (rn) {
@@ -479,6 +491,28 @@ static __always_inline int addr_eq(const struct lb_addr *a, const struct lb_addr
 	return ((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) | (a->w[2] ^ b->w[2]) | (a->w[3] ^ b->w[3])) == 0;
 }
 
+/* Looks for the socket with cookie in lb_sk_rev entry idx and, when it is
+ * there and was translated to src:port, replaces them with the frontend. */
+static __always_inline int rev_find(__u32 idx, __u64 cookie, struct lb_addr *src, __u16 *port)
+{
+	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
+	struct lb_addr fe_ip;
+	__u16 fe_port;
+	int hit;
+
+	if (!e || rev_owner(e) != cookie)
+		return 0;
+	hit = e->be_port == *port && addr_eq(&e->be_ip, src);
+	fe_ip = e->fe_ip;
+	fe_port = e->fe_port;
+	/* Still ours and not being rewritten by a second connect. */
+	if (!hit || rev_owner(e) != cookie)
+		return 0;
+	*src = fe_ip;
+	*port = fe_port;
+	return 1;
+}
+
 /* Reverse translation for getpeername and recvmsg: if this socket was
  * translated to the backend it now reports, show the frontend instead. */
 static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *src, __u16 *port, int udp)
@@ -486,25 +520,11 @@ static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *s
 	struct sk_rnat_key rk = {};
 	struct sk_rnat_val *rv;
 	struct sk_rnat *rn;
-	struct sk_rev *e;
 	__u64 cookie = bpf_get_socket_cookie(ctx);
-	__u32 idx = (__u32)cookie & sk_rev_mask;
-	struct lb_addr fe_ip;
-	__u16 fe_port;
-	int hit;
 
-	e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
-	if (e && rev_owner(e) == cookie) {
-		hit = e->be_port == *port && addr_eq(&e->be_ip, src);
-		fe_ip = e->fe_ip;
-		fe_port = e->fe_port;
-		/* Still ours and not being rewritten by a second connect. */
-		if (hit && rev_owner(e) == cookie) {
-			*src = fe_ip;
-			*port = fe_port;
-			return 1;
-		}
-	}
+	if (rev_find((__u32)cookie & sk_rev_hot_mask, cookie, src, port) ||
+	    rev_find((__u32)cookie & sk_rev_mask, cookie, src, port))
+		return 1;
 	/* Sockets whose entry was taken, and sockets connected by programs
 	 * that predate lb_sk_rev. */
 	rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, 0);
@@ -646,16 +666,23 @@ int sock6_getpeername(struct bpf_sock_addr *ctx)
 
 /* Frees the socket's lb_sk_rev entry when the application closes it: from
  * then on nobody can ask for its peer. Only the owner frees an entry, and
- * nobody else writes an entry that is not free, so a plain store will do. */
-SEC("cgroup/sock_release")
-int sock_release(struct bpf_sock *ctx)
+ * nobody else writes an entry that is not free, so a plain store will do. A
+ * socket that connected more than once may hold both of its entries. */
+static __always_inline void rev_free(__u32 idx, __u64 cookie)
 {
-	__u64 cookie = bpf_get_socket_cookie(ctx);
-	__u32 idx = (__u32)cookie & sk_rev_mask;
 	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
 
 	if (e && *(volatile __u64 *)&e->cookie == cookie)
 		*(volatile __u64 *)&e->cookie = 0;
+}
+
+SEC("cgroup/sock_release")
+int sock_release(struct bpf_sock *ctx)
+{
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+
+	rev_free((__u32)cookie & sk_rev_hot_mask, cookie);
+	rev_free((__u32)cookie & sk_rev_mask, cookie);
 	return 1;
 }
 

@@ -154,14 +154,16 @@ static __inline __u32 fe_fast_index(const struct fe_key *k, __u32 bits)
 /* Reverse translation of a connected socket (connect4/6): getpeername and
  * recvmsg show the frontend while the socket's peer is the backend it was
  * sent to. It lives in lb_sk_rev, a preallocated table indexed by the
- * socket cookie (cookies grow by one per socket, so consecutive sockets
- * use neighbouring entries) and emptied by the sock_release program, so a
- * connect allocates nothing. A socket claims a free entry with an atomic
- * compare-and-exchange of cookie, marked SK_REV_BUSY while it writes the
- * rest; readers match cookie without the mark. A socket whose entry is held
- * by a live older socket keeps its translation in socket-local storage
- * instead (sk_rnat), as every socket did before lb_sk_rev existed. One
- * 64-byte entry per cache line. */
+ * socket cookie and emptied by the sock_release program, so a connect
+ * allocates nothing. A socket has two entries: its hot one among the first
+ * few thousand (cookie & sk_rev_hot_mask), which short-lived sockets keep
+ * reusing while they are in the CPU caches, and, when a live socket holds
+ * that, its entry in the whole table (cookie & sk_rev_mask). A socket
+ * claims a free entry with an atomic compare-and-exchange of cookie, marked
+ * SK_REV_BUSY while it writes the rest; readers match cookie without the
+ * mark. A socket whose two entries are both held by live sockets keeps its
+ * translation in socket-local storage instead (sk_rnat), as every socket
+ * did before lb_sk_rev existed. One 64-byte entry per cache line. */
 #define SK_REV_BUSY (1ULL << 63)	/* cookies count up from 1 and never reach it */
 
 struct sk_rev {
