@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -218,10 +219,17 @@ func (f *fastMem) write(idx []uint32, vals []lbFeFast) error {
 		}
 		line := f.mem[off : off+fastLineSize : off+fastLineSize]
 		seq := (*uint32)(unsafe.Pointer(&line[0]))
-		// A count left odd by an agent that died mid-write stays odd.
-		s := atomic.LoadUint32(seq) | 1
-		atomic.SwapUint32(seq, s)
 		src := unsafe.Slice((*byte)(unsafe.Pointer(&vals[i])), fastLineSize)
+		cur := atomic.LoadUint32(seq)
+		if cur&1 == 0 && bytes.Equal(line[4:], src[4:]) {
+			// Unchanged (most lines when an agent restarts, or when a
+			// new table's empty lines are written): readers are left
+			// alone.
+			continue
+		}
+		// A count left odd by an agent that died mid-write stays odd.
+		s := cur | 1
+		atomic.SwapUint32(seq, s)
 		copy(line[4:], src[4:])
 		atomic.StoreUint32(seq, s+1)
 	}
