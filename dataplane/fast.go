@@ -38,6 +38,9 @@ type fastTable struct {
 	bits  uint32
 	lines map[uint32]*fastLine // lines in use
 	dirty map[uint32]bool      // lines to write with the next commit
+	// clear asks the next commit to empty every line it does not write:
+	// after rebuild, whatever the table held before is stale.
+	clear bool
 }
 
 type fastLine struct {
@@ -98,8 +101,8 @@ func (t *fastTable) remove(k feKey) {
 	t.dirty[i] = true
 }
 
-// rebuild places every socket-scope frontend of fes anew and marks every
-// line for writing, so that the next commit rewrites the whole table.
+// rebuild places every socket-scope frontend of fes anew, so that the next
+// commit writes their lines and empties all others.
 func (t *fastTable) rebuild(fes map[feKey]*feState) {
 	t.lines = map[uint32]*fastLine{}
 	keys := make([]feKey, 0, len(fes))
@@ -111,17 +114,17 @@ func (t *fastTable) rebuild(fes map[feKey]*feState) {
 	// In frontend id order: which key of a shared index holds the line
 	// then does not depend on map iteration.
 	slices.SortFunc(keys, func(a, b feKey) int { return int(int64(fes[a].id) - int64(fes[b].id)) })
+	t.dirty = map[uint32]bool{}
 	for _, k := range keys {
 		t.add(k)
 	}
-	t.dirty = make(map[uint32]bool, 1<<t.bits)
-	for i := range uint32(1) << t.bits {
-		t.dirty[i] = true
-	}
+	t.clear = true
 }
 
 // flush adds the writes of the dirty lines to b, values as in fes.
 func (t *fastTable) flush(fes map[feKey]*feState, b *batch) {
+	b.fastClear = b.fastClear || t.clear
+	t.clear = false
 	if len(t.dirty) == 0 {
 		return
 	}
@@ -213,27 +216,51 @@ func mapFast(m *ebpf.Map) (*fastMem, error) {
 // write stores vals at lines idx.
 func (f *fastMem) write(idx []uint32, vals []lbFeFast) error {
 	for i, n := range idx {
-		off := int(n) * fastLineSize
-		if off < 0 || off+fastLineSize > len(f.mem) {
-			return fmt.Errorf("write lb_fe_fast: line %d out of range", n)
+		if err := f.writeLine(n, &vals[i]); err != nil {
+			return err
 		}
-		line := f.mem[off : off+fastLineSize : off+fastLineSize]
-		seq := (*uint32)(unsafe.Pointer(&line[0]))
-		src := unsafe.Slice((*byte)(unsafe.Pointer(&vals[i])), fastLineSize)
-		cur := atomic.LoadUint32(seq)
-		if cur&1 == 0 && bytes.Equal(line[4:], src[4:]) {
-			// Unchanged (most lines when an agent restarts, or when a
-			// new table's empty lines are written): readers are left
-			// alone.
-			continue
-		}
-		// A count left odd by an agent that died mid-write stays odd.
-		s := cur | 1
-		atomic.SwapUint32(seq, s)
-		copy(line[4:], src[4:])
-		atomic.StoreUint32(seq, s+1)
 	}
 	return nil
+}
+
+// writeLine stores v at line n.
+func (f *fastMem) writeLine(n uint32, v *lbFeFast) error {
+	off := int(n) * fastLineSize
+	if off < 0 || off+fastLineSize > len(f.mem) {
+		return fmt.Errorf("write lb_fe_fast: line %d out of range", n)
+	}
+	line := f.mem[off : off+fastLineSize : off+fastLineSize]
+	seq := (*uint32)(unsafe.Pointer(&line[0]))
+	src := unsafe.Slice((*byte)(unsafe.Pointer(v)), fastLineSize)
+	cur := atomic.LoadUint32(seq)
+	if cur&1 == 0 && bytes.Equal(line[4:], src[4:]) {
+		// Unchanged (most lines when an agent restarts, or when a new
+		// table's empty lines are written): readers are left alone.
+		return nil
+	}
+	// A count left odd by an agent that died mid-write stays odd.
+	s := cur | 1
+	atomic.SwapUint32(seq, s)
+	copy(line[4:], src[4:])
+	atomic.StoreUint32(seq, s+1)
+	return nil
+}
+
+// clearExcept empties every line but those in keep (sorted), leaving lines
+// that are empty already alone.
+func (f *fastMem) clearExcept(keep []uint32) {
+	var empty lbFeFast
+	n := uint32(len(f.mem) / fastLineSize)
+	for i, k := uint32(0), 0; i < n; i++ {
+		for k < len(keep) && keep[k] < i {
+			k++
+		}
+		if k < len(keep) && keep[k] == i {
+			continue
+		}
+		// writeLine skips lines that are empty already.
+		f.writeLine(i, &empty)
+	}
 }
 
 // close unmaps the table.

@@ -89,6 +89,7 @@ type batch struct {
 	feVals    []lbFeVal
 	fastKeys  []uint32
 	fastVals  []lbFeFast
+	fastClear bool // empty the lines of lb_fe_fast not in fastKeys
 	delFE     []lbFeKey
 	delBE     []uint32
 	freeFE    []uint32
@@ -97,7 +98,7 @@ type batch struct {
 }
 
 func (b *batch) empty() bool {
-	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.fastKeys)+len(b.delFE)+len(b.delBE) == 0
+	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.fastKeys)+len(b.delFE)+len(b.delBE) == 0 && !b.fastClear
 }
 
 // kmaps are the kernel maps the reconciler writes.
@@ -189,6 +190,9 @@ func (k *kmaps) apply(b *batch) error {
 	}
 	if err := k.fast.write(b.fastKeys, b.fastVals); err != nil {
 		return err
+	}
+	if b.fastClear {
+		k.fast.clearExcept(b.fastKeys)
 	}
 	if err := k.put(k.frontends, b.feKeys, b.feVals, len(b.feKeys)); err != nil {
 		return err
