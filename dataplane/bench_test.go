@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -34,6 +36,17 @@ func benchVIP(base byte, i int) (netip.Addr, int32) {
 
 const benchBackends = 10
 
+// benchWorkingSet is how many Services the benchmark's clients talk to: a
+// node's pods each use a few Services, not every Service of a large
+// cluster. The set is drawn at random from all Services loaded, so it
+// spreads over the whole address range and the whole frontend table.
+const benchWorkingSet = 1000
+
+// workingSet draws min(n, benchWorkingSet) distinct Services of n.
+func workingSet(n int) []int {
+	return rand.Perm(n)[:min(n, benchWorkingSet)]
+}
+
 func benchBackendIP(j int) string { return fmt.Sprintf("10.214.50.%d", j+1) }
 
 func benchObjects(n, backends int) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
@@ -52,26 +65,89 @@ func benchObjects(n, backends int) ([]*corev1.Service, []*discoveryv1.EndpointSl
 	return svcs, slices
 }
 
+// hookChunk is how many connections one sample of a program's run-time
+// statistic covers.
+const hookChunk = 100
+
+// connRun is what one run of connections measured.
+type connRun struct {
+	conns []time.Duration // socket+connect+close of each connection
+	// The run-time statistic (run_time / run_count) of the connect4
+	// program over the whole run, and its median over chunks of hookChunk
+	// connections: the whole-run figure also carries every interrupt that
+	// landed inside the program, the median is the steady cost.
+	hook, hookMed time.Duration
+	release       time.Duration // the same whole-run statistic of sock_release
+}
+
 // connectCost times socket+connect+close to random Services of n from the
-// calling thread, returning the per-connection durations.
-func connectCost(target func(i int) (netip.Addr, int32), n, conns int) ([]time.Duration, error) {
-	out := make([]time.Duration, 0, conns)
-	for range conns {
+// calling thread. Sockets close with a reset (SO_LINGER 0): a graceful close
+// leaves a TIME_WAIT socket per connection, whose timers fire a minute later
+// into whatever is being measured then, and whose ports run out. With
+// connect set it samples the run-time statistic of that program (and of
+// release, when set) along the way.
+func connectCost(target func(i int) (netip.Addr, int32), n, conns int, connect, release *ebpf.Program) (connRun, error) {
+	r := connRun{conns: make([]time.Duration, 0, conns)}
+	stats := func(p *ebpf.Program) *ebpf.ProgramStats {
+		if p == nil {
+			return nil
+		}
+		s, err := p.Stats()
+		if err != nil {
+			return nil
+		}
+		return s
+	}
+	per := func(a, b *ebpf.ProgramStats) time.Duration {
+		if a == nil || b == nil || b.RunCount == a.RunCount {
+			return 0
+		}
+		return (b.Runtime - a.Runtime) / time.Duration(b.RunCount-a.RunCount)
+	}
+	first, firstRel := stats(connect), stats(release)
+	last := first
+	var chunks []time.Duration
+	linger := &unix.Linger{Onoff: 1, Linger: 0}
+	for i := range conns {
 		ip, port := target(rand.IntN(n))
 		sa := &unix.SockaddrInet4{Addr: ip.As4(), Port: int(port)}
 		start := time.Now()
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return nil, err
+			return r, err
+		}
+		if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, linger); err != nil {
+			unix.Close(fd)
+			return r, err
 		}
 		err = unix.Connect(fd, sa)
 		unix.Close(fd)
-		out = append(out, time.Since(start))
+		r.conns = append(r.conns, time.Since(start))
 		if err != nil {
-			return nil, fmt.Errorf("connect %s:%d: %w", ip, port, err)
+			return r, fmt.Errorf("connect %s:%d: %w", ip, port, err)
+		}
+		if connect != nil && (i+1)%hookChunk == 0 {
+			s := stats(connect)
+			chunks = append(chunks, per(last, s))
+			last = s
 		}
 	}
-	return out, nil
+	r.hook, r.release = per(first, stats(connect)), per(firstRel, stats(release))
+	if len(chunks) > 0 {
+		r.hookMed = pct(chunks, 0.5)
+	}
+	return r, nil
+}
+
+// quiesce collects the garbage of the setup and stops the collector until
+// the returned function is called: its work on the other CPU (and the
+// TLB shootdowns of returning memory) would otherwise land in the kernel
+// time being measured.
+func quiesce() func() {
+	runtime.GC()
+	debug.FreeOSMemory()
+	prev := debug.SetGCPercent(-1)
+	return func() { debug.SetGCPercent(prev) }
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {
@@ -144,10 +220,14 @@ func iptablesRestore(ns *testnet.Netns, rules []byte, noflush bool) (time.Durati
 }
 
 type benchRow struct {
-	n                      int
-	bpfMed, bpfP99, hookNs time.Duration
-	iptMed, iptP99         time.Duration
-	iptLoad                time.Duration
+	n                        int
+	ws                       []int // the Services connected to
+	bpfMed, bpfP99           time.Duration
+	hook, hookMed, release   time.Duration
+	hookAll, hookAllMed      time.Duration // connecting to any of all n Services
+	fastResident, fastSpills int
+	iptMed, iptP99           time.Duration
+	iptLoad                  time.Duration
 }
 
 // TestDataplaneBench compares the eBPF dataplane with kube-proxy-style
@@ -191,7 +271,7 @@ func TestDataplaneBench(t *testing.T) {
 
 	rows := map[int]*benchRow{}
 	for _, n := range sizes {
-		rows[n] = &benchRow{n: n}
+		rows[n] = &benchRow{n: n, ws: workingSet(n)}
 	}
 
 	// iptables first, while this process is outside the cgroup with the
@@ -203,15 +283,18 @@ func TestDataplaneBench(t *testing.T) {
 			t.Fatal(err)
 		}
 		rows[n].iptLoad = load
-		var ds []time.Duration
+		var r connRun
+		resume := quiesce()
 		err = ns.Do(func() error {
-			ds, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(192, i) }, n, conns)
+			ws := rows[n].ws
+			r, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(192, ws[i]) }, len(ws), conns, nil, nil)
 			return err
 		})
+		resume()
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows[n].iptMed, rows[n].iptP99 = pct(ds, 0.5), pct(ds, 0.99)
+		rows[n].iptMed, rows[n].iptP99 = pct(r.conns, 0.5), pct(r.conns, 0.99)
 	}
 	// kube-proxy's partial sync of one changed Service with progN loaded.
 	var iptChange []time.Duration
@@ -289,52 +372,97 @@ func TestDataplaneBench(t *testing.T) {
 	}
 	for _, n := range sizes {
 		load(n)
-		before, err := dp.objs.Sock4Connect.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ds []time.Duration
+		var r, all connRun
+		ws := rows[n].ws
+		resume := quiesce()
 		err = ns.Do(func() error {
-			ds, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(64, i) }, n, conns)
+			r, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(64, ws[i]) }, len(ws), conns,
+				dp.objs.Sock4Connect, dp.objs.SockRelease)
+			if err != nil {
+				return err
+			}
+			// The same number of connections, each to any of all n
+			// Services: nearly every one finds its frontend's
+			// entry out of the CPU caches.
+			all, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(64, i) }, n, conns,
+				dp.objs.Sock4Connect, nil)
 			return err
 		})
+		resume()
 		if err != nil {
 			t.Fatal(err)
 		}
-		after, _ := dp.objs.Sock4Connect.Stats()
-		runs := after.RunCount - before.RunCount
-		if runs > 0 {
-			rows[n].hookNs = (after.Runtime - before.Runtime) / time.Duration(runs)
+		row := rows[n]
+		row.hook, row.hookMed, row.release = r.hook, r.hookMed, r.release
+		row.hookAll, row.hookAllMed = all.hook, all.hookMed
+		row.bpfMed, row.bpfP99 = pct(r.conns, 0.5), pct(r.conns, 0.99)
+		st, err := dp.Stats()
+		if err != nil {
+			t.Fatal(err)
 		}
-		rows[n].bpfMed, rows[n].bpfP99 = pct(ds, 0.5), pct(ds, 0.99)
+		row.fastResident, row.fastSpills = st.FastResident, st.FastSpilled
+	}
+	st, err := dp.Stats()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := dp.Uninstall(); err != nil {
 		t.Fatal(err)
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nPer-connection cost (TCP socket+connect+close to a random ClusterIP, %d connections, loopback backend)\n", conns)
-	fmt.Fprintf(&b, "%8s | %10s %10s %9s | %10s %10s %12s | %9s %9s\n", "services", "eBPF p50", "eBPF p99", "hook", "ipt p50", "ipt p99", "ipt restore", "p50 ratio", "p99 ratio")
-	hooks := []time.Duration{}
+	fmt.Fprintf(&b, "\nPer-connection cost (TCP socket+connect+close with reset, %d connections to a working set of min(n, %d) Services drawn at random from all n, each connection to one of them at random; loopback backend; load average %s)\n",
+		conns, benchWorkingSet, loadAvg())
+	fmt.Fprintf(&b, "%8s | %10s %10s | %9s %9s %9s | %9s %9s | %13s | %10s %10s %12s | %9s %9s\n", "services", "eBPF p50", "eBPF p99",
+		"hook", "hook med", "release", "hook all", "all med", "fast/spilled", "ipt p50", "ipt p99", "ipt restore", "p50 ratio", "p99 ratio")
+	var hooks, meds, alls []time.Duration
 	for _, n := range sizes {
 		r := rows[n]
-		hooks = append(hooks, r.hookNs)
-		fmt.Fprintf(&b, "%8d | %10v %10v %9v | %10v %10v %12v | %8.2fx %8.2fx\n", n, r.bpfMed, r.bpfP99, r.hookNs,
+		hooks, meds, alls = append(hooks, r.hook), append(meds, r.hookMed), append(alls, r.hookAll)
+		fmt.Fprintf(&b, "%8d | %10v %10v | %9v %9v %9v | %9v %9v | %13s | %10v %10v %12v | %8.2fx %8.2fx\n", n, r.bpfMed, r.bpfP99,
+			r.hook, r.hookMed, r.release, r.hookAll, r.hookAllMed, fmt.Sprintf("%d/%d", r.fastResident, r.fastSpills),
 			r.iptMed, r.iptP99, r.iptLoad.Round(time.Millisecond), float64(r.iptMed)/float64(r.bpfMed), float64(r.iptP99)/float64(r.bpfP99))
 	}
+	fmt.Fprintf(&b, "hook: run-time statistic of connect4 (run_time / run_count) over the %d connections to the working set; hook med: its median over chunks of %d; release: sock_release per closed socket; hook all / all med: the same for %d connections each to any of all n Services (few find their frontend in the CPU caches); fast/spilled: frontends served from their lb_fe_fast entry / from lb_frontends\n",
+		conns, hookChunk, conns)
 	fmt.Fprintf(&b, "\nProgramming one change with %d Services loaded: eBPF p50 %v p99 %v (200 changes) | iptables-restore --noflush of the changed chains p50 %v p99 %v, full iptables-restore %v | p99 ratio %.0fx\n",
 		progN, pct(bpfChange, 0.5), pct(bpfChange, 0.99), pct(iptChange, 0.5), pct(iptChange, 0.99), iptFull.Round(time.Millisecond),
 		float64(pct(iptChange, 0.99))/float64(pct(bpfChange, 0.99)))
-	fmt.Fprintf(&b, "Full resync of %d Services × %d backends: %v (process CPU time %v, load average %s); pinned map memory %.1f MiB\n",
-		progN, benchBackends, resync, resyncCPU, loadAvg(), float64(mem)/(1<<20))
+	fmt.Fprintf(&b, "Full resync of %d Services × %d backends: %v (process CPU time %v); pinned map memory %.1f MiB\n",
+		progN, benchBackends, resync, resyncCPU, float64(mem)/(1<<20))
 	t.Log(b.String())
 
+	// What holds on any machine: no connect fell back to socket-local
+	// storage (the per-connect allocation that lb_sk_rev replaced), and
+	// the dense ClusterIP range of the run never spilled out of the fast
+	// table below 16,384 Services (one port each).
+	if st.SocketRevLocal != 0 {
+		t.Errorf("%d connects kept their reverse translation in socket-local storage; want 0", st.SocketRevLocal)
+	}
+	for _, n := range sizes {
+		if r := rows[n]; n <= 16384 && r.fastSpills != 0 {
+			t.Errorf("%d Services: %d frontends spilled out of lb_fe_fast; want 0", n, r.fastSpills)
+		}
+	}
 	// The design targets are reported, not enforced: on a shared 2-vCPU
-	// machine the in-kernel run time includes preemption by neighbours.
-	// Short runs only guard against gross regressions.
-	var mean float64
-	for _, h := range hooks {
-		mean += float64(h) / float64(len(hooks))
+	// VM a cold cache line costs hundreds of nanoseconds and the
+	// neighbours decide how cold. Short runs guard against gross
+	// regressions with the median, which interrupts do not move.
+	mean := func(ds []time.Duration) time.Duration {
+		var m time.Duration
+		for _, d := range ds {
+			m += d / time.Duration(len(ds))
+		}
+		return m
+	}
+	flat := func(ds []time.Duration) bool {
+		m := float64(mean(ds))
+		for _, d := range ds {
+			if r := float64(d)/m - 1; r > 0.2 || r < -0.2 {
+				return false
+			}
+		}
+		return true
 	}
 	verdict := func(ok bool) string {
 		if ok {
@@ -343,19 +471,23 @@ func TestDataplaneBench(t *testing.T) {
 		return "MISSED"
 	}
 	if *benchFull {
-		flat := true
-		for _, h := range hooks {
-			if d := float64(h)/mean - 1; d > 0.2 || d < -0.2 {
-				flat = false
-			}
-		}
-		t.Logf("targets: hook ≤ 250 ns: %s (max %v); hook flat within ±20%% of its mean %v: %s; programming p99 ≤ 20 ms: %s; resync ≤ 250 ms: %s",
-			verdict(slices.Max(hooks) <= 250*time.Nanosecond), slices.Max(hooks), time.Duration(mean), verdict(flat),
+		t.Logf("targets (working set): hook ≤ 250 ns: %s (max %v, chunk medians max %v); hook flat within ±20%% of its mean %v: %s (chunk medians around %v: %s); any of all n Services: max %v, flat: %s; programming p99 ≤ 20 ms: %s; resync ≤ 250 ms: %s",
+			verdict(slices.Max(hooks) <= 250*time.Nanosecond), slices.Max(hooks), slices.Max(meds),
+			mean(hooks), verdict(flat(hooks)), mean(meds), verdict(flat(meds)), slices.Max(alls), verdict(flat(alls)),
 			verdict(pct(bpfChange, 0.99) <= 20*time.Millisecond), verdict(resync <= 250*time.Millisecond))
-	} else if p := pct(bpfChange, 0.99); p > 100*time.Millisecond {
+		return
+	}
+	if p := pct(bpfChange, 0.99); p > 100*time.Millisecond {
 		t.Errorf("programming p99 %v", p)
 	}
+	if m := slices.Max(meds); m > shortHookLimit {
+		t.Errorf("connect4 hook median %v at up to %d Services; want ≤ %v", m, slices.Max(sizes), shortHookLimit)
+	}
 }
+
+// shortHookLimit bounds the median hook cost in short runs: several times
+// what a quiet machine shows, below what one allocation per connect costs.
+const shortHookLimit = time.Microsecond
 
 // cpuTime is the user and system CPU time the test process has used; on a
 // shared machine it shows the work a step did where wall time shows the

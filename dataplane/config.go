@@ -43,8 +43,9 @@ type Config struct {
 	// NodePort traffic is forwarded to another node. Default 61000-65535,
 	// above Linux's default ephemeral range.
 	SNATPortMin, SNATPortMax uint16
-	// Maps sizes the maps. The frontend and slot tables are preallocated,
-	// so their memory follows these sizes, not the number of Services.
+	// Maps sizes the maps. The frontend, slot and socket tables are
+	// preallocated, so their memory follows these sizes, not the number of
+	// Services.
 	// Changing a size of an existing installation replaces the affected
 	// pinned maps with new, empty ones (see New).
 	Maps MapSizes
@@ -58,9 +59,10 @@ type Config struct {
 // MapSizes bounds the number of entries of the main maps. Zero values take
 // the defaults in parentheses.
 type MapSizes struct {
-	Frontends  int // (65536) Service frontends: ClusterIP/externalIP/NodePort × port × scope
+	Frontends  int // (65536) Service frontends: ClusterIP/externalIP/NodePort × port × scope; the socket hooks' fast table has the next power of two of lines
 	Backends   int // (262144) backends, counted once per frontend they serve; lb_slots holds twice as many
 	Affinity   int // (65536) affinity entries (sessionAffinity: ClientIP)
+	Sockets    int // (65536, rounded up to a power of two) connected sockets whose reverse translation lb_sk_rev holds; the rest use socket-local storage
 	SockRevNAT int // (65536) unconnected UDP translations (socket, backend) remembered for recvmsg
 	Conntrack  int // (65536) north-south flows
 }
@@ -102,6 +104,7 @@ func (c *Config) setDefaults() {
 	def(&m.Frontends, 65536)
 	def(&m.Backends, 262144)
 	def(&m.Affinity, 65536)
+	def(&m.Sockets, 65536)
 	def(&m.SockRevNAT, 65536)
 	def(&m.Conntrack, 65536)
 }
@@ -123,6 +126,15 @@ func isFS(path string, magic int64) bool {
 		return false
 	}
 	return int64(st.Type) == magic
+}
+
+// pow2Bits returns the smallest b ≥ min with 1<<b ≥ n.
+func pow2Bits(n int, min uint32) uint32 {
+	b := min
+	for 1<<b < n {
+		b++
+	}
+	return b
 }
 
 // exists reports whether path exists.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,6 +33,7 @@ type Dataplane struct {
 
 	mu       sync.Mutex
 	objs     *lbObjects
+	fast     *fastMem // lb_fe_fast mapped for the reconciler's writes
 	cgLinks  []link.Link
 	tc       []tcAttachment
 	rec      *reconciler
@@ -91,13 +93,29 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	d.objs = objs
-	d.rec = newReconciler(&kmaps{frontends: objs.LbFrontends, slots: objs.LbSlots, backends: objs.LbBackends},
-		objs.LbSlots.MaxEntries())
-	if err := d.rec.adopt(); err != nil {
+	fast, err := mapFast(objs.LbFeFast)
+	if err != nil {
 		objs.Close()
 		return nil, err
 	}
+	d.fast = fast
+	d.rec = newReconciler(&kmaps{frontends: objs.LbFrontends, fast: fast, slots: objs.LbSlots, backends: objs.LbBackends},
+		objs.LbSlots.MaxEntries(), uint32(bits.TrailingZeros32(objs.LbFeFast.MaxEntries())))
+	if err := d.rec.adopt(); err != nil {
+		fast.close()
+		objs.Close()
+		return nil, err
+	}
+	// The fast table follows the adopted frontends before any program
+	// that reads it is attached (it is new after an upgrade from a build
+	// without it, and rebuilt in any case).
+	if err := d.rec.commit(&batch{}); err != nil {
+		fast.close()
+		objs.Close()
+		return nil, fmt.Errorf("write frontend fast table: %w", err)
+	}
 	if err := d.writeNodeConfig(); err != nil {
+		fast.close()
 		objs.Close()
 		return nil, err
 	}
@@ -423,7 +441,10 @@ type Stats struct {
 	NodePortReverse    uint64 // reply packets translated back
 	NodePortRefused    uint64 // TCP resets for frontends without backends
 	NodePortDropped    uint64 // dropped north-south packets
+	SocketRevLocal     uint64 // connected sockets whose reverse translation went to socket-local storage (lb_sk_rev entry taken)
 	Frontends          int    // frontends programmed
+	FastResident       int    // socket-scope frontends found in their lb_fe_fast line
+	FastSpilled        int    // socket-scope frontends found in lb_frontends after their line
 }
 
 // Stats reads the counters.
@@ -435,7 +456,7 @@ func (d *Dataplane) Stats() (Stats, error) {
 	}
 	var out Stats
 	fields := []*uint64{&out.SocketTranslations, &out.SocketRefused, &out.SocketRetries, &out.NodePortFlows,
-		&out.NodePortSNAT, &out.NodePortReverse, &out.NodePortRefused, &out.NodePortDropped}
+		&out.NodePortSNAT, &out.NodePortReverse, &out.NodePortRefused, &out.NodePortDropped, &out.SocketRevLocal}
 	for i, f := range fields {
 		var per []uint64
 		if err := d.objs.LbStats.Lookup(uint32(i), &per); err != nil {
@@ -446,6 +467,7 @@ func (d *Dataplane) Stats() (Stats, error) {
 		}
 	}
 	out.Frontends = len(d.rec.fes)
+	out.FastResident, out.FastSpilled = d.rec.fast.stats()
 	return out, nil
 }
 
@@ -486,7 +508,7 @@ func (d *Dataplane) closeLocked() error {
 	for _, a := range d.tc {
 		closeLinks(a.links)
 	}
-	return d.objs.Close()
+	return errors.Join(d.fast.close(), d.objs.Close())
 }
 
 // Uninstall detaches every program, deletes tc filters and removes the pins:
@@ -549,8 +571,8 @@ func (d *Dataplane) frontendCount() int {
 
 // maps lists every map of the object, in the order of lb.c.
 func (o *lbObjects) maps() []*ebpf.Map {
-	return []*ebpf.Map{o.LbFrontends, o.LbSlots, o.LbBackends, o.LbSkRnat, o.LbAffinity, o.LbSockRnat,
-		o.LbNodeIps, o.LbCt4, o.LbRct4, o.LbConfig, o.LbStats}
+	return []*ebpf.Map{o.LbFrontends, o.LbFeFast, o.LbSlots, o.LbBackends, o.LbSkRev, o.LbSkRnat, o.LbAffinity,
+		o.LbSockRnat, o.LbNodeIps, o.LbCt4, o.LbRct4, o.LbConfig, o.LbStats}
 }
 
 // desiredAll computes the frontends of every recorded Service, spreading the

@@ -22,16 +22,28 @@
 // the frontend is switched to it with one atomic map update, and the old
 // range is reused only commits later.
 //
-// The connect path is kept short: one hash lookup of the frontend, one array
-// access that yields the backend address, and the reverse translation in the
-// socket's own storage (freed with the socket). Unconnected UDP, where one
-// socket may talk to several Services, keeps its reverse translations in an
-// LRU map keyed by socket and backend.
+// The connect path touches few cache lines and allocates nothing. The
+// frontend is looked up in lb_fe_fast, an array indexed by a hash of address,
+// port and protocol whose 128-byte entries also hold the backends of Services
+// with up to ten IPv4 backends; larger sets are one array access into
+// lb_slots away. The reverse translation goes to the socket's entry in
+// lb_sk_rev, a preallocated table indexed by socket cookie that a
+// sock_release program empties; a socket whose entry a live older socket
+// holds uses socket-local storage instead. Neither table has locks: the
+// agent rewrites fast entries in place under a sequence count that readers
+// check, and sockets claim lb_sk_rev entries with a compare-and-exchange.
+// The backend follows from the socket cookie, so a connect calls no helper
+// for a random number. lb_frontends, a hash map, stays
+// the authoritative frontend table: tc and bind checks read it, and the
+// socket hooks fall back to it for keys whose fast entry another key holds.
+// Unconnected UDP, where one socket may talk to several Services, keeps its
+// reverse translations in an LRU map keyed by socket and backend.
 //
 // An upgrade whose map layouts differ from the pinned ones replaces those
-// maps: the programs already attached keep serving from the old maps until
-// the first Sync has filled the new ones, then the pinned links are moved to
-// the new programs.
+// maps (the frontend, fast, slot, backend and affinity maps refer to each
+// other and are replaced together): the programs already attached keep
+// serving from the old maps until the first Sync has filled the new ones,
+// then the pinned links are moved to the new programs.
 //
 // The agent feeds the Dataplane from Service and EndpointSlice informers
 // (UpsertService, UpsertEndpointSlice and the deletes). Before the first

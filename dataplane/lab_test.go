@@ -50,6 +50,23 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 func newSockLab(t *testing.T) *sockLab {
+	l := newSockNet(t)
+	dp, err := New(l.cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	l.dp = dp
+	if err := dp.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	testnet.JoinCgroup(t, l.cgroup)
+	return l
+}
+
+// newSockNet is newSockLab without the Dataplane: the namespaces, the
+// cgroup, the pin directory and the configuration. A Dataplane stored in
+// l.dp later is uninstalled when the test ends.
+func newSockNet(t *testing.T) *sockLab {
 	testnet.RequireRoot(t)
 	l := &sockLab{t: t}
 	l.cli = testnet.NewNetns(t, "cli")
@@ -68,11 +85,6 @@ func newSockLab(t *testing.T) *sockLab {
 		NetnsPath:  l.cli.Path(), // binds in the client namespace are kept off NodePorts
 		Logger:     testLogger(t),
 	}
-	dp, err := New(l.cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	l.dp = dp
 	t.Cleanup(func() {
 		if l.dp != nil {
 			if err := l.dp.Uninstall(); err != nil {
@@ -80,10 +92,6 @@ func newSockLab(t *testing.T) *sockLab {
 			}
 		}
 	})
-	if err := dp.Sync(context.Background()); err != nil {
-		t.Fatalf("Sync: %v", err)
-	}
-	testnet.JoinCgroup(t, l.cgroup)
 	return l
 }
 

@@ -35,6 +35,13 @@ type lbBackend struct {
 	Pad   uint8
 }
 
+type lbBe4 struct {
+	_    structs.HostLayout
+	Ip   uint32
+	Port uint16
+	Pad  uint16
+}
+
 type lbCt4Key struct {
 	_     structs.HostLayout
 	Src   uint32
@@ -54,6 +61,17 @@ type lbCt4Val struct {
 	FeId    uint32
 	Flags   uint8
 	Pad     [3]uint8
+}
+
+type lbFeFast struct {
+	_     structs.HostLayout
+	Seq   uint32
+	State uint8
+	Pad   [3]uint8
+	Key   lbFeKey
+	Val   lbFeVal
+	Pad2  uint32
+	Be    [10]lbBe4
 }
 
 type lbFeKey struct {
@@ -95,6 +113,16 @@ type lbRct4Val struct {
 	FePort     uint16
 	Flags      uint8
 	Pad        [3]uint8
+}
+
+type lbSkRev struct {
+	_      structs.HostLayout
+	Cookie uint64
+	FeIp   lbLbAddr
+	BeIp   lbLbAddr
+	FePort uint16
+	BePort uint16
+	Pad    [5]uint32
 }
 
 type lbSkRnat struct {
@@ -142,9 +170,11 @@ const (
 	lbMapLbBackends        = "lb_backends"
 	lbMapLbConfig          = "lb_config"
 	lbMapLbCt4             = "lb_ct4"
+	lbMapLbFeFast          = "lb_fe_fast"
 	lbMapLbFrontends       = "lb_frontends"
 	lbMapLbNodeIps         = "lb_node_ips"
 	lbMapLbRct4            = "lb_rct4"
+	lbMapLbSkRev           = "lb_sk_rev"
 	lbMapLbSkRnat          = "lb_sk_rnat"
 	lbMapLbSlots           = "lb_slots"
 	lbMapLbSockRnat        = "lb_sock_rnat"
@@ -161,8 +191,13 @@ const (
 	lbProgSock6PostBind    = "sock6_post_bind"
 	lbProgSock6Recvmsg     = "sock6_recvmsg"
 	lbProgSock6Sendmsg     = "sock6_sendmsg"
+	lbProgSockRelease      = "sock_release"
+	lbVarFeFastBits        = "fe_fast_bits"
 	lbVarHaveSetRetval     = "have_set_retval"
 	lbVarHostNetnsCookie   = "host_netns_cookie"
+	lbVarSkRevHotMask      = "sk_rev_hot_mask"
+	lbVarSkRevMask         = "sk_rev_mask"
+	lbVarStrongOrder       = "strong_order"
 )
 
 // loadLb returns the embedded CollectionSpec for lb.
@@ -219,6 +254,7 @@ type lbProgramSpecs struct {
 	Sock6PostBind    *ebpf.ProgramSpec `ebpf:"sock6_post_bind"`
 	Sock6Recvmsg     *ebpf.ProgramSpec `ebpf:"sock6_recvmsg"`
 	Sock6Sendmsg     *ebpf.ProgramSpec `ebpf:"sock6_sendmsg"`
+	SockRelease      *ebpf.ProgramSpec `ebpf:"sock_release"`
 }
 
 // lbMapSpecs contains maps before they are loaded into the kernel.
@@ -229,9 +265,11 @@ type lbMapSpecs struct {
 	LbBackends  *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbConfig    *ebpf.MapSpec `ebpf:"lb_config"`
 	LbCt4       *ebpf.MapSpec `ebpf:"lb_ct4"`
+	LbFeFast    *ebpf.MapSpec `ebpf:"lb_fe_fast"`
 	LbFrontends *ebpf.MapSpec `ebpf:"lb_frontends"`
 	LbNodeIps   *ebpf.MapSpec `ebpf:"lb_node_ips"`
 	LbRct4      *ebpf.MapSpec `ebpf:"lb_rct4"`
+	LbSkRev     *ebpf.MapSpec `ebpf:"lb_sk_rev"`
 	LbSkRnat    *ebpf.MapSpec `ebpf:"lb_sk_rnat"`
 	LbSlots     *ebpf.MapSpec `ebpf:"lb_slots"`
 	LbSockRnat  *ebpf.MapSpec `ebpf:"lb_sock_rnat"`
@@ -242,8 +280,12 @@ type lbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
+	FeFastBits      *ebpf.VariableSpec `ebpf:"fe_fast_bits"`
 	HaveSetRetval   *ebpf.VariableSpec `ebpf:"have_set_retval"`
 	HostNetnsCookie *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
+	SkRevHotMask    *ebpf.VariableSpec `ebpf:"sk_rev_hot_mask"`
+	SkRevMask       *ebpf.VariableSpec `ebpf:"sk_rev_mask"`
+	StrongOrder     *ebpf.VariableSpec `ebpf:"strong_order"`
 }
 
 // lbObjects contains all objects after they have been loaded into the kernel.
@@ -270,9 +312,11 @@ type lbMaps struct {
 	LbBackends  *ebpf.Map `ebpf:"lb_backends"`
 	LbConfig    *ebpf.Map `ebpf:"lb_config"`
 	LbCt4       *ebpf.Map `ebpf:"lb_ct4"`
+	LbFeFast    *ebpf.Map `ebpf:"lb_fe_fast"`
 	LbFrontends *ebpf.Map `ebpf:"lb_frontends"`
 	LbNodeIps   *ebpf.Map `ebpf:"lb_node_ips"`
 	LbRct4      *ebpf.Map `ebpf:"lb_rct4"`
+	LbSkRev     *ebpf.Map `ebpf:"lb_sk_rev"`
 	LbSkRnat    *ebpf.Map `ebpf:"lb_sk_rnat"`
 	LbSlots     *ebpf.Map `ebpf:"lb_slots"`
 	LbSockRnat  *ebpf.Map `ebpf:"lb_sock_rnat"`
@@ -285,9 +329,11 @@ func (m *lbMaps) Close() error {
 		m.LbBackends,
 		m.LbConfig,
 		m.LbCt4,
+		m.LbFeFast,
 		m.LbFrontends,
 		m.LbNodeIps,
 		m.LbRct4,
+		m.LbSkRev,
 		m.LbSkRnat,
 		m.LbSlots,
 		m.LbSockRnat,
@@ -299,8 +345,12 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
+	FeFastBits      *ebpf.Variable `ebpf:"fe_fast_bits"`
 	HaveSetRetval   *ebpf.Variable `ebpf:"have_set_retval"`
 	HostNetnsCookie *ebpf.Variable `ebpf:"host_netns_cookie"`
+	SkRevHotMask    *ebpf.Variable `ebpf:"sk_rev_hot_mask"`
+	SkRevMask       *ebpf.Variable `ebpf:"sk_rev_mask"`
+	StrongOrder     *ebpf.Variable `ebpf:"strong_order"`
 }
 
 // lbPrograms contains all programs after they have been loaded into the kernel.
@@ -319,6 +369,7 @@ type lbPrograms struct {
 	Sock6PostBind    *ebpf.Program `ebpf:"sock6_post_bind"`
 	Sock6Recvmsg     *ebpf.Program `ebpf:"sock6_recvmsg"`
 	Sock6Sendmsg     *ebpf.Program `ebpf:"sock6_sendmsg"`
+	SockRelease      *ebpf.Program `ebpf:"sock_release"`
 }
 
 func (p *lbPrograms) Close() error {
@@ -335,6 +386,7 @@ func (p *lbPrograms) Close() error {
 		p.Sock6PostBind,
 		p.Sock6Recvmsg,
 		p.Sock6Sendmsg,
+		p.SockRelease,
 	)
 }
 

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +23,8 @@ import (
 
 const bpffsMagic = 0xcafe4a11
 
+var loadSpec = loadLb
+
 // feature is one kernel capability the dataplane needs.
 type feature struct {
 	what   string
@@ -36,6 +39,12 @@ var requiredFeatures = []feature{
 	{"BPF_MAP_TYPE_LRU_HASH maps", "4.10", func() error { return features.HaveMapType(ebpf.LRUHash) }},
 	{"BPF_MAP_TYPE_PERCPU_ARRAY maps", "4.6", func() error { return features.HaveMapType(ebpf.PerCPUArray) }},
 	{"BPF_MAP_TYPE_SK_STORAGE maps", "5.2", func() error { return features.HaveMapType(ebpf.SkStorage) }},
+	{"mmapable array maps (frontend table written in place, page-aligned tables)", "5.5", func() error { return features.HaveMapFlag(features.BPF_F_MMAPABLE) }},
+	{"BPF atomic compare-and-exchange (lock-free socket table)", "5.12", haveCmpXchg},
+	{"cgroup sock_release programs (frees per-socket reverse translations)", "5.9", haveSockRelease},
+	{"bpf_get_socket_cookie in sock programs (sock_release)", "5.10", func() error {
+		return features.HaveProgramHelper(ebpf.CGroupSock, asm.FnGetSocketCookie)
+	}},
 	{"bpf_sk_storage_get in sock_addr programs (reverse translation per socket)", "5.10", func() error {
 		return features.HaveProgramHelper(ebpf.CGroupSockAddr, asm.FnSkStorageGet)
 	}},
@@ -52,6 +61,46 @@ var requiredFeatures = []feature{
 	{"bpf_redirect_neigh in tc programs", "5.10", func() error {
 		return features.HaveProgramHelper(ebpf.SchedCLS, asm.FnRedirectNeigh)
 	}},
+}
+
+// haveCmpXchg loads a program with a 64-bit atomic compare-and-exchange on
+// its stack, which kernels without BPF atomics (and the -mcpu=v3 code they
+// imply) reject.
+func haveCmpXchg() error {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:    ebpf.SocketFilter,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 0),
+			asm.StoreMem(asm.RFP, -8, asm.R0, asm.DWord),
+			asm.Mov.Imm(asm.R1, 1),
+			// r0 = cmpxchg_64(r10 - 8, r0, r1)
+			{OpCode: asm.OpCode(0xdb), Dst: asm.RFP, Src: asm.R1, Offset: -8, Constant: 0xf1},
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return p.Close()
+}
+
+// haveSockRelease loads a trivial cgroup/sock_release program: kernels
+// without the hook reject its attach type at load time.
+func haveSockRelease() error {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:       ebpf.CGroupSock,
+		AttachType: ebpf.AttachCgroupInetSockRelease,
+		License:    "GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 1),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return p.Close()
 }
 
 // probeKernel checks every required feature and names all that are missing.
@@ -86,6 +135,9 @@ func cgroupProgs(o *lbObjects) []struct {
 		prog   *ebpf.Program
 		attach ebpf.AttachType
 	}{
+		// First, so that no socket gets an lb_sk_rev entry that
+		// nothing frees.
+		{"sock_release", o.SockRelease, ebpf.AttachCgroupInetSockRelease},
 		{"connect4", o.Sock4Connect, ebpf.AttachCGroupInet4Connect},
 		{"connect6", o.Sock6Connect, ebpf.AttachCGroupInet6Connect},
 		{"sendmsg4", o.Sock4Sendmsg, ebpf.AttachCGroupUDP4Sendmsg},
@@ -105,12 +157,23 @@ func cgroupProgs(o *lbObjects) []struct {
 // that changed lb.h, or changed MapSizes) is replaced by a new, empty one;
 // replaced names the maps that were.
 func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObjects, replaced []string, err error) {
-	spec, err := loadLb()
+	spec, err := loadSpec()
 	if err != nil {
 		return nil, nil, fmt.Errorf("parse embedded BPF object: %w", err)
 	}
+	fastBits, sockBits := pow2Bits(cfg.Maps.Frontends, 10), pow2Bits(cfg.Maps.Sockets, 10)
+	// lb_sk_rev holds the reverse translations of open connections,
+	// which nothing could restore in a new table: a pinned one is kept
+	// at its size (a larger MapSizes.Sockets takes effect when the pins
+	// are removed; until then more sockets use socket-local storage).
+	if n, ok := pinnedSockTable(spec.Maps["lb_sk_rev"], filepath.Join(mapsDir, "lb_sk_rev")); ok && n != 1<<sockBits {
+		cfg.Logger.Warn("keeping the pinned socket table at its size", "entries", n, "configured", 1<<sockBits)
+		sockBits = uint32(bits.TrailingZeros32(n))
+	}
 	sizes := map[string]int{
 		"lb_frontends": cfg.Maps.Frontends,
+		"lb_fe_fast":   1 << fastBits,
+		"lb_sk_rev":    1 << sockBits,
 		"lb_backends":  cfg.Maps.Backends,
 		// Two slot generations per frontend can be live at a flip.
 		"lb_slots":     2 * cfg.Maps.Backends,
@@ -136,6 +199,18 @@ func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObject
 	if err := spec.Variables["host_netns_cookie"].Set(hostCookie); err != nil {
 		return nil, nil, fmt.Errorf("set host_netns_cookie: %w", err)
 	}
+	if err := spec.Variables["strong_order"].Set(strongOrder()); err != nil {
+		return nil, nil, fmt.Errorf("set strong_order: %w", err)
+	}
+	if err := spec.Variables["fe_fast_bits"].Set(fastBits); err != nil {
+		return nil, nil, fmt.Errorf("set fe_fast_bits: %w", err)
+	}
+	if err := spec.Variables["sk_rev_mask"].Set(uint32(1)<<sockBits - 1); err != nil {
+		return nil, nil, fmt.Errorf("set sk_rev_mask: %w", err)
+	}
+	if err := spec.Variables["sk_rev_hot_mask"].Set(uint32(1)<<min(sockBits, sockHotBits) - 1); err != nil {
+		return nil, nil, fmt.Errorf("set sk_rev_hot_mask: %w", err)
+	}
 	objs = new(lbObjects)
 	err = spec.LoadAndAssign(objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
 	if err != nil {
@@ -151,11 +226,49 @@ func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObject
 	return objs, replaced, nil
 }
 
+// strongOrder tells the programs whether this CPU keeps loads in order with
+// loads and stores with stores (x86 does), so that the lock-free tables
+// need no fences there.
+var strongOrder = func() uint8 {
+	if runtime.GOARCH == "amd64" || runtime.GOARCH == "386" {
+		return 1
+	}
+	return 0
+}
+
+// sockHotBits sizes the hot part of lb_sk_rev (4,096 entries, 256 KiB),
+// which sockets try first: small enough to stay in a CPU's caches while
+// short-lived connections keep reusing it.
+const sockHotBits = 12
+
+// pinnedSockTable returns the size of a pinned lb_sk_rev that this build
+// can use as it is but for its size.
+func pinnedSockTable(ms *ebpf.MapSpec, pin string) (uint32, bool) {
+	m, err := ebpf.LoadPinnedMap(pin, nil)
+	if err != nil {
+		return 0, false
+	}
+	defer m.Close()
+	n := m.MaxEntries()
+	if m.Type() != ms.Type || m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize || m.Flags() != ms.Flags ||
+		n < 1024 || n&(n-1) != 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// coupledMaps refer to each other: frontend values and fast lines to slot
+// ranges, slots and affinity entries to backend ids. When one of them is
+// replaced, all are, so that programs still attached never read a new map
+// through an old one (an old frontend value into a new slot array, an old
+// affinity entry naming a reissued backend id).
+var coupledMaps = []string{"lb_frontends", "lb_fe_fast", "lb_slots", "lb_backends", "lb_affinity"}
+
 // dropIncompatiblePins removes the pins of maps that spec cannot reuse, so
 // that loading creates them anew. Programs still attached keep the old maps
 // alive until they are replaced.
 func dropIncompatiblePins(spec *ebpf.CollectionSpec, mapsDir string) ([]string, error) {
-	var replaced []string
+	drop := map[string]bool{}
 	for name, ms := range spec.Maps {
 		if ms.Pinning != ebpf.PinByName {
 			continue
@@ -176,6 +289,18 @@ func dropIncompatiblePins(spec *ebpf.CollectionSpec, mapsDir string) ([]string, 
 		if !errors.Is(cerr, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("check pinned map %s: %w", pin, cerr)
 		}
+		drop[name] = true
+	}
+	if slices.ContainsFunc(coupledMaps, func(n string) bool { return drop[n] }) {
+		for _, n := range coupledMaps {
+			if exists(filepath.Join(mapsDir, n)) {
+				drop[n] = true
+			}
+		}
+	}
+	var replaced []string
+	for name := range drop {
+		pin := filepath.Join(mapsDir, name)
 		if err := os.Remove(pin); err != nil {
 			return nil, fmt.Errorf("replace pinned map %s: %w", pin, err)
 		}

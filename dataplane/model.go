@@ -16,6 +16,7 @@ const (
 
 	feAffinity  uint8 = 0x01
 	feLocalOnly uint8 = 0x02
+	feInline    uint8 = 0x04 // lb_fe_fast copies only
 
 	beLocal       uint8 = 0x01
 	beTerminating uint8 = 0x02

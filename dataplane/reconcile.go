@@ -18,6 +18,7 @@ type feState struct {
 	held   uint32 // length of the range it holds
 	flags  uint8
 	aff    uint32
+	val    lbFeVal   // its lb_frontends value, which fast lines copy
 	bes    []beEntry // the live slots in slot order, which is beKey order
 	broken bool      // adopted with missing or foreign slots: rewrite in full
 }
@@ -86,6 +87,9 @@ type batch struct {
 	slotVals  []lbSlot
 	feKeys    []lbFeKey
 	feVals    []lbFeVal
+	fastKeys  []uint32
+	fastVals  []lbFeFast
+	fastClear bool // empty the lines of lb_fe_fast not in fastKeys
 	delFE     []lbFeKey
 	delBE     []uint32
 	freeFE    []uint32
@@ -94,13 +98,14 @@ type batch struct {
 }
 
 func (b *batch) empty() bool {
-	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.delFE)+len(b.delBE) == 0
+	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.fastKeys)+len(b.delFE)+len(b.delBE) == 0 && !b.fastClear
 }
 
 // kmaps are the kernel maps the reconciler writes.
 type kmaps struct {
 	frontends, slots, backends *ebpf.Map
-	noBatch                    bool // the kernel lacks batch operations (< 5.6)
+	fast                       *fastMem // lb_fe_fast, written through its shared mapping
+	noBatch                    bool     // the kernel lacks batch operations (< 5.6)
 }
 
 // batchMin is the size from which a batch syscall beats element updates.
@@ -172,14 +177,22 @@ func mapName(m *ebpf.Map) string {
 	return "map"
 }
 
-// apply writes a batch: make (backends, slots), switch (frontends), break
-// (deletes).
+// apply writes a batch: make (backends, slots), switch (fast lines, then
+// frontends), break (deletes). Fast lines go first so that a new frontend
+// whose line is taken has FAST_SPILL set before it is in lb_frontends;
+// readers never use a line while it is being written (see fastMem).
 func (k *kmaps) apply(b *batch) error {
 	if err := k.put(k.backends, b.beKeys, b.beVals, len(b.beKeys)); err != nil {
 		return err
 	}
 	if err := k.put(k.slots, b.slotKeys, b.slotVals, len(b.slotKeys)); err != nil {
 		return err
+	}
+	if err := k.fast.write(b.fastKeys, b.fastVals); err != nil {
+		return err
+	}
+	if b.fastClear {
+		k.fast.clearExcept(b.fastKeys)
 	}
 	if err := k.put(k.frontends, b.feKeys, b.feVals, len(b.feKeys)); err != nil {
 		return err
@@ -195,6 +208,7 @@ func (k *kmaps) apply(b *batch) error {
 type reconciler struct {
 	m     *kmaps
 	fes   map[feKey]*feState
+	fast  fastTable
 	feIDs idAlloc
 	beIDs idAlloc
 	slots rangeAlloc
@@ -203,9 +217,9 @@ type reconciler struct {
 	garbageBEs []uint32
 }
 
-func newReconciler(m *kmaps, slotCap uint32) *reconciler {
-	return &reconciler{m: m, fes: map[feKey]*feState{}, feIDs: newIDAlloc(), beIDs: newIDAlloc(),
-		slots: rangeAlloc{size: slotCap}}
+func newReconciler(m *kmaps, slotCap, fastBits uint32) *reconciler {
+	return &reconciler{m: m, fes: map[feKey]*feState{}, fast: newFastTable(fastBits), feIDs: newIDAlloc(),
+		beIDs: newIDAlloc(), slots: rangeAlloc{size: slotCap}}
 }
 
 // Conversions between the Go and the map forms.
@@ -308,9 +322,17 @@ func (r *reconciler) upsert(d desiredFE, b *batch) error {
 		st.held = uint32(len(newBes))
 	}
 	if changed || st.flags != d.Flags || st.aff != d.AffinityTimeout {
+		st.val = lbFeVal{Id: st.id, Base: base, Count: uint16(len(newBes)), Flags: d.Flags,
+			AffinityTimeout: d.AffinityTimeout}
 		b.feKeys = append(b.feKeys, toFeKey(d.Key))
-		b.feVals = append(b.feVals, lbFeVal{Id: st.id, Base: base, Count: uint16(len(newBes)), Flags: d.Flags,
-			AffinityTimeout: d.AffinityTimeout})
+		b.feVals = append(b.feVals, st.val)
+		if d.Key.Scope == scopeInternal {
+			if fresh {
+				r.fast.add(d.Key)
+			} else {
+				r.fast.changed(d.Key)
+			}
+		}
 	}
 	// Backends that left the frontend, or all of them when affinity was
 	// switched off.
@@ -349,10 +371,15 @@ func (r *reconciler) remove(k feKey, b *batch) {
 	}
 	b.freeFE = append(b.freeFE, st.id)
 	delete(r.fes, k)
+	if k.Scope == scopeInternal {
+		r.fast.remove(k)
+	}
 }
 
-// commit writes b and releases the ids and slot ranges it freed.
+// commit writes b, with the fast lines the batch changed, and releases the
+// ids and slot ranges it freed.
 func (r *reconciler) commit(b *batch) error {
+	r.fast.flush(r.fes, b)
 	if err := r.m.apply(b); err != nil {
 		return err
 	}
@@ -411,7 +438,7 @@ func (r *reconciler) adopt() error {
 	var used []extent
 	for _, a := range fes {
 		fv := a.val
-		st := &feState{id: fv.Id, base: fv.Base, flags: fv.Flags, aff: fv.AffinityTimeout}
+		st := &feState{id: fv.Id, base: fv.Base, flags: fv.Flags, aff: fv.AffinityTimeout, val: fv}
 		r.feIDs.take(fv.Id)
 		n := uint32(fv.Count)
 		if fv.Base+n > uint32(len(slotVals)) || fv.Base+n < fv.Base {
@@ -456,6 +483,9 @@ func (r *reconciler) adopt() error {
 			r.garbageBEs = append(r.garbageBEs, id)
 		}
 	}
+	// The fast table is derived from the frontends: the next commit
+	// rewrites all of it.
+	r.fast.rebuild(r.fes)
 	return nil
 }
 

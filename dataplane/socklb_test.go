@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -58,6 +59,107 @@ func TestSocketLB(t *testing.T) {
 				t.Fatalf("backend saw client %s, want %s (no SNAT at the socket layer)", r.client, labClient)
 			}
 		}
+	})
+
+	t.Run("ReverseTranslationTable", func(t *testing.T) {
+		// A connected socket's translation is in lb_sk_rev, in its hot
+		// entry (cookie & hot) when that is free, else in its entry of
+		// the whole table (cookie & mask), else in socket-local
+		// storage; sock_release frees it with the socket.
+		before, err := l.dp.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mask := l.dp.objs.LbSkRev.MaxEntries() - 1
+		hot := min(mask+1, 1<<sockHotBits) - 1
+		entry := func(idx uint32) lbSkRev {
+			var e lbSkRev
+			if err := l.dp.objs.LbSkRev.Lookup(idx, &e); err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		vip := netip.MustParseAddr("10.214.100.1")
+		var a, b, c int
+		var ca, cb, cc uint64
+		// sharing opens sockets until one's cookie names the same
+		// entries as ca (cookies are handed out in sequence, so some
+		// socket soon lands on them) and connects it.
+		sharing := func() (int, uint64, error) {
+			for range 400000 {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return -1, 0, err
+				}
+				ck, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+				if err != nil {
+					unix.Close(fd)
+					return -1, 0, err
+				}
+				if uint32(ck)&mask == uint32(ca)&mask {
+					return fd, ck, unix.Connect(fd, &unix.SockaddrInet4{Addr: vip.As4(), Port: 80})
+				}
+				unix.Close(fd)
+			}
+			return -1, 0, errors.New("no socket cookie landed on the first socket's entries")
+		}
+		err = l.cli.Do(func() error {
+			var err error
+			if a, ca, err = connectRaw(vip, 80); err != nil {
+				return err
+			}
+			if b, cb, err = sharing(); err != nil {
+				return err
+			}
+			c, cc, err = sharing()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hotIdx, fullIdx := uint32(ca)&hot, uint32(ca)&mask
+		if e := entry(hotIdx); e.Cookie != ca || fromLbAddr(e.FeIp).Unmap() != vip || htons(e.FePort) != 80 {
+			t.Fatalf("hot lb_sk_rev entry of an open connection: %+v (cookie %d)", e, ca)
+		}
+		// b found its hot entry (the same as a's) taken and used its
+		// entry of the whole table; c found both taken. When the two
+		// are one entry, b found that too.
+		wantLocal := uint64(1)
+		if hotIdx == fullIdx {
+			wantLocal = 2
+		} else if e := entry(fullIdx); e.Cookie != cb {
+			t.Fatalf("lb_sk_rev entry %d: %+v, want the second socket %d", fullIdx, e, cb)
+		}
+		for _, fd := range []int{a, b, c} {
+			sa, err := unix.Getpeername(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in, ok := sa.(*unix.SockaddrInet4); !ok || netip.AddrFrom4(in.Addr) != vip || in.Port != 80 {
+				t.Fatalf("getpeername = %+v, want the ClusterIP", sa)
+			}
+		}
+		after, err := l.dp.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := after.SocketRevLocal - before.SocketRevLocal; got != wantLocal {
+			t.Fatalf("%d translations went to socket-local storage, want %d", got, wantLocal)
+		}
+		unix.Close(c)
+		unix.Close(b)
+		if e := entry(hotIdx); e.Cookie != ca {
+			t.Fatalf("closing the other sockets freed the first one's entry: %+v", e)
+		}
+		if e := entry(fullIdx); hotIdx != fullIdx && e.Cookie != 0 {
+			t.Fatalf("entry %d still held after its socket closed: %+v", fullIdx, e)
+		}
+		unix.Close(a)
+		if e := entry(hotIdx); e.Cookie != 0 {
+			t.Fatalf("entry still held after close: %+v", e)
+		}
+		t.Logf("cookies %d, %d and %d share entries %d and %d: the third socket's translation went to socket-local storage",
+			ca, cb, cc, hotIdx, fullIdx)
 	})
 
 	t.Run("NamedAndMultiPort", func(t *testing.T) {
@@ -438,4 +540,23 @@ func TestSocketLB(t *testing.T) {
 	}
 	t.Logf("stats: %+v", st)
 	_ = context.Background
+}
+
+// connectRaw connects a TCP socket to ip:port from the calling thread and
+// returns it with its cookie.
+func connectRaw(ip netip.Addr, port int) (int, uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: ip.As4(), Port: port}); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	return fd, c, nil
 }

@@ -2,12 +2,18 @@ package dataplane
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/tether-edge/tether/dataplane/internal/testnet"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -113,4 +119,202 @@ func TestUpgradeReplacesOutdatedMaps(t *testing.T) {
 		t.Fatalf("%d of %d connections failed across the upgrade; last: %v", fail, ok+fail, lastErr)
 	}
 	t.Logf("%d connections across the upgrade, 0 failed", ok)
+}
+
+// abi2Object is the BPF object of the build before lb_fe_fast and lb_sk_rev
+// (ABI 2): the layout that agents in the field have pinned.
+const abi2Object = "testdata/lb_abi2_bpfel.o"
+
+// installABI2 sets up what an agent of the ABI 2 build leaves behind: its
+// maps pinned under l.pins, its socket programs attached to l.cgroup through
+// pinned links, and one Service vip:port → backends:bport written in that
+// build's layout.
+func installABI2(t *testing.T, l *sockLab, vip string, port uint16, backends []string, bport uint16) {
+	t.Helper()
+	spec, err := ebpf.LoadCollectionSpec(abi2Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := l.cfg
+	cfg.setDefaults()
+	for name, n := range map[string]int{
+		"lb_frontends": cfg.Maps.Frontends, "lb_backends": cfg.Maps.Backends, "lb_slots": 2 * cfg.Maps.Backends,
+		"lb_affinity": cfg.Maps.Affinity, "lb_sock_rnat": cfg.Maps.SockRevNAT, "lb_ct4": cfg.Maps.Conntrack,
+		"lb_rct4": cfg.Maps.Conntrack,
+	} {
+		spec.Maps[name].MaxEntries = uint32(n)
+	}
+	var retval uint8
+	if haveSetRetval() {
+		retval = 1
+	}
+	if err := spec.Variables["have_set_retval"].Set(retval); err != nil {
+		t.Fatal(err)
+	}
+	mapsDir, linksDir := filepath.Join(l.pins, "maps"), filepath.Join(l.pins, "links")
+	for _, d := range []string{mapsDir, linksDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
+	if err != nil {
+		t.Fatalf("load the ABI 2 object: %v", err)
+	}
+	defer coll.Close()
+
+	slices.Sort(backends)
+	for i, b := range backends {
+		s := lbSlot{Ip: toLbAddr(as16(netip.MustParseAddr(b))), Port: htons(bport), BackendId: uint32(i + 1), FeId: 1}
+		if err := coll.Maps["lb_slots"].Put(uint32(i), &s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := toFeKey(feKey{IP: as16(netip.MustParseAddr(vip)), Port: port, Proto: protoTCP, Scope: scopeInternal})
+	v := lbFeVal{Id: 1, Count: uint16(len(backends))}
+	if err := coll.Maps["lb_frontends"].Put(&k, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		name, prog string
+		attach     ebpf.AttachType
+	}{
+		{"connect4", "sock4_connect", ebpf.AttachCGroupInet4Connect},
+		{"connect6", "sock6_connect", ebpf.AttachCGroupInet6Connect},
+		{"sendmsg4", "sock4_sendmsg", ebpf.AttachCGroupUDP4Sendmsg},
+		{"sendmsg6", "sock6_sendmsg", ebpf.AttachCGroupUDP6Sendmsg},
+		{"recvmsg4", "sock4_recvmsg", ebpf.AttachCGroupUDP4Recvmsg},
+		{"recvmsg6", "sock6_recvmsg", ebpf.AttachCGroupUDP6Recvmsg},
+		{"getpeername4", "sock4_getpeername", ebpf.AttachCgroupInet4GetPeername},
+		{"getpeername6", "sock6_getpeername", ebpf.AttachCgroupInet6GetPeername},
+		{"post_bind4", "sock4_post_bind", ebpf.AttachCGroupInet4PostBind},
+		{"post_bind6", "sock6_post_bind", ebpf.AttachCGroupInet6PostBind},
+	} {
+		lk, err := link.AttachCgroup(link.CgroupOptions{Path: l.cgroup, Attach: p.attach, Program: coll.Programs[p.prog]})
+		if err != nil {
+			t.Fatalf("attach ABI 2 %s: %v", p.name, err)
+		}
+		if err := lk.Pin(filepath.Join(linksDir, "cgroup_"+p.name)); err != nil {
+			t.Fatal(err)
+		}
+		lk.Close()
+	}
+}
+
+// peerOf calls getpeername on a connection now (net.Conn remembers the
+// address it saw at connect time).
+func peerOf(t *testing.T, c net.Conn) string {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa unix.Sockaddr
+	var serr error
+	if err := rc.Control(func(fd uintptr) { sa, serr = unix.Getpeername(int(fd)) }); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	in, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		t.Fatalf("getpeername: %T", sa)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port)).String()
+}
+
+// TestUpgradeFromABI2 upgrades a node that the previous build (ABI 2, its
+// BPF object in testdata) serves: the new agent replaces the maps whose
+// layout changed, the old programs keep serving until the first Sync has
+// filled the new ones, and then the pinned links move to the new programs.
+// No connection fails on the way, and a connection opened under the old
+// programs (its reverse translation in socket-local storage) still shows
+// the ClusterIP as its peer afterwards.
+func TestUpgradeFromABI2(t *testing.T) {
+	l := newSockNet(t)
+	serveTCP(t, l.be, 8080)
+	installABI2(t, l, "10.214.100.1", 80, labBackends[:2], 8080)
+	testnet.JoinCgroup(t, l.cgroup)
+	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
+
+	var old net.Conn
+	if err := l.cli.Do(func() error {
+		var err error
+		old, err = net.DialTimeout("tcp", "10.214.100.1:80", 2*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if p := peerOf(t, old); p != "10.214.100.1:80" {
+		t.Fatalf("getpeername under the ABI 2 programs = %s", p)
+	}
+
+	stop := make(chan struct{})
+	h := startHammer(t, l.cli, "10.214.100.1:80", stop)
+	time.Sleep(50 * time.Millisecond)
+	dp, err := New(l.cfg)
+	if err != nil {
+		t.Fatalf("New over ABI 2 pins: %v", err)
+	}
+	l.dp = dp
+	if !dp.deferAttach {
+		t.Fatal("replaced maps but attached the new programs before they were filled")
+	}
+	time.Sleep(100 * time.Millisecond)
+	countBackends(t, dialN(l.cli, "10.214.100.1:80", 5))
+
+	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
+	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
+	dp.UpsertService(web)
+	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
+	if err := dp.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if dp.deferAttach {
+		t.Fatal("programs not attached after the first Sync")
+	}
+	for i, p := range cgroupProgs(dp.objs) {
+		li, err := dp.cgLinks[i].Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pi, err := p.prog.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, _ := pi.ID(); li.Program != id {
+			t.Fatalf("%s link runs program %d, not the new %d", p.name, li.Program, id)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	before, err := dp.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := dialN(l.cli, "10.214.100.1:80", 20)
+	countBackends(t, rs)
+	for _, r := range rs {
+		if r.peer != "10.214.100.1:80" {
+			t.Fatalf("getpeername = %s after the upgrade", r.peer)
+		}
+	}
+	after, err := dp.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.SocketTranslations-before.SocketTranslations < 20 || after.SocketRevLocal != before.SocketRevLocal {
+		t.Fatalf("new programs not serving from lb_sk_rev: %+v → %+v", before, after)
+	}
+	if p := peerOf(t, old); p != "10.214.100.1:80" {
+		t.Fatalf("getpeername of a connection opened under the ABI 2 programs = %s after the upgrade", p)
+	}
+	close(stop)
+	<-h.done
+	ok, fail, lastErr := h.counts()
+	if fail != 0 {
+		t.Fatalf("%d of %d connections failed across the upgrade; last: %v", fail, ok+fail, lastErr)
+	}
+	t.Logf("%d connections across the upgrade from ABI 2, 0 failed", ok)
 }

@@ -34,9 +34,6 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #ifndef offsetof
 #define offsetof(t, m) __builtin_offsetof(t, m)
 #endif
-#ifndef SOCK_STREAM
-#define SOCK_STREAM 1
-#endif
 #ifndef ECONNREFUSED
 #define ECONNREFUSED 111
 #endif
@@ -52,6 +49,21 @@ volatile const __u8 have_set_retval = 0;
 /* Cookie of the node's own network namespace: NodePorts are protected from
  * bind() there only; pods may bind any port in their own namespaces. */
 volatile const __u64 host_netns_cookie = 0;
+/* Sizes of the tables indexed by the programs themselves: lb_fe_fast has
+ * 1 << fe_fast_bits entries, lb_sk_rev sk_rev_mask + 1. */
+volatile const __u32 fe_fast_bits = 10;
+volatile const __u32 sk_rev_mask = 1023;
+/* The first entries of lb_sk_rev that a socket tries before its entry in
+ * the whole table: sockets that close soon reuse them while they are still
+ * in the CPU caches (see struct sk_rev). */
+volatile const __u32 sk_rev_hot_mask = 255;
+/* Set on CPUs that keep loads in order with loads and stores with stores
+ * (x86): the lock-free tables then need no fences, only a compiler that
+ * keeps the order (barrier()); elsewhere their counts are read and written
+ * with atomic operations, which are full fences. */
+volatile const __u8 strong_order = 0;
+
+#define barrier() asm volatile("" ::: "memory")
 
 /* Sizes are defaults; the loader resizes maps from its configuration. All
  * maps are pinned by name so that a restarted agent adopts them. */
@@ -68,8 +80,20 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
+	__type(value, struct fe_fast);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_MMAPABLE);	/* page-aligned entries, see lb.h */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_fe_fast SEC(".maps");
+
+/* Mmapable for the same reason: 32-byte slots that never straddle a
+ * cache line. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
 	__type(value, struct slot);
 	__uint(max_entries, 524288);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_slots SEC(".maps");
 
@@ -81,6 +105,16 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_backends SEC(".maps");
+
+/* Mmapable for page-aligned entries: one cache line each. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct sk_rev);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_sk_rev SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -177,6 +211,84 @@ static __always_inline __u32 mix32(__u64 v)
 	return h;
 }
 
+static __always_inline int key_eq(const struct fe_key *a, const struct fe_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+
+	return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4])) == 0;
+}
+
+/* Reads the sequence count of fast entry f, ordered before (begin) or
+ * after (end) the reads of the entry it guards. */
+static __always_inline __u32 fast_seq(struct fe_fast *f)
+{
+	__u32 v;
+
+	if (!strong_order)
+		return __sync_fetch_and_add(&f->seq, 0);
+	barrier();
+	v = *(volatile __u32 *)&f->seq;
+	barrier();
+	return v;
+}
+
+/*
+ * Looks up a frontend of the socket hooks: in its lb_fe_fast entry first,
+ * in lb_frontends when the entry holds another key and says that keys of
+ * its index spilled there, or when the entry was being rewritten. Returns 1
+ * and the value in *out for a frontend, 0 for an address that is no
+ * Service. When the entry holds the frontend's backends, the one that hash
+ * picks is copied to *be and *inl is set: the caller needs nothing else.
+ */
+static __always_inline int fe_find(const struct fe_key *key, __u32 hash, struct fe_val *out, struct slot *be,
+				   int *inl)
+{
+	__u32 idx = fe_fast_index(key, fe_fast_bits);
+	struct fe_fast *f = bpf_map_lookup_elem(&lb_fe_fast, &idx);
+	struct fe_val *fep;
+	__u32 seq, i, ip = 0;
+	__u16 port = 0;
+	__u8 state = 0;
+	int hit, in = 0;
+
+	if (f) {
+		seq = fast_seq(f);
+		state = f->state;
+		hit = (state & FAST_USED) && key_eq(&f->key, key);
+		if (hit) {
+			*out = f->val;
+			if (out->flags & FE_INLINE) {
+				/* hash scaled to [0, count) */
+				i = (__u32)(((__u64)hash * out->count) >> 32);
+				if (i < FAST_INLINE) {
+					ip = f->be[i].ip;
+					port = f->be[i].port;
+					in = 1;
+				}
+			}
+		}
+		if (!(seq & 1) && fast_seq(f) == seq) {
+			if (hit) {
+				if (in) {
+					addr_from_v4(&be->ip, ip);
+					be->port = port;
+				}
+				*inl = in;
+				return 1;
+			}
+			if (!(state & FAST_SPILL))
+				return 0;
+		}
+	}
+	*inl = 0;
+	fep = bpf_map_lookup_elem(&lb_frontends, key);
+	if (!fep)
+		return 0;
+	*out = *fep;
+	out->flags &= ~FE_INLINE;
+	return 1;
+}
+
 /*
  * Picks a backend of frontend fe for a client. Affinity, when the frontend
  * asks for it, wins as long as its entry is fresh and its backend still
@@ -210,7 +322,8 @@ static __always_inline int pick_backend(const struct fe_val *fe, struct aff_key 
 		}
 	}
 
-	idx = fe->base + hash % fe->count;
+	/* hash scaled to [0, count): a multiply instead of a division */
+	idx = fe->base + (__u32)(((__u64)hash * fe->count) >> 32);
 	s = bpf_map_lookup_elem(&lb_slots, &idx);
 	if (!s)
 		return 0;
@@ -237,11 +350,74 @@ static __always_inline int sock_refuse(struct bpf_sock_addr *ctx)
 	return 0;
 }
 
+/* Reads the owner of reverse translation e, ordered before (and after)
+ * the reads of the translation. */
+static __always_inline __u64 rev_owner(struct sk_rev *e)
+{
+	__u64 v;
+
+	if (!strong_order)
+		return __sync_fetch_and_add(&e->cookie, 0);
+	barrier();
+	v = *(volatile __u64 *)&e->cookie;
+	barrier();
+	return v;
+}
+
+/* Claims lb_sk_rev entry idx for the socket with cookie and writes the
+ * translation to it: a free entry, or one the socket holds already (it
+ * connected again). Returns 0 when another socket holds it. */
+static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_addr *fe_ip, __u16 fe_port,
+				     const struct slot *be)
+{
+	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
+	__u64 cur;
+
+	if (!e)
+		return 0;
+	cur = *(volatile __u64 *)&e->cookie;
+	if ((cur != 0 && cur != cookie) ||
+	    __sync_val_compare_and_swap(&e->cookie, cur, cookie | SK_REV_BUSY) != cur)
+		return 0;
+	e->fe_ip = *fe_ip;
+	e->fe_port = fe_port;
+	e->be_ip = be->ip;
+	e->be_port = be->port;
+	if (strong_order) {
+		barrier();
+		*(volatile __u64 *)&e->cookie = cookie;
+	} else {
+		__sync_lock_test_and_set(&e->cookie, cookie);
+	}
+	return 1;
+}
+
+/* Records the reverse translation of a connected socket: in its hot entry
+ * of lb_sk_rev, else in its entry of the whole table, else (both held by
+ * live sockets) in socket-local storage. */
+static __always_inline void rev_store(struct bpf_sock_addr *ctx, __u64 cookie, const struct lb_addr *fe_ip,
+				      __u16 fe_port, const struct slot *be)
+{
+	struct sk_rnat *rn;
+
+	if (rev_claim((__u32)cookie & sk_rev_hot_mask, cookie, fe_ip, fe_port, be) ||
+	    rev_claim((__u32)cookie & sk_rev_mask, cookie, fe_ip, fe_port, be))
+		return;
+	count(STAT_SOCK_REV_LOCAL);
+	rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (rn) {
+		rn->fe_ip = *fe_ip;
+		rn->fe_port = fe_port;
+		rn->be_ip = be->ip;
+		rn->be_port = be->port;
+	}
+}
+
 /*
  * Forward translation shared by connect and sendmsg of both families.
  * Returns the verdict of the hook (1 allow, 0 reject) and the backend in
  * *dst / *port when the destination is a Service frontend. connect records
- * the translation in the socket's storage, sendmsg (unconnected UDP, one
+ * the translation per socket (rev_store), sendmsg (unconnected UDP, one
  * socket to many frontends) in the LRU map keyed by socket and backend.
  */
 static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr *dst, __u16 *port,
@@ -249,12 +425,11 @@ static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr 
 {
 	struct fe_key key = {};
 	struct aff_key ak = {};
-	struct slot be;
-	struct fe_val fe;
-	struct fe_val *fep;
+	struct slot be = {};
+	struct fe_val fe = {};
 	__u32 hash;
 	__u64 cookie = 0;
-	int tries, ok = 0;
+	int tries, inl = 0, ok = 0;
 
 	*rewrite = 0;
 	key.ip = *dst;
@@ -262,24 +437,25 @@ static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr 
 	key.proto = ctx->protocol;
 	key.scope = SCOPE_INTERNAL;
 
+	/* One pick per socket, from its cookie: a TCP connection is a new
+	 * socket, and a UDP client's datagrams keep reaching the same
+	 * backend. mix32 spreads consecutive cookies evenly, and connect
+	 * needs the cookie for the reverse translation anyway (cheaper than
+	 * a call for a random number on top of it). */
+	cookie = bpf_get_socket_cookie(ctx);
+	hash = mix32(cookie);
+
 	/* Two attempts: a reader that raced with a backend-set switch may
 	 * find its old slot range already reused; the second lookup sees the
 	 * new frontend value. */
 	for (tries = 0; tries < 2; tries++) {
-		fep = bpf_map_lookup_elem(&lb_frontends, &key);
-		if (!fep)
+		if (!fe_find(&key, hash, &fe, &be, &inl))
 			return 1;	/* not a Service: leave the socket alone */
-		fe = *fep;
 		if (fe.count == 0)
 			return sock_refuse(ctx);
-
-		/* TCP picks at random per connection; UDP sticks per socket so
-		 * that a client's datagrams keep reaching the same backend. */
-		if (ctx->type == SOCK_STREAM) {
-			hash = bpf_get_prandom_u32();
-		} else {
-			cookie = bpf_get_socket_cookie(ctx);
-			hash = mix32(cookie);
+		if (inl) {
+			ok = 1;
+			break;
 		}
 		if (fe.flags & FE_AFFINITY) {
 			__u64 nc = bpf_get_netns_cookie(ctx);
@@ -296,14 +472,7 @@ static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr 
 		return sock_refuse(ctx);
 
 	if (connect) {
-		struct sk_rnat *rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-
-		if (rn) {
-			rn->fe_ip = *dst;
-			rn->fe_port = *port;
-			rn->be_ip = be.ip;
-			rn->be_port = be.port;
-		}
+		rev_store(ctx, cookie, dst, *port, &be);
 	} else {
 		struct sk_rnat_key rk = { .cookie = cookie, .ip = be.ip, .port = be.port };
 		struct sk_rnat_val rv = { .ip = *dst, .port = *port, .id = fe.id };
@@ -322,6 +491,28 @@ static __always_inline int addr_eq(const struct lb_addr *a, const struct lb_addr
 	return ((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) | (a->w[2] ^ b->w[2]) | (a->w[3] ^ b->w[3])) == 0;
 }
 
+/* Looks for the socket with cookie in lb_sk_rev entry idx and, when it is
+ * there and was translated to src:port, replaces them with the frontend. */
+static __always_inline int rev_find(__u32 idx, __u64 cookie, struct lb_addr *src, __u16 *port)
+{
+	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
+	struct lb_addr fe_ip;
+	__u16 fe_port;
+	int hit;
+
+	if (!e || rev_owner(e) != cookie)
+		return 0;
+	hit = e->be_port == *port && addr_eq(&e->be_ip, src);
+	fe_ip = e->fe_ip;
+	fe_port = e->fe_port;
+	/* Still ours and not being rewritten by a second connect. */
+	if (!hit || rev_owner(e) != cookie)
+		return 0;
+	*src = fe_ip;
+	*port = fe_port;
+	return 1;
+}
+
 /* Reverse translation for getpeername and recvmsg: if this socket was
  * translated to the backend it now reports, show the frontend instead. */
 static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *src, __u16 *port, int udp)
@@ -329,7 +520,13 @@ static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *s
 	struct sk_rnat_key rk = {};
 	struct sk_rnat_val *rv;
 	struct sk_rnat *rn;
+	__u64 cookie = bpf_get_socket_cookie(ctx);
 
+	if (rev_find((__u32)cookie & sk_rev_hot_mask, cookie, src, port) ||
+	    rev_find((__u32)cookie & sk_rev_mask, cookie, src, port))
+		return 1;
+	/* Sockets whose entry was taken, and sockets connected by programs
+	 * that predate lb_sk_rev. */
 	rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, 0);
 	if (rn && rn->be_port == *port && addr_eq(&rn->be_ip, src)) {
 		*src = rn->fe_ip;
@@ -338,7 +535,7 @@ static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *s
 	}
 	if (!udp)
 		return 0;
-	rk.cookie = bpf_get_socket_cookie(ctx);
+	rk.cookie = cookie;
 	rk.ip = *src;
 	rk.port = *port;
 	rv = bpf_map_lookup_elem(&lb_sock_rnat, &rk);
@@ -465,6 +662,28 @@ SEC("cgroup/getpeername6")
 int sock6_getpeername(struct bpf_sock_addr *ctx)
 {
 	return sock6_rev(ctx, 0);
+}
+
+/* Frees the socket's lb_sk_rev entry when the application closes it: from
+ * then on nobody can ask for its peer. Only the owner frees an entry, and
+ * nobody else writes an entry that is not free, so a plain store will do. A
+ * socket that connected more than once may hold both of its entries. */
+static __always_inline void rev_free(__u32 idx, __u64 cookie)
+{
+	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
+
+	if (e && *(volatile __u64 *)&e->cookie == cookie)
+		*(volatile __u64 *)&e->cookie = 0;
+}
+
+SEC("cgroup/sock_release")
+int sock_release(struct bpf_sock *ctx)
+{
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+
+	rev_free((__u32)cookie & sk_rev_hot_mask, cookie);
+	rev_free((__u32)cookie & sk_rev_mask, cookie);
+	return 1;
 }
 
 /* Keeps host processes from binding a port that a NodePort owns: the bind

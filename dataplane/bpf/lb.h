@@ -12,7 +12,7 @@
 
 #include <linux/types.h>
 
-#define LB_ABI 2
+#define LB_ABI 3
 
 /* Scope of a frontend. Socket-level hooks see what a local socket asked for
  * (ClusterIP, externalIPs, load-balancer IPs reached from inside the node);
@@ -24,6 +24,7 @@
 /* Frontend flags. */
 #define FE_AFFINITY 0x01	/* sessionAffinity: ClientIP */
 #define FE_LOCAL_ONLY 0x02	/* backends restricted to this node (traffic policy Local) */
+#define FE_INLINE 0x04		/* lb_fe_fast copies only: the count backends are in the line */
 
 /* Backend flags. */
 #define BE_LOCAL 0x01		/* the endpoint runs on this node */
@@ -97,9 +98,84 @@ struct aff_val {
 	__u32 pad;
 };
 
-/* Reverse translation of a connected socket (connect4/6), kept in the
- * socket's own storage and freed with it: getpeername and recvmsg show the
- * frontend while the socket's peer is the backend it was sent to. */
+/*
+ * The frontend table the socket hooks read first: one 128-byte entry (two
+ * adjacent cache lines, which the CPU fetches as a pair) per index
+ * fe_fast_index() of the key, holding the key, a copy of its lb_frontends
+ * value and, for a frontend of up to FAST_INLINE IPv4 backends without
+ * session affinity, the backends themselves (FE_INLINE in val.flags): such
+ * a connect then reads nothing else of the Service. lb_frontends stays the
+ * authoritative table (and the only one of tc and post_bind); a key whose
+ * entry is taken by another key is found there, and FAST_SPILL says that
+ * such keys exist. An entry without FAST_SPILL whose key differs therefore
+ * proves that the address is no Service, which is the answer for most
+ * connects.
+ *
+ * Readers take no lock: seq is a sequence count. The writer (the
+ * reconciler, through a shared mapping of the array) makes it odd, rewrites
+ * the entry, and makes it even again; a reader that saw an odd count, or
+ * two different counts before and after its reads, read a half-written
+ * entry and asks lb_frontends instead. The array is mmapable for that
+ * mapping, which also starts every entry page-aligned.
+ */
+#define FAST_USED 0x01		/* key and val are valid */
+#define FAST_SPILL 0x02		/* some key of this index lives in lb_frontends only */
+#define FAST_INLINE 10
+
+struct be4 {
+	__u32 ip;		/* IPv4, network byte order */
+	__u16 port;		/* network byte order */
+	__u16 pad;
+};
+
+struct fe_fast {
+	__u32 seq;		/* odd while the writer rewrites the entry */
+	__u8 state;		/* FAST_* */
+	__u8 pad[3];
+	struct fe_key key;
+	struct fe_val val;
+	__u32 pad2;
+	struct be4 be[FAST_INLINE];	/* val.count of them when FE_INLINE */
+};
+
+/* Index of key k in a fast table of 1 << bits entries. The IPv4 (or last
+ * IPv6) word is added as a number, so neighbouring ClusterIPs get
+ * neighbouring lines and a dense Service range never collides with
+ * itself; port and protocol move the range by a Fibonacci hash. Mirrored
+ * by fastIndex in Go. */
+static __inline __u32 fe_fast_index(const struct fe_key *k, __u32 bits)
+{
+	__u32 x = __builtin_bswap32(k->ip.w[3]);
+	__u32 y = (k->ip.w[0] ^ k->ip.w[1] ^ k->ip.w[2]) + ((__u32)__builtin_bswap16(k->port) << 8 | k->proto);
+
+	return (x + ((y * 0x9e3779b1u) >> (32 - bits))) & ((1u << bits) - 1);
+}
+
+/* Reverse translation of a connected socket (connect4/6): getpeername and
+ * recvmsg show the frontend while the socket's peer is the backend it was
+ * sent to. It lives in lb_sk_rev, a preallocated table indexed by the
+ * socket cookie and emptied by the sock_release program, so a connect
+ * allocates nothing. A socket has two entries: its hot one among the first
+ * few thousand (cookie & sk_rev_hot_mask), which short-lived sockets keep
+ * reusing while they are in the CPU caches, and, when a live socket holds
+ * that, its entry in the whole table (cookie & sk_rev_mask). A socket
+ * claims a free entry with an atomic compare-and-exchange of cookie, marked
+ * SK_REV_BUSY while it writes the rest; readers match cookie without the
+ * mark. A socket whose two entries are both held by live sockets keeps its
+ * translation in socket-local storage instead (sk_rnat), as every socket
+ * did before lb_sk_rev existed. One 64-byte entry per cache line. */
+#define SK_REV_BUSY (1ULL << 63)	/* cookies count up from 1 and never reach it */
+
+struct sk_rev {
+	__u64 cookie;		/* owner; 0: free */
+	struct lb_addr fe_ip;
+	struct lb_addr be_ip;
+	__u16 fe_port;		/* network byte order */
+	__u16 be_port;
+	__u32 pad[5];
+};
+
+/* Reverse translation in socket-local storage (see sk_rev). */
 struct sk_rnat {
 	struct lb_addr fe_ip;
 	struct lb_addr be_ip;
@@ -175,5 +251,6 @@ enum lb_stat {
 	STAT_TC_REVERSE,	/* reply packets translated back */
 	STAT_TC_REFUSED,	/* TCP resets sent for frontends without backends */
 	STAT_TC_DROPPED,	/* dropped: Local policy without local backends, no SNAT port */
+	STAT_SOCK_REV_LOCAL,	/* reverse translations kept in socket-local storage (lb_sk_rev entry taken) */
 	STAT_MAX,
 };
