@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,10 +31,14 @@ var footprintFull = flag.Bool("footprint.full", false, "TestAgentFootprintAndPod
 
 // TestAgentFootprintAndPodStartup runs `tether edge` as its own process
 // with the containerd runtime and the eBPF dataplane (on a test cgroup)
-// against a real hub, and measures what a node pays: the agent's RSS idle
-// and with many pods (containerd and the shims reported apart), and pod
-// start-up from create to Running with a local image, one pod at a time
-// and many at once. CI runs a short version; the full one:
+// against a real hub, and measures what a node pays: the agent's RSS
+// (anonymous and file pages apart) idle, with many pods right after they
+// started, and with them once the agent released what the burst used
+// (package memtrim); containerd and the shims reported apart; pod start-up
+// from create to Running with a local image, one pod at a time and many at
+// once. It checks the agent's memory against bounds: the targets (20 MB
+// idle, 40 MB with 50 pods) in the full run, what the short run measured
+// with a margin in CI. The full run:
 //
 //	go test ./edge/containerd -run TestAgentFootprintAndPodStartup -v -count=1 -args -footprint.full
 func TestAgentFootprintAndPodStartup(t *testing.T) {
@@ -85,12 +90,19 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		_ = os.Remove(cgroup)
 	})
 
-	var agentLog bytes.Buffer
-	agent := exec.Command(h.Bin, "edge", "--hub", "https://"+h.Addr, "--token", strings.TrimSpace(string(tok)),
+	// The agent runs from a copy of the executable, as on a node where no
+	// hub runs: the kernel does not release pages another process (the
+	// hub) maps too, which would count in the agent's RSS.
+	bin := filepath.Join(dir, "tether")
+	if err := copyFile(h.Bin, bin); err != nil {
+		t.Fatal(err)
+	}
+	var agentLog syncBuffer
+	agent := exec.Command(bin, "edge", "--hub", "https://"+h.Addr, "--token", strings.TrimSpace(string(tok)),
 		"--data-dir", dir, "--name", "foot-0", "--runtime", "containerd", "--node-ip", "127.0.0.1",
 		"--containerd-address", filepath.Join(dir, "containerd", "containerd.sock"),
 		"--dataplane", "ebpf", "--dataplane-cgroup", cgroup, "--bpf-pin-dir", pins, "--uplinks", "none",
-		"--dns-addr", "none", "--pod-bridge", bridge)
+		"--dns-addr", "none", "--pod-bridge", bridge, "--log-level", "debug")
 	agent.Stdout, agent.Stderr = &agentLog, &agentLog
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
@@ -190,7 +202,16 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		return running[name].Sub(start)
 	}
 
-	time.Sleep(15 * time.Second)
+	// The agent releases what start-up used once the node is registered
+	// and it has settled (package memtrim); idle is 10s later.
+	releaseDeadline := time.Now().Add(45 * time.Second)
+	for agentLog.count(releaseLine+" after=start-up") == 0 {
+		if time.Now().After(releaseDeadline) {
+			fail("no release of start-up memory logged within 45s after the node was Ready")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(10 * time.Second)
 	idle := footprint(t, agent.Process.Pid, dir)
 
 	var one []time.Duration
@@ -232,17 +253,101 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		names = append(names, name)
 	}
 	waitRunning(names, 2*time.Minute)
+	allRunning := time.Now()
 	time.Sleep(10 * time.Second)
 	loaded := footprint(t, agent.Process.Pid, dir)
+	// Quiet after the burst of pod starts, the agent releases again (at
+	// most every 30s, after 5s of quiet).
+	burstDeadline := time.Now().Add(90 * time.Second)
+	for agentLog.count(releaseLine+" after=burst") == 0 {
+		if time.Now().After(burstDeadline) {
+			fail("no release of memory logged within 90s after the burst of pod starts")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	settled := footprint(t, agent.Process.Pid, dir)
 
-	t.Logf("pod start-up, create → Running, local image: one at a time (%d): p50 %v, p99 %v; %d at once: p50 %v, p99 %v",
-		seq, pctile(one, 0.5), pctile(one, 0.99), burst, pctile(together, 0.5), pctile(together, 0.99))
-	t.Logf("RSS idle: agent %s (anon %s, file %s), containerd %s", mib(idle.agent), mib(idle.agentAnon), mib(idle.agentFile), mib(idle.containerd))
-	t.Logf("RSS with %d pods: agent %s (anon %s, file %s), containerd %s, %d shims %s in all (%s each)",
-		many, mib(loaded.agent), mib(loaded.agentAnon), mib(loaded.agentFile), mib(loaded.containerd), loaded.shims, mib(loaded.shimRSS), mib(loaded.shimRSS/int64(max(loaded.shims, 1))))
-	t.Logf("targets: one pod p99 ≤ 1s: %v; agent idle ≤ 20 MB: %v; agent with 50 pods ≤ 40 MB: %v (measured with %d)",
-		pctile(one, 0.99) <= time.Second, idle.agent <= 20<<20, loaded.agent <= 40<<20, many)
+	// Pods started one at a time again, after the agent released what
+	// the burst used: the code they run is still in the page cache.
+	_, faults := cpuAndFaults(agent.Process.Pid)
+	var again []time.Duration
+	for i := range seq {
+		name := fmt.Sprintf("again-%d", i)
+		start := create(name)
+		waitRunning([]string{name}, time.Minute)
+		again = append(again, took(name, start))
+		if err := client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, faultsAgain := cpuAndFaults(agent.Process.Pid)
+
+	t.Logf("pod start-up, create → Running, local image: one at a time (%d): p50 %v, p99 %v; %d at once: p50 %v, p99 %v; one at a time after the release that followed (%d): p50 %v, p99 %v, %d major faults",
+		seq, pctile(one, 0.5), pctile(one, 0.99), burst, pctile(together, 0.5), pctile(together, 0.99),
+		seq, pctile(again, 0.5), pctile(again, 0.99), faultsAgain-faults)
+	t.Logf("idle: %s", idle)
+	t.Logf("%d pods, 10s after the last one runs: %s", many, loaded)
+	t.Logf("%d pods, after the agent released memory once quiet: %s", many, settled)
+	t.Logf("all %d pods Running at %s", many, allRunning.Format(time.RFC3339Nano))
+	pagedOut := true
+	for _, line := range strings.Split(agentLog.String(), "\n") {
+		if strings.Contains(line, releaseLine) {
+			t.Logf("agent: %s", line)
+			pagedOut = pagedOut && !strings.Contains(line, " executableAdvised=0 ")
+		}
+	}
+	t.Logf("targets: one pod p99 ≤ 1s: %v; agent idle ≤ 20 MB: %v; agent with 50 pods ≤ 40 MB: %v (measured with %d; 10s after the burst: %v)",
+		pctile(one, 0.99) <= time.Second, idle.agent <= 20e6, settled.agent <= 40e6, many, loaded.agent <= 40e6)
+
+	// The bounds: the targets in the full run; in the short one what it
+	// measured (idle 16-19 MiB, of which 8.0-8.6 anonymous; with 20 pods
+	// after the release 15-17.5 MiB, 11.2-13.4 anonymous) with margin for
+	// other work on the machine and what the kernel maps back.
+	check := func(what string, got, limit int64) {
+		t.Helper()
+		if got > limit {
+			t.Errorf("%s: %s, want at most %s", what, mib(got), mib(limit))
+		}
+	}
+	check("agent anonymous RSS idle", idle.agentAnon, 12<<20)
+	check(fmt.Sprintf("agent anonymous RSS with %d pods", many), settled.agentAnon, 20<<20)
+	if !pagedOut {
+		// Linux before 5.4: the executable's pages stay.
+		t.Logf("the kernel has no MADV_PAGEOUT: the agent's file pages are not bounded")
+		return
+	}
+	if *footprintFull {
+		check("agent RSS idle (target 20 MB)", idle.agent, 20e6)
+		check("agent RSS with 50 pods (target 40 MB)", settled.agent, 40e6)
+	} else {
+		check("agent RSS idle", idle.agent, 24<<20)
+		check("agent RSS with 20 pods", settled.agent, 24<<20)
+	}
 }
+
+// releaseLine starts the agent's debug line for each release of memory.
+const releaseLine = `msg="released memory"`
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func (b *syncBuffer) count(s string) int { return strings.Count(b.String(), s) }
 
 // cgroup2Root is where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup,
 // or /sys/fs/cgroup/unified on hybrid hosts).
@@ -271,22 +376,35 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-type rss struct {
-	agent, containerd, shimRSS int64
-	agentAnon, agentFile       int64
-	shims                      int
+// usage is what a node pays at one point of the test.
+type usage struct {
+	agent, agentAnon, agentFile int64 // VmRSS, RssAnon, RssFile
+	agentCPU                    time.Duration
+	agentMajorFaults            int64 // page faults that read the disk
+	containerd, containerdPSS   int64
+	shims                       int
+	shimRSS, shimPSS            int64
 }
 
-// footprint reads the VmRSS of the agent, of the containerd it started
-// under dir and of that containerd's shims.
-func footprint(t *testing.T, agentPID int, dir string) rss {
+func (u usage) String() string {
+	return fmt.Sprintf("agent RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; containerd RSS %s (PSS %s); %d shims RSS %s (PSS %s, %s each)",
+		mib(u.agent), mib(u.agentAnon), mib(u.agentFile), u.agentCPU, u.agentMajorFaults, mib(u.containerd), mib(u.containerdPSS),
+		u.shims, mib(u.shimRSS), mib(u.shimPSS), mib(u.shimPSS/int64(max(u.shims, 1))))
+}
+
+// footprint reads the memory of the agent, of the containerd it started
+// under dir and of that containerd's shims. Shims share most of their
+// pages (one executable), so their PSS tells their cost better than their
+// RSS.
+func footprint(t *testing.T, agentPID int, dir string) usage {
 	t.Helper()
-	var r rss
-	r.agent = vmRSS(agentPID)
-	r.agentAnon, r.agentFile = statusKB(agentPID, "RssAnon:"), statusKB(agentPID, "RssFile:")
+	var u usage
+	u.agent = vmRSS(agentPID)
+	u.agentAnon, u.agentFile = statusKB(agentPID, "RssAnon:"), statusKB(agentPID, "RssFile:")
+	u.agentCPU, u.agentMajorFaults = cpuAndFaults(agentPID)
 	if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			r.containerd = vmRSS(pid)
+			u.containerd, u.containerdPSS = vmRSS(pid), pss(pid)
 		}
 	}
 	ents, _ := os.ReadDir("/proc")
@@ -299,17 +417,45 @@ func footprint(t *testing.T, agentPID int, dir string) rss {
 		if err != nil || !bytes.Contains(cmd, []byte("containerd-shim")) || !bytes.Contains(cmd, []byte(dir)) {
 			continue
 		}
-		r.shims++
-		r.shimRSS += vmRSS(pid)
+		u.shims++
+		u.shimRSS += vmRSS(pid)
+		u.shimPSS += pss(pid)
 	}
-	return r
+	return u
 }
+
+// cpuAndFaults is the CPU time a process used (user and system) and its
+// major page faults, from /proc/PID/stat, whose times are in 1/100 s.
+func cpuAndFaults(pid int) (time.Duration, int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command name, which ends with the last ')':
+	// state is the first, majflt the 10th, utime the 12th, stime the 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, 0
+	}
+	major, _ := strconv.ParseInt(f[9], 10, 64)
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	sys, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(user+sys) * 10 * time.Millisecond, major
+}
+
+// pss is the proportional set size of a process, in bytes.
+func pss(pid int) int64 { return kbField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:") }
 
 func vmRSS(pid int) int64 { return statusKB(pid, "VmRSS:") }
 
 // statusKB reads a kB field of /proc/PID/status, in bytes.
 func statusKB(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return kbField(fmt.Sprintf("/proc/%d/status", pid), field)
+}
+
+// kbField reads a "Field: N kB" line of a /proc file, in bytes.
+func kbField(path, field string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
@@ -332,4 +478,28 @@ func pctile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(s)
 	i := int(q*float64(len(s)) + 0.5)
 	return s[min(max(i-1, 0), len(s)-1)]
+}
+
+// copyFile copies the executable src to dst and writes it out, so that it
+// runs from clean pages like an installed binary (the kernel cannot release
+// dirty pages of an executable).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return fmt.Errorf("sync %s: %w", dst, err)
+	}
+	return out.Close()
 }
