@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -44,6 +45,10 @@ type Agent struct {
 	dnsAddr  netip.AddrPort // where the DNS server listens
 	server   *http.Server
 	listener *pipeListener
+
+	eventsOnce    sync.Once
+	events        *eventRecorder // the kubelet's events; see recordEvent
+	eventsStopped atomic.Bool
 
 	started sync.Once
 	ready   chan struct{} // closed once the identity is known
@@ -165,14 +170,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	if u, ok := a.cfg.Runtime.(SourceUser); ok {
 		u.SetSources(agentSources{a: a})
 	}
+	defer func() {
+		a.eventsStopped.Store(true)
+		a.eventsOnce.Do(func() {}) // no recorder after this
+		if a.events != nil {
+			a.events.stop()
+		}
+	}()
 	if er, ok := a.cfg.Runtime.(EventReporter); ok {
-		events := newEventRecorder(a.core, a.name)
-		defer events.stop()
-		er.ReportEvents(events.record)
+		er.ReportEvents(a.recordEvent)
 	}
 	a.cfg.Runtime.Notify(a.pods.runtimeChanged)
 	a.pods.start(ctx)
 	a.refs.start(ctx)
+	if a.cfg.PodManifestPath != "" {
+		src := newStaticSource(a, a.cfg.PodManifestPath)
+		goRun(func() { src.run(ctx) })
+	} else {
+		a.pods.staticSynced()
+	}
 	goRun(func() { a.node.run(ctx) })
 	podInformer := a.pods.informer()
 	goRun(func() { podInformer.RunWithContext(ctx) })
@@ -182,6 +198,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	nn.run(ctx, a, goRun)
 	goRun(func() { a.certLoop(ctx) })
+	if rm, ok := a.cfg.Runtime.(LocalVolumeRemover); ok {
+		goRun(func() { a.localVolumeLoop(ctx, rm) })
+	}
 
 	<-ctx.Done()
 	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
@@ -192,6 +211,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info("edge agent stopped")
 	return nil
+}
+
+// recordEvent reports an event of the node's kubelet. The recorder starts
+// with the first event, so that agents that never report one (hollow
+// nodes) do not pay for it.
+func (a *Agent) recordEvent(ev PodEvent) {
+	if a.eventsStopped.Load() {
+		return
+	}
+	a.eventsOnce.Do(func() { a.events = newEventRecorder(a.core, a.name) })
+	if a.events != nil {
+		a.events.record(ev)
+	}
 }
 
 // hello is sent to the hub at every tunnel connect. The resourceVersion

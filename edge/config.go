@@ -118,6 +118,15 @@ type Config struct {
 	// cluster domain. Empty: the nameservers of the node's
 	// /etc/resolv.conf, DNSAddr's address excepted.
 	DNSUpstreams []string
+	// PodManifestPath is the directory of static pod manifests (or one
+	// manifest file), as the kubelet's staticPodPath: the pods there run
+	// without the hub, and the agent keeps a mirror pod of each on the
+	// hub. It is created if missing. Empty: no static pods.
+	PodManifestPath string
+	// LocalVolumeCheckInterval is how often the agent asks the hub
+	// whether the local-path volumes its pods used and no longer use still
+	// exist, to remove the data of deleted ones. Zero means 1m.
+	LocalVolumeCheckInterval time.Duration
 	// CertRenewFraction is the fraction of the certificate's lifetime
 	// after which it is renewed. Zero means 2/3.
 	CertRenewFraction float64
@@ -158,6 +167,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.StatusCheckInterval <= 0 {
 		c.StatusCheckInterval = 10 * time.Second
+	}
+	if c.LocalVolumeCheckInterval <= 0 {
+		c.LocalVolumeCheckInterval = time.Minute
 	}
 	if c.CertRenewFraction <= 0 || c.CertRenewFraction >= 1 {
 		c.CertRenewFraction = 2.0 / 3

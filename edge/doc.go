@@ -12,12 +12,16 @@
 // nodes in testbench/hollow); everything an agent owns hangs off its
 // [Agent] value, and agents share nothing.
 //
-// The agent keeps what its node runs (pods, the ConfigMaps and Secrets they
-// reference, Services and EndpointSlices, the node's pod ranges) and the
+// The agent keeps what its node runs (pods, the ConfigMaps, Secrets and
+// PersistentVolumeClaims they reference and the volumes bound to those,
+// static pods, Services and EndpointSlices, the node's pod ranges) and the
 // resourceVersion of each watch in a local SQLite file (edge/state),
 // written before it acts on any change. It starts the node's pods from it
 // without waiting for the hub, and resumes its watches from it when the hub
 // answers again.
+//
+// Static pods come from manifest files on the node (staticpods.go); the
+// hub sees each through a mirror pod the agent keeps (mirror.go).
 //
 // Runtimes live in sub-packages: edge/sim runs pods without containers.
 package edge

@@ -1,6 +1,9 @@
 package edge
 
 import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -12,3 +15,9 @@ func SetAfterPersist(f func(kind string, ev watch.EventType, obj metav1.Object))
 
 // StateFile is the local state's file name in the data directory.
 const StateFile = stateFile
+
+// StaticPod makes a manifest a static pod of node, as the agent does with
+// the file.
+func StaticPod(manifest []byte, file, node string) (*corev1.Pod, error) {
+	return staticPod(manifest, file, node, time.Now())
+}

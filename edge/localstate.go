@@ -24,9 +24,10 @@ import (
 )
 
 // The agent keeps what its node must run in a local state file
-// (edge/state): the pods bound to the node, the ConfigMaps and Secrets they
-// reference, the Services and EndpointSlices, the node's pod ranges, and
-// the resourceVersion of every watch. Informers whose listWatch carries a
+// (edge/state): the pods bound to the node, the ConfigMaps, Secrets and
+// PersistentVolumeClaims they reference and the PersistentVolumes bound to
+// those, the Services and EndpointSlices, the node's pod ranges, and the
+// resourceVersion of every watch. Informers whose listWatch carries a
 // keepSpec are "kept" informers:
 //
 //   - At construction they load their objects from the local state into
@@ -55,6 +56,8 @@ const (
 	keptSlices    = "endpointslices"
 	keptConfigMap = string(refConfigMap)
 	keptSecret    = string(refSecret)
+	keptPVC       = string(refPVC)
+	keptPV        = string(refPV)
 )
 
 // afterPersist, when set (by tests), is called after an event was written
@@ -70,6 +73,8 @@ type localState struct {
 	connected chan struct{} // closed and replaced at every tunnel connect
 
 	hasNode atomic.Bool // the node's pod ranges were stored by an earlier run
+
+	volumes localVolumes // local-path volume records (claims.go)
 }
 
 func openLocalState(dir string, log *slog.Logger) (*localState, error) {

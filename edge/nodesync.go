@@ -58,6 +58,16 @@ func (s *nodeSync) network() Network {
 	return n
 }
 
+// uid returns the UID of the registered Node, "" before.
+func (s *nodeSync) uid() types.UID {
+	if !s.registered() {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.node.UID
+}
+
 func (s *nodeSync) registered() bool {
 	select {
 	case <-s.ready:

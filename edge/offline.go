@@ -68,6 +68,10 @@ func (m *podManager) keep() *keepSpec {
 // goneFromState makes sure a pod deleted from the hub is stopped, even
 // when the agent has no worker for it (it was deleted before a restart).
 func (m *podManager) goneFromState(p *corev1.Pod) {
+	if isMirror(p) {
+		m.a.local.podRemoved(p) // never ran
+		return
+	}
 	w := m.worker(p.UID, true)
 	if w == nil {
 		return
@@ -95,7 +99,7 @@ func (l *localState) podRemoved(pod *corev1.Pod) {
 // refWatch is the local state's name of the watch of one referenced
 // object.
 func refWatch(r objectRef) string {
-	return string(r.kind) + "/" + r.namespace + "/" + r.name
+	return string(r.kind) + "/" + r.storeKey()
 }
 
 // keep returns the keepSpec of the watch of one referenced object.
@@ -114,12 +118,25 @@ func (m *refManager) forget(r objectRef) {
 	}
 }
 
-// collectRefs removes the ConfigMaps and Secrets that none of pods
-// references from the local state: a crash may have left them.
+// collectRefs removes the ConfigMaps, Secrets, claims and volumes that
+// none of pods references from the local state: a crash may have left
+// them.
 func (l *localState) collectRefs(objs []any) {
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	if rows, err := l.db.List(keptPVC, "", ""); err == nil {
+		for _, r := range rows {
+			c := &corev1.PersistentVolumeClaim{}
+			if !r.Gone && c.Unmarshal(r.Value) == nil {
+				claims[r.Namespace+"/"+r.Name] = c
+			}
+		}
+	}
 	used := map[string]bool{}
 	for _, o := range objs {
-		for _, r := range podRefs(o.(*corev1.Pod)) {
+		refs := volumeRefs(podRefs(o.(*corev1.Pod)), func(ns, name string) *corev1.PersistentVolumeClaim {
+			return claims[ns+"/"+name]
+		})
+		for _, r := range refs {
 			used[refWatch(r)] = true
 		}
 	}
@@ -130,14 +147,14 @@ func (l *localState) collectRefs(objs []any) {
 	}
 	var ops []state.Op
 	drop := map[string]string{}
-	for _, kind := range []string{keptConfigMap, keptSecret} {
+	for _, kind := range []string{keptConfigMap, keptSecret, keptPVC, keptPV} {
 		keys, err := l.db.Keys(kind)
 		if err != nil {
 			l.log.Warn("collect unused objects", "err", err)
 			return
 		}
 		for _, k := range keys {
-			if !used[kind+"/"+k.Namespace+"/"+k.Name] {
+			if !used[refWatch(objectRef{kind: refKind(kind), namespace: k.Namespace, name: k.Name})] {
 				ops = append(ops, state.Op{Key: k, Delete: true})
 			}
 		}

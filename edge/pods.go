@@ -29,10 +29,18 @@ type podManager struct {
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
 	ctx     context.Context
+	// mirrors are the mirror pods of the node by namespace/name
+	// (mirror.go); they are not run.
+	mirrors map[string]*corev1.Pod
+
+	staticReady atomic.Bool // the static pod manifests were read once
+	// janitorRunning and janitorDirty drive the collection of mirror
+	// pods of no static pod (pokeJanitor); mu guards them.
+	janitorRunning, janitorDirty bool
 }
 
 func newPodManager(a *Agent) *podManager {
-	return &podManager{a: a, workers: map[types.UID]*podWorker{}}
+	return &podManager{a: a, workers: map[types.UID]*podWorker{}, mirrors: map[string]*corev1.Pod{}}
 }
 
 // informer returns the controller that watches the node's pods.
@@ -80,13 +88,18 @@ type podWorker struct {
 	wake chan struct{}
 
 	mu      sync.Mutex
-	pod     *corev1.Pod // latest API object
-	gone    bool        // deleted from the API
+	pod     *corev1.Pod // latest API object, or the static pod
+	static  bool        // a static pod (staticpods.go)
+	gone    bool        // deleted from the API, or its manifest went
 	syncErr error
 	killed  bool // killed for deletion
 	deleted bool // the agent deleted it from the API
 	retry   *time.Timer
 	backoff time.Duration
+	// mountMsg and mountAt are the last FailedMount event's message
+	// and time.
+	mountMsg string
+	mountAt  time.Time
 }
 
 func (w *podWorker) poke() {
@@ -115,6 +128,10 @@ func (m *podManager) worker(uid types.UID, create bool) *podWorker {
 }
 
 func (m *podManager) update(p *corev1.Pod) {
+	if isMirror(p) {
+		m.setMirror(p)
+		return
+	}
 	w := m.worker(p.UID, true)
 	if w == nil {
 		return
@@ -126,6 +143,10 @@ func (m *podManager) update(p *corev1.Pod) {
 }
 
 func (m *podManager) gone(p *corev1.Pod) {
+	if isMirror(p) {
+		m.mirrorGone(p)
+		return
+	}
 	w := m.worker(p.UID, false)
 	if w == nil {
 		return
@@ -145,10 +166,11 @@ func (m *podManager) runtimeChanged(uid types.UID) {
 
 func (m *podManager) wakeAll() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, w := range m.workers {
 		w.poke()
 	}
+	m.mu.Unlock()
+	m.pokeJanitor()
 }
 
 // pods returns the API objects of the pods the agent runs.
@@ -205,7 +227,11 @@ func (m *podManager) run(ctx context.Context, w *podWorker) {
 				w.retry.Stop()
 			}
 			w.retry = time.AfterFunc(w.backoff, w.poke)
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, ErrVolumeNotReady):
+				m.a.log.Info("pod waits for its volumes", "uid", w.uid, "err", err, "retry in", w.backoff)
+			default:
 				m.a.log.Warn("sync pod", "uid", w.uid, "err", err, "retry in", w.backoff)
 			}
 		} else {
@@ -219,14 +245,19 @@ func (m *podManager) run(ctx context.Context, w *podWorker) {
 // gone from both the hub and the runtime.
 func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err error) {
 	w.mu.Lock()
-	pod, gone, killed, deleted := w.pod, w.gone, w.killed, w.deleted
+	pod, gone, killed, deleted, static := w.pod, w.gone, w.killed, w.deleted, w.static
 	w.mu.Unlock()
 	rt := m.a.cfg.Runtime
 
 	if gone {
 		// Deleted from the hub (by the agent, or forcibly by someone
-		// else): nothing may keep running.
-		if err := rt.KillPod(ctx, w.uid, 0); err != nil {
+		// else), or a static pod whose manifest went: nothing may keep
+		// running.
+		grace := time.Duration(0)
+		if static {
+			grace = gracePeriod(pod)
+		}
+		if err := rt.KillPod(ctx, w.uid, grace); err != nil {
 			return false, err
 		}
 		if err := rt.RemovePod(ctx, w.uid); err != nil {
@@ -234,9 +265,17 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		}
 		m.a.status.forget(w.uid)
 		m.a.refs.release(w.uid)
-		m.a.local.podRemoved(pod) // its tombstone in the local state
+		if static {
+			m.a.local.staticRemoved(pod)
+			m.deleteMirrorOf(ctx, pod)
+		} else {
+			m.a.local.podRemoved(pod) // its tombstone in the local state
+		}
 		m.a.log.Debug("pod removed", "pod", pod.Namespace+"/"+pod.Name)
 		return true, nil
+	}
+	if static {
+		return false, m.syncStatic(ctx, w, pod)
 	}
 	if deleted || !m.a.node.runnable() {
 		return false, nil
@@ -278,10 +317,28 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		// restarted and its runtime forgot it.
 		return false, nil
 	}
+	if err := m.checkVolumes(ctx, pod); err != nil {
+		// Not for the runtime yet: the pod waits in ContainerCreating.
+		m.mountFailed(w, pod, err)
+		w.mu.Lock()
+		w.syncErr = nil
+		w.mu.Unlock()
+		if werr := m.writeStatus(ctx, w, pod, false); werr != nil {
+			return false, werr
+		}
+		return false, err
+	}
 	syncErr := rt.SyncPod(ctx, pod, m.a.node.network())
 	w.mu.Lock()
 	w.syncErr = syncErr
 	w.mu.Unlock()
+	if m.a.tunnel != nil && !m.a.tunnel.Connected() {
+		// Offline the status waits for the tunnel, which wakes every
+		// worker when it is back. Writing now would hold the worker in
+		// the tunnel's dial wait, deaf to the runtime's wake-ups: a
+		// container that exits or whose back-off ends would wait too.
+		return false, syncErr
+	}
 	if err := m.writeStatus(ctx, w, pod, false); err != nil {
 		return false, err
 	}
@@ -293,6 +350,13 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 
 // writeStatus computes the pod's status from the runtime and writes it.
 func (m *podManager) writeStatus(ctx context.Context, w *podWorker, pod *corev1.Pod, terminating bool) error {
+	return m.writeStatusTo(ctx, w, pod, pod, terminating)
+}
+
+// writeStatusTo computes the status of pod from the runtime and writes it
+// to target, the API object that shows it: the pod itself, or the mirror
+// pod of a static pod.
+func (m *podManager) writeStatusTo(ctx context.Context, w *podWorker, pod, target *corev1.Pod, terminating bool) error {
 	rs, err := m.a.cfg.Runtime.PodStatus(ctx, w.uid)
 	if err != nil && !errors.Is(err, ErrPodNotFound) {
 		return fmt.Errorf("read runtime status: %w", err)
@@ -301,12 +365,12 @@ func (m *podManager) writeStatus(ctx context.Context, w *podWorker, pod *corev1.
 	syncErr := w.syncErr
 	w.mu.Unlock()
 	base := pod.DeepCopy()
-	base.Status = m.a.status.base(pod)
+	base.Status = m.a.status.base(target)
 	st := computePodStatus(podStatusInput{
 		pod: base, rt: rs, syncErr: syncErr, hostIPs: m.a.hostIPs(),
 		terminating: terminating, now: time.Now(),
 	})
-	return m.a.status.set(ctx, pod, st, terminating)
+	return m.a.status.set(ctx, target, st, terminating)
 }
 
 // gracePeriod is how long the pod's containers get to stop.

@@ -20,6 +20,8 @@ type refKind string
 const (
 	refConfigMap refKind = "configmaps"
 	refSecret    refKind = "secrets"
+	refPVC       refKind = "persistentvolumeclaims"
+	refPV        refKind = "persistentvolumes" // cluster-scoped: no namespace
 )
 
 // objectRef names an object a pod references.
@@ -28,10 +30,19 @@ type objectRef struct {
 	namespace, name string
 }
 
-// refManager watches exactly the ConfigMaps and Secrets the node's pods
-// reference, one watch per object (selected by metadata.name, which is all
-// the hub lets a node read), started when the first pod references the
-// object and stopped when the last one goes.
+// storeKey is the object's key in its watch's store.
+func (r objectRef) storeKey() string {
+	if r.namespace == "" {
+		return r.name
+	}
+	return r.namespace + "/" + r.name
+}
+
+// refManager watches exactly the ConfigMaps, Secrets and
+// PersistentVolumeClaims the node's pods reference, and the
+// PersistentVolumes bound to those claims, one watch per object (selected
+// by metadata.name, which is all the hub lets a node read), started when
+// the first pod references the object and stopped when the last one goes.
 type refManager struct {
 	a *Agent
 
@@ -58,7 +69,8 @@ func (m *refManager) start(ctx context.Context) {
 	m.mu.Unlock()
 }
 
-// podRefs lists the ConfigMaps and Secrets pod uses.
+// podRefs lists the ConfigMaps, Secrets and claims pod uses. The volumes
+// bound to the claims depend on the claims: see volumeRefs.
 func podRefs(pod *corev1.Pod) []objectRef {
 	var refs []objectRef
 	add := func(k refKind, name string) {
@@ -73,7 +85,12 @@ func podRefs(pod *corev1.Pod) []objectRef {
 	for _, s := range pod.Spec.ImagePullSecrets {
 		add(refSecret, s.Name)
 	}
-	for _, v := range pod.Spec.Volumes {
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if claim := ClaimName(pod, v); claim != "" {
+			add(refPVC, claim)
+			continue
+		}
 		switch {
 		case v.ConfigMap != nil:
 			add(refConfigMap, v.ConfigMap.Name)
@@ -115,7 +132,26 @@ func podRefs(pod *corev1.Pod) []objectRef {
 	return refs
 }
 
-// track makes sure the objects pod references are watched.
+// volumeRefs adds to refs the volumes bound to its claims, as far as
+// claim(namespace, name) knows them.
+func volumeRefs(refs []objectRef, claim func(namespace, name string) *corev1.PersistentVolumeClaim) []objectRef {
+	for _, r := range refs {
+		if r.kind != refPVC {
+			continue
+		}
+		if pvc := claim(r.namespace, r.name); pvc != nil && pvc.Spec.VolumeName != "" {
+			pv := objectRef{kind: refPV, name: pvc.Spec.VolumeName}
+			if !slices.Contains(refs, pv) {
+				refs = append(refs, pv)
+			}
+		}
+	}
+	return refs
+}
+
+// track makes sure the objects pod references are watched, and the
+// volumes bound to its claims once the claims' watches know them (a
+// claim's change wakes the pod, which tracks it again).
 func (m *refManager) track(pod *corev1.Pod) {
 	refs := podRefs(pod)
 	m.mu.Lock()
@@ -123,17 +159,28 @@ func (m *refManager) track(pod *corev1.Pod) {
 	if m.ctx == nil {
 		return
 	}
+	for _, r := range refs {
+		if m.watchers[r] == nil {
+			m.watchers[r] = m.watch(r) // counted below
+		}
+	}
+	refs = volumeRefs(refs, func(ns, name string) *corev1.PersistentVolumeClaim {
+		w := m.watchers[objectRef{kind: refPVC, namespace: ns, name: name}]
+		if obj, ok, _ := w.store.GetByKey(ns + "/" + name); ok {
+			return obj.(*corev1.PersistentVolumeClaim)
+		}
+		return nil
+	})
 	old := m.byPod[pod.UID]
 	for _, r := range refs {
-		if slices.Contains(old, r) {
-			continue
-		}
 		w := m.watchers[r]
 		if w == nil {
 			w = m.watch(r)
 			m.watchers[r] = w
 		}
-		w.users++
+		if !slices.Contains(old, r) {
+			w.users++
+		}
 	}
 	for _, r := range old {
 		if !slices.Contains(refs, r) {
@@ -176,42 +223,49 @@ func (m *refManager) watch(r objectRef) *objectWatcher {
 	var lw *listWatch
 	var obj runtime.Object
 	switch r.kind {
+	case refPVC:
+		c := m.a.core.PersistentVolumeClaims(r.namespace)
+		obj = &corev1.PersistentVolumeClaim{}
+		lw = namedListWatch(sel, c.List, c.Watch)
+	case refPV:
+		c := m.a.core.PersistentVolumes()
+		obj = &corev1.PersistentVolume{}
+		lw = namedListWatch(sel, c.List, c.Watch)
 	case refConfigMap:
 		c := m.a.core.ConfigMaps(r.namespace)
 		obj = &corev1.ConfigMap{}
-		lw = &listWatch{
-			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return c.List(ctx, o)
-			},
-			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return c.Watch(ctx, o)
-			},
-		}
+		lw = namedListWatch(sel, c.List, c.Watch)
 	default:
 		c := m.a.core.Secrets(r.namespace)
 		obj = &corev1.Secret{}
-		lw = &listWatch{
-			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return c.List(ctx, o)
-			},
-			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return c.Watch(ctx, o)
-			},
-		}
+		lw = namedListWatch(sel, c.List, c.Watch)
 	}
 	lw.keep = m.keep(r) // local state: offline.go
 	// A change of the object concerns the pods that use it (their
-	// volumes, later); wake them.
+	// volumes, a claim now bound); wake them.
 	notify := func(any) { m.wakeUsers(r) }
 	store, ctrl := newInformer(lw, obj, cache.ResourceEventHandlerFuncs{
 		AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
 	})
 	go ctrl.RunWithContext(ctx)
 	return &objectWatcher{stop: cancel, store: store, synced: ctrl.HasSynced}
+}
+
+// namedListWatch lists and watches through a typed client with the field
+// selector sel.
+func namedListWatch[L runtime.Object](sel string,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *listWatch {
+	return &listWatch{
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return list(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return watchFn(ctx, o)
+		},
+	}
 }
 
 func (m *refManager) wakeUsers(r objectRef) {

@@ -212,6 +212,11 @@ type Sources interface {
 	// ErrSourceNotReady when the agent does not know yet.
 	ConfigMap(namespace, name string) (*corev1.ConfigMap, error)
 	Secret(namespace, name string) (*corev1.Secret, error)
+	// PersistentVolumeClaim and PersistentVolume return the claims of
+	// the node's pods and the volumes bound to them, with the same
+	// errors.
+	PersistentVolumeClaim(namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	PersistentVolume(name string) (*corev1.PersistentVolume, error)
 	// ServiceAccountToken asks the hub for a token of the pod's service
 	// account bound to the pod.
 	ServiceAccountToken(ctx context.Context, pod *corev1.Pod, audience string, expirationSeconds int64) (token string, expires time.Time, err error)
@@ -223,10 +228,22 @@ var (
 	ErrSourceNotReady = errors.New("object not known yet")
 )
 
-// SourceUser is a Runtime that reads ConfigMaps, Secrets and service
-// account tokens.
+// SourceUser is a Runtime that reads ConfigMaps, Secrets, claims and
+// service account tokens.
 type SourceUser interface {
 	SetSources(Sources)
+}
+
+// LocalVolumeRemover is a Runtime that keeps the data of tether's
+// local-path volumes in directories on the node (see ClaimedVolume). The
+// agent calls RemoveLocalVolume once the hub no longer has a volume whose
+// reclaim policy was Delete and no pod of the node uses it.
+type LocalVolumeRemover interface {
+	// RemoveLocalVolume removes the directory of pv, a local-path volume
+	// of this node. It refuses (with an error) any path that is not a
+	// directory of the runtime's local-path root; a directory that does
+	// not exist is not an error.
+	RemoveLocalVolume(pv *corev1.PersistentVolume) error
 }
 
 // PodEvent is something a runtime did to a pod's container or saw of it,

@@ -10,8 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// agentSources serves runtimes the ConfigMaps and Secrets the reference
-// manager watches for the node's pods, and tokens from the hub.
+// agentSources serves runtimes the ConfigMaps, Secrets, claims and volumes
+// the reference manager watches for the node's pods, and tokens from the
+// hub.
 type agentSources struct{ a *Agent }
 
 func (s agentSources) object(r objectRef) (any, error) {
@@ -19,14 +20,14 @@ func (s agentSources) object(r objectRef) (any, error) {
 	w := s.a.refs.watchers[r]
 	s.a.refs.mu.Unlock()
 	if w == nil || !w.synced() {
-		return nil, fmt.Errorf("%s %s/%s: %w", r.kind, r.namespace, r.name, ErrSourceNotReady)
+		return nil, fmt.Errorf("%s %s: %w", r.kind, r.storeKey(), ErrSourceNotReady)
 	}
-	obj, ok, err := w.store.GetByKey(r.namespace + "/" + r.name)
+	obj, ok, err := w.store.GetByKey(r.storeKey())
 	if err != nil {
-		return nil, fmt.Errorf("read %s %s/%s: %w", r.kind, r.namespace, r.name, err)
+		return nil, fmt.Errorf("read %s %s: %w", r.kind, r.storeKey(), err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%s %s/%s: %w", r.kind, r.namespace, r.name, ErrSourceNotFound)
+		return nil, fmt.Errorf("%s %s: %w", r.kind, r.storeKey(), ErrSourceNotFound)
 	}
 	return obj, nil
 }
@@ -47,6 +48,24 @@ func (s agentSources) Secret(namespace, name string) (*corev1.Secret, error) {
 		return nil, err
 	}
 	return obj.(*corev1.Secret), nil
+}
+
+// PersistentVolumeClaim implements Sources.
+func (s agentSources) PersistentVolumeClaim(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	obj, err := s.object(objectRef{kind: refPVC, namespace: namespace, name: name})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.PersistentVolumeClaim), nil
+}
+
+// PersistentVolume implements Sources.
+func (s agentSources) PersistentVolume(name string) (*corev1.PersistentVolume, error) {
+	obj, err := s.object(objectRef{kind: refPV, name: name})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.PersistentVolume), nil
 }
 
 // ServiceAccountToken implements Sources with the hub's TokenRequest API.

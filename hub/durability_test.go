@@ -65,7 +65,18 @@ func TestKillNineKeepsAcknowledgedWrites(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond)
+		// Kill while the writers are busy: once the restarted hub has
+		// acknowledged a first write (a loaded machine may take a while),
+		// after a random further moment.
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			n := len(acked)
+			mu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
+		time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
 		h.Kill()
 		stop()
 		wg.Wait()

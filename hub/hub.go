@@ -103,6 +103,10 @@ type Config struct {
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.
 	Controllers []string
+	// LocalPathRoot is the directory of nodes under which the local-path
+	// provisioner makes volumes; empty means /var/lib/tether/storage. Agents
+	// must use the same (tether edge --local-path-root).
+	LocalPathRoot string
 	// DisableScheduler leaves pods unscheduled by the hub, for another
 	// scheduler or for tests that run their own.
 	DisableScheduler bool
@@ -111,6 +115,8 @@ type Config struct {
 	// to the operating system and pages out its executable's read-only
 	// mappings, once (see package memtrim).
 	KeepStartupMemory bool
+	// Profiling serves /debug/pprof/ (see apiserver.Config.Profiling).
+	Profiling bool
 	// Version is tether's own version, reported as gitCommit at /version.
 	Version string
 	// Logger receives the hub's logs; nil means slog.Default().
@@ -262,6 +268,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		DialNode:             dialNode(edges),
 		ServiceAccountTokens: saTokens,
 		ExtraMetrics:         tunnelMetrics(edges),
+		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,
 		Discovery:            discovery.New(kinds, discovery.Config{Subresources: servedSubresources}),
@@ -354,21 +361,14 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	close(h.ready)
 	h.log.Info("serving the Kubernetes API", "addr", ln.Addr().String(), "advertise", advertise, "kubeconfig", h.KubeconfigPath())
 
-	// The built-in controllers are clients of the hub's own API over
-	// loopback, like any other client.
-	ctrlCert, ctrlKey, err := authority.IssueClientCert("system:kube-controller-manager", []string{pki.AdminGroup}, 10*365*24*time.Hour)
-	if err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("issue controllers certificate: %w", err)
-	}
+	// The built-in controllers are clients of the hub's own API like any
+	// other client, served in-process (see apiserver.LocalTransport).
 	ctrl, err := controllers.New(controllers.Config{
-		RestConfig: &rest.Config{
-			Host:            url,
-			TLSClientConfig: rest.TLSClientConfig{CAData: authority.CAPEM(), CertData: ctrlCert, KeyData: ctrlKey},
-		},
-		Logger:      cfg.Logger.With("component", "controllers"),
-		Controllers: cfg.Controllers,
-		RootCA:      authority.CAPEM(),
+		RestConfig:    localConfig(api, url, "system:kube-controller-manager"),
+		Logger:        cfg.Logger.With("component", "controllers"),
+		Controllers:   cfg.Controllers,
+		RootCA:        authority.CAPEM(),
+		LocalPathRoot: cfg.LocalPathRoot,
 	})
 	if err != nil {
 		_ = srv.Close()
@@ -388,7 +388,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 
 	stopSched := func() {}
 	if !cfg.DisableScheduler {
-		if stopSched, err = h.startScheduler(ctx, authority, url); err != nil {
+		if stopSched, err = h.startScheduler(ctx, api, url); err != nil {
 			_ = srv.Close()
 			return err
 		}
@@ -494,19 +494,21 @@ var servedSubresources = []discovery.Subresource{
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "NodeProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
 }
 
+// localConfig is the client configuration of a component running inside
+// the hub: the API served in-process, as user (in the cluster-admin group).
+func localConfig(api *apiserver.Server, url, user string) *rest.Config {
+	return &rest.Config{
+		Host:      url,
+		Transport: api.LocalTransport(&auth.User{Name: user, Groups: []string{pki.AdminGroup, "system:authenticated"}}),
+	}
+}
+
 // startScheduler runs the scheduler in-process as a client of the hub's own
 // API, like the controllers; the returned function stops it and waits.
-func (h *Hub) startScheduler(ctx context.Context, authority *pki.Authority, url string) (func(), error) {
-	cert, key, err := authority.IssueClientCert("system:kube-scheduler", []string{pki.AdminGroup}, 10*365*24*time.Hour)
-	if err != nil {
-		return nil, fmt.Errorf("issue scheduler certificate: %w", err)
-	}
+func (h *Hub) startScheduler(ctx context.Context, api *apiserver.Server, url string) (func(), error) {
 	sched, err := scheduler.New(scheduler.Config{
-		RestConfig: &rest.Config{
-			Host:            url,
-			TLSClientConfig: rest.TLSClientConfig{CAData: authority.CAPEM(), CertData: cert, KeyData: key},
-		},
-		Logger: h.cfg.Logger.With("component", "scheduler"),
+		RestConfig: localConfig(api, url, "system:kube-scheduler"),
+		Logger:     h.cfg.Logger.With("component", "scheduler"),
 	})
 	if err != nil {
 		return nil, err

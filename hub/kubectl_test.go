@@ -316,5 +316,7 @@ func TestKubectl(t *testing.T) {
 // apiOnly are hub flags for tests of the API itself: only the garbage
 // collector and the namespace controller run, so that the objects a test
 // creates are the only ones it sees (no pods from workload controllers, no
-// default ServiceAccounts), and nothing else writes while it counts.
-var apiOnly = []string{"--controllers=garbagecollector,namespace"}
+// default ServiceAccounts), and nothing else writes while it counts. The
+// scheduler is off too: with no nodes, it would answer every pod a test
+// creates with a FailedScheduling event and a status write of its own.
+var apiOnly = []string{"--controllers=garbagecollector,namespace", "--disable-scheduler"}

@@ -2,9 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -82,8 +84,10 @@ type e2eResult struct {
 
 // runE2E pre-creates nodes and pending pods with no scheduler running,
 // then starts the scheduler and measures the time until a watch has seen
-// every pod bound.
-func runE2E(t *testing.T, numNodes, numPods int, constrained bool) e2eResult {
+// every pod bound. With inHub the scheduler is the hub's own: the hub is
+// restarted with it on, and the clock starts at the hub's "scheduler
+// started" log line.
+func runE2E(t *testing.T, numNodes, numPods int, constrained, inHub bool) e2eResult {
 	th := startHub(t)
 	ctx := context.Background()
 	if err := parallel(numNodes, 32, func(i int) error {
@@ -112,7 +116,28 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained bool) e2eResult {
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
-	s := th.runScheduler(t)
+	var s *Scheduler
+	var hubCPU0 time.Duration
+	stats := func() string { return "hub scheduler" }
+	if inHub {
+		w.Stop()
+		th.h.Stop()
+		th.h.Restart(hubArgsWithScheduler...)
+		deadline := time.Now().Add(30 * time.Second)
+		for start, err = schedulerStarted(th.h.Logs()); err != nil; start, err = schedulerStarted(th.h.Logs()) {
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		hubCPU0, _ = th.h.CPU()
+		if w, err = th.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		s = th.runScheduler(t)
+		stats = func() string { return fmt.Sprintf("%+v", s.Stats()) }
+	}
 	bound := map[types.UID]bool{}
 	timeout := time.After(time.Duration(numPods/50+60) * time.Second)
 	lastRV := list.ResourceVersion
@@ -136,13 +161,18 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained bool) e2eResult {
 				bound[p.UID] = true
 			}
 		case <-timeout:
-			t.Fatalf("only %d of %d pods bound (stats %+v)", len(bound), numPods, s.Stats())
+			t.Fatalf("only %d of %d pods bound (stats %s)", len(bound), numPods, stats())
 		}
 	}
 	res := e2eResult{nodes: numNodes, pods: numPods, constrained: constrained, elapsed: time.Since(start)}
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	where := "scheduler process"
+	if inHub {
+		hubCPU1, _ := th.h.CPU()
+		cpu, where = hubCPU1-hubCPU0, "hub with its scheduler"
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -154,8 +184,11 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained bool) e2eResult {
 	if constrained {
 		kind = "spread+anti-affinity"
 	}
-	t.Logf("%-21s %5d nodes %6d pods: %6.2fs  %7.0f pods/s  (scheduler process CPU %.1fs, heap %.0f MB, hub RSS %.0f MB, stats %+v)",
-		kind, numNodes, numPods, res.elapsed.Seconds(), float64(numPods)/res.elapsed.Seconds(), cpu.Seconds(), res.heapMB, res.hubRSSMB, s.Stats())
+	if inHub {
+		kind += ", in the hub"
+	}
+	t.Logf("%-33s %5d nodes %6d pods: %6.2fs  %7.0f pods/s  (%s CPU %.1fs, heap %.0f MB, hub RSS %.0f MB, stats %s)",
+		kind, numNodes, numPods, res.elapsed.Seconds(), float64(numPods)/res.elapsed.Seconds(), where, cpu.Seconds(), res.heapMB, res.hubRSSMB, stats())
 	return res
 }
 
@@ -175,10 +208,34 @@ func TestEndToEndThroughput(t *testing.T) {
 	for _, constrained := range []bool{false, true} {
 		for _, n := range sizes {
 			t.Run(fmt.Sprintf("nodes=%d/constrained=%v", n, constrained), func(t *testing.T) {
-				runE2E(t, n, pods, constrained)
+				runE2E(t, n, pods, constrained, false)
 			})
 		}
 	}
+	// The hub's own scheduler, which reaches the API in-process.
+	for _, n := range sizes {
+		t.Run(fmt.Sprintf("nodes=%d/constrained=false/scheduler=hub", n), func(t *testing.T) {
+			runE2E(t, n, pods, false, true)
+		})
+	}
+}
+
+// hubArgsWithScheduler are hubArgs with the hub's own scheduler on.
+var hubArgsWithScheduler = []string{"--controllers=*,-nodelifecycle"}
+
+// schedulerStarted returns when the hub logged that its scheduler started.
+func schedulerStarted(logs string) (time.Time, error) {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `msg="scheduler started"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "time="); ok {
+				return time.Parse(time.RFC3339Nano, v)
+			}
+		}
+	}
+	return time.Time{}, errors.New("the hub did not log that its scheduler started")
 }
 
 // TestSchedulerMemory reports the test process's Go heap (scheduler
@@ -189,7 +246,7 @@ func TestSchedulerMemory(t *testing.T) {
 	if *benchFull {
 		nodes, pods = 5000, 50000
 	}
-	runE2E(t, nodes, pods, false)
+	runE2E(t, nodes, pods, false, false)
 }
 
 // benchSnapshot is an in-memory cluster of n nodes with pods already

@@ -104,6 +104,11 @@ type ListOptions struct {
 	// Continue resumes a limited list from a previous ListResult.Continue.
 	// A token from before the compacted revision yields ErrCompacted.
 	Continue string
+	// ReadOnly promises that the caller neither modifies the returned
+	// values, labels and fields nor keeps them beyond its request. A
+	// backend may then hand out its own immutable copies instead of
+	// copying every object; it may also ignore the flag.
+	ReadOnly bool
 }
 
 // ListResult is one page of a list.

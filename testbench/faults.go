@@ -12,20 +12,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inNetns locks the calling goroutine's thread, enters the namespace and
-// runs fn. It never unlocks the thread, so the caller must run it on a
-// goroutine of its own that ends afterwards.
+// inNetns runs fn on the calling goroutine's thread inside the network
+// namespace at path, then moves the thread back to its own namespace and
+// unlocks it. The thread must live on: Go ends a locked thread whose
+// goroutine exits, and the kernel then sends their parent-death signal to
+// every child that thread forked, so lab processes (started with
+// Pdeathsig) would die with it. Only if moving back fails is the thread
+// left locked, for the runtime to discard rather than reuse in the wrong
+// namespace; the caller must therefore run it on a goroutine of its own.
 func inNetns(path string, fn func() error) error {
 	runtime.LockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("open own netns: %w", err)
+	}
+	defer orig.Close()
 	f, err := os.Open(path)
 	if err != nil {
+		runtime.UnlockOSThread()
 		return fmt.Errorf("open netns: %w", err)
 	}
 	defer f.Close()
 	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
 		return fmt.Errorf("enter netns: %w", err)
 	}
-	return fn()
+	ferr := fn()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		return errors.Join(ferr, fmt.Errorf("leave netns: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
 }
 
 func (l *Lab) site(name string) (*site, error) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,6 +96,32 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 
 var outMu sync.Mutex
 
+var (
+	spawnOnce sync.Once
+	spawnReqs chan func()
+)
+
+// startFromSpawner starts cmd from one OS thread that lives as long as the
+// test process. Pdeathsig fires when the thread that forked a child exits,
+// not the process, and the runtime destroys any thread whose goroutine ends
+// while locked to it (InHost's, when it cannot leave the namespace it
+// entered; openTun's on the same failure; any library's): a child forked
+// from such a thread would be killed in the middle of a test.
+func startFromSpawner(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread stays ours
+			for f := range spawnReqs {
+				f()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	spawnReqs <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
 func (p *Process) start() error {
 	h := p.l.hosts[p.Host]
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -110,7 +137,7 @@ func (p *Process) start() error {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", h.Netns}, p.args...)...)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startFromSpawner(cmd); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
@@ -214,17 +241,15 @@ func (l *Lab) Exec(ctx context.Context, host string, args ...string) ([]byte, er
 }
 
 // InHost runs fn on a locked OS thread that has entered host's network
-// namespace, so sockets fn opens live there.
+// namespace, so sockets fn opens live there. The thread goes back to the
+// lab's namespace afterwards and is reused, never ended: that would kill
+// the lab processes it started (see inNetns).
 func (l *Lab) InHost(host string, fn func() error) error {
 	h := l.hosts[host]
 	if h == nil {
 		return fmt.Errorf("enter host: no host %q", host)
 	}
 	errc := make(chan error, 1)
-	go func() {
-		// The goroutine's thread is never unlocked, so the runtime
-		// throws it away when the goroutine ends.
-		errc <- inNetns(nsPath(h.Netns), fn)
-	}()
+	go func() { errc <- inNetns(nsPath(h.Netns), fn) }()
 	return <-errc
 }

@@ -205,19 +205,31 @@ spec:
 	// 250 pods behind one Service.
 	h.MustRun("create", "deployment", "many", "--image=web", "--replicas=250", "--port=8080")
 	h.MustRun("expose", "deployment", "many", "--port=80", "--target-port=8080")
+	last := ""
+	defer func() {
+		if t.Failed() {
+			t.Logf("slices of many, last seen: %s", last)
+			t.Logf("pods of many:\n%s", h.MustRun("get", "pods", "-l", "app=many", "--no-headers", "-o", "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,READY:.status.conditions[?(@.type=='Ready')].status"))
+		}
+	}()
 	waitUntil(t, "250 endpoints in slices of at most 100", 3*time.Minute, func() bool {
 		ss := slicesOf("many")
 		total := 0
+		var desc []string
 		for _, s := range ss {
 			if len(s.Endpoints) > 100 {
 				t.Fatalf("slice %s has %d endpoints", s.Name, len(s.Endpoints))
 			}
+			ready := 0
 			for _, e := range s.Endpoints {
 				if e.Conditions.Ready != nil && *e.Conditions.Ready {
-					total++
+					ready++
 				}
 			}
+			total += ready
+			desc = append(desc, fmt.Sprintf("%s: %d endpoints, %d ready", s.Name, len(s.Endpoints), ready))
 		}
+		last = strings.Join(desc, "; ")
 		return total == 250 && len(ss) == 3
 	})
 	var sizes []string

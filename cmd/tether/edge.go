@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -38,6 +39,7 @@ func newEdgeCmd() *cobra.Command {
 		dnsAddr        string
 		dnsPort        uint16
 		uplinks        []string
+		manifestPath   string
 		keepStartup    bool
 		gcPercent      int
 		memoryLimit    string
@@ -77,6 +79,13 @@ working while the hub is out of reach.`,
 			}
 			if err := edgeNetFlags(cmd, &cfg, runtime, dataplaneMode, dnsAddr, dnsPort, uplinks); err != nil {
 				return err
+			}
+			switch manifestPath {
+			case "":
+				cfg.PodManifestPath = filepath.Join(cfg.DataDir, "manifests")
+			case "none":
+			default:
+				cfg.PodManifestPath = manifestPath
 			}
 			ctrdCfg.ClusterDomain = cfg.ClusterDomain
 			if !cmd.Flags().Changed("cluster-dns") && cfg.DNSAddr.IsValid() {
@@ -150,6 +159,8 @@ working while the hub is out of reach.`,
 	f.IntVar(&ctrdCfg.ImageGCHighThresholdPercent, "image-gc-high-threshold", 85, "disk usage percent of the image store above which unused images are removed (above 100: never)")
 	f.IntVar(&ctrdCfg.ImageGCLowThresholdPercent, "image-gc-low-threshold", 80, "disk usage percent image garbage collection brings the image store back to")
 	f.StringVar(&ctrdCfg.RegistryConfigDir, "registry-config-dir", "/etc/containerd/certs.d", "registry host configuration in containerd's layout (<dir>/<host>/hosts.toml, CA and client certificates)")
+	f.StringVar(&manifestPath, "pod-manifest-path", "", "directory (or file) of static pod manifests: the Pods there (YAML or JSON) run without the hub, watched for changes, each shown on the hub as the mirror pod <name>-<node> (default <data-dir>/manifests, created if missing; none: no static pods)")
+	f.StringVar(&ctrdCfg.LocalPathRoot, "local-path-root", edge.DefaultLocalPathRoot, "directory of the node's local-path volumes; the agent removes a volume's directory there once the hub deleted the volume (must match the hub's --local-path-root)")
 	f.StringVar(&cfg.Zone, "zone", "", "the node's site, set as the topology.kubernetes.io/zone label")
 	f.StringToStringVar(&cfg.Labels, "labels", nil, "extra node labels, key=value,...")
 	f.StringVar(&nodeIP, "node-ip", "", "the node's InternalIP (default: the address used to reach the hub)")

@@ -74,7 +74,10 @@ func newHubCmd() *cobra.Command {
 			cfg.Logger = logger
 			cfg.Version = version
 			cfg.KeepStartupMemory = keepStartup
-			noHeapSampling()
+			// Without --profiling the hub serves no profiles.
+			if !cfg.Profiling {
+				noHeapSampling()
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			h, err := hub.New(cfg)
@@ -100,17 +103,19 @@ func newHubCmd() *cobra.Command {
 	f.IntVar(&cfg.TunnelHandshakeBurst, "tunnel-handshake-burst", 100, "burst of edge connections admitted at once")
 	f.DurationVar(&cfg.DrainWindow, "drain-window", 10*time.Second, "on shutdown, the window over which edges are told to spread their reconnects")
 	f.StringSliceVar(&cfg.Controllers, "controllers", []string{"*"}, "controllers to run: '*' for all, 'name' to enable, '-name' to disable (names: "+strings.Join(controllers.Names(), ", ")+")")
+	f.StringVar(&cfg.LocalPathRoot, "local-path-root", "/var/lib/tether/storage", "directory of the nodes under which the local-path provisioner makes volumes (agents' --local-path-root must match)")
 	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
 	f.BoolVar(&keepStartup, "keep-startup-memory", false, "do not return the memory only start-up used (free heap, pages of the executable) to the operating system once the hub has settled")
+	f.BoolVar(&cfg.Profiling, "profiling", false, "serve the Go runtime's profiles at /debug/pprof/ to authorized users")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }
 
 // noHeapSampling turns off the runtime's sampling of heap allocations:
-// neither the hub nor the agent serves profiles, so the samples only cost
-// memory (the records and their hash table).
-// GODEBUG=memprofilerate=N still turns it on.
+// a process that serves no profiles (the agent, the hub without
+// --profiling) only pays memory for the samples (the records and their
+// hash table). GODEBUG=memprofilerate=N still turns it on.
 func noHeapSampling() {
 	if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
 		runtime.MemProfileRate = 0

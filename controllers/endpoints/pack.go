@@ -70,9 +70,12 @@ type slot struct {
 //     place and the others removed;
 //  2. new endpoints fill the slices step 1 changed anyway;
 //  3. what is left goes to the one untouched slice that has room for all
-//     of it (the fullest such), else to new slices.
+//     of it (the fullest such), else to new slices;
+//  4. an untouched slice whose endpoints fit in the room left in slices
+//     written anyway moves into them and is deleted: one write more, one
+//     slice fewer (see absorbSmall).
 //
-// Slices do not get rebalanced. A Service with no endpoint at all keeps one
+// Slices are not otherwise rebalanced. A Service with no endpoint at all keeps one
 // empty slice, so that it shows up in slice listings. triggerTime, when
 // not empty, is written to every slice written.
 func planSlices(svc *corev1.Service, groups map[string]*group, existing []*discoveryv1.EndpointSlice, maxPerSlice int, triggerTime string) plan {
@@ -183,13 +186,18 @@ func planSlices(svc *corev1.Service, groups map[string]*group, existing []*disco
 				keys = nil
 			}
 		}
+		var fresh [][]discoveryv1.Endpoint
 		for len(keys) > 0 {
 			n := min(len(keys), maxPerSlice)
-			eps := make([]discoveryv1.Endpoint, 0, n)
+			eps := make([]discoveryv1.Endpoint, 0, maxPerSlice)
 			for _, k := range keys[:n] {
 				eps = append(eps, remaining[k])
 			}
 			keys = keys[n:]
+			fresh = append(fresh, eps)
+		}
+		fresh = absorbSmall(slots, fresh, maxPerSlice)
+		for _, eps := range fresh {
 			p.create = append(p.create, newSlice(g, eps))
 		}
 		for _, sl := range slots {
@@ -225,6 +233,112 @@ func planSlices(svc *corev1.Service, groups map[string]*group, existing []*disco
 		p.create = append(p.create, newSlice(&group{addressType: placeholderType}, []discoveryv1.Endpoint{}))
 	}
 	return p
+}
+
+// absorbSmall keeps a Service's slices few. Additions arriving in waves
+// leave small slices behind (250 endpoints in four slices instead of
+// three), so while a plan writes anything, it also folds small slices into
+// the room of others, smallest first, and deletes them:
+//
+//   - an untouched slice that fits in the room of slices written anyway
+//     costs one delete and saves a slice;
+//   - while there are more slices than the endpoints need, the smallest one,
+//     if at most half full, also goes into untouched slices with room (the
+//     roomiest first), one more update each. Fuller slices stay: one new
+//     slice is cheaper than several updates, as upstream prefers.
+//
+// It returns fresh, possibly grown.
+func absorbSmall(slots []*slot, fresh [][]discoveryv1.Endpoint, maxPerSlice int) [][]discoveryv1.Endpoint {
+	free := func(n int) int { return max(maxPerSlice-n, 0) }
+	total, live := 0, len(fresh)
+	for _, sl := range slots {
+		if len(sl.endpoints) > 0 {
+			total += len(sl.endpoints)
+			live++
+		}
+	}
+	for _, eps := range fresh {
+		total += len(eps)
+	}
+	needed := (total + maxPerSlice - 1) / maxPerSlice
+	absorbed := map[*slot]bool{}
+	// move puts eps into the room of the slots pass allows, then of the
+	// fresh slices; it reports whether all of eps found a place.
+	move := func(eps []discoveryv1.Endpoint, pass func(*slot) bool) []discoveryv1.Endpoint {
+		for _, sl := range slots {
+			if absorbed[sl] || !pass(sl) {
+				continue
+			}
+			n := min(free(len(sl.endpoints)), len(eps))
+			if n > 0 {
+				sl.endpoints = append(sl.endpoints, eps[:n]...)
+				sl.changed = true
+				eps = eps[n:]
+			}
+		}
+		for i := range fresh {
+			n := min(free(len(fresh[i])), len(eps))
+			fresh[i] = append(fresh[i], eps[:n]...)
+			eps = eps[n:]
+		}
+		return eps
+	}
+	room := func(pass func(*slot) bool, except *slot) int {
+		r := 0
+		for _, sl := range slots {
+			if sl != except && !absorbed[sl] && pass(sl) {
+				r += free(len(sl.endpoints))
+			}
+		}
+		for _, eps := range fresh {
+			r += free(len(eps))
+		}
+		return r
+	}
+	written := func(sl *slot) bool { return sl.changed }
+	any := func(sl *slot) bool { return len(sl.endpoints) > 0 || sl.changed }
+	for live > 0 {
+		var c *slot
+		for _, sl := range slots {
+			if absorbed[sl] || len(sl.endpoints) == 0 {
+				continue
+			}
+			if c == nil || len(sl.endpoints) < len(c.endpoints) {
+				c = sl
+			}
+		}
+		if c == nil {
+			break
+		}
+		switch {
+		case !c.changed && len(c.endpoints) <= room(written, c):
+			absorbed[c] = true
+			move(c.endpoints, written)
+		case live > needed && 2*len(c.endpoints) <= maxPerSlice && len(c.endpoints) <= room(any, c):
+			absorbed[c] = true
+			// Slices written anyway first, then the roomiest others.
+			rest := move(c.endpoints, written)
+			order := slices.Clone(slots)
+			slices.SortStableFunc(order, func(a, b *slot) int { return cmp.Compare(len(a.endpoints), len(b.endpoints)) })
+			for _, sl := range order {
+				if len(rest) == 0 {
+					break
+				}
+				if absorbed[sl] || sl.changed || len(sl.endpoints) == 0 {
+					continue
+				}
+				n := min(free(len(sl.endpoints)), len(rest))
+				sl.endpoints = append(sl.endpoints, rest[:n]...)
+				sl.changed = true
+				rest = rest[n:]
+			}
+		default:
+			return fresh
+		}
+		c.endpoints, c.changed = nil, true
+		live--
+	}
+	return fresh
 }
 
 func setTrigger(m *metav1.ObjectMeta, t string) {

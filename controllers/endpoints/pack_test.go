@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -42,6 +43,9 @@ func testPod(i int, ready bool, port int32) *corev1.Pod {
 
 func zoneA(string) string { return "zone-a" }
 
+// generated numbers the names apply gives new slices.
+var generated int
+
 // apply turns a plan into the slices the hub would then hold.
 func apply(existing []*discoveryv1.EndpointSlice, p plan) []*discoveryv1.EndpointSlice {
 	byName := map[string]*discoveryv1.EndpointSlice{}
@@ -54,9 +58,10 @@ func apply(existing []*discoveryv1.EndpointSlice, p plan) []*discoveryv1.Endpoin
 	for _, s := range p.update {
 		byName[s.Name] = s
 	}
-	for i, s := range p.create {
+	for _, s := range p.create {
 		s = s.DeepCopy()
-		s.Name = fmt.Sprintf("%s%d-%d", s.GenerateName, len(byName), i)
+		generated++
+		s.Name = fmt.Sprintf("%s%05d", s.GenerateName, generated)
 		byName[s.Name] = s
 	}
 	out := make([]*discoveryv1.EndpointSlice, 0, len(byName))
@@ -320,5 +325,80 @@ func TestLegacySubsets(t *testing.T) {
 	ss, trunc = desiredSubsets(svc, many, MaxEndpointsPerObject)
 	if !trunc || len(ss) != 1 || len(ss[0].Addresses) != 600 || len(ss[0].NotReadyAddresses) != 400 {
 		t.Fatalf("truncated %v: %d subsets", trunc, len(ss))
+	}
+}
+
+// Additions in waves leave a small slice behind unless a later plan moves
+// it into room it writes anyway.
+func TestPackAbsorbsSmallSlices(t *testing.T) {
+	svc := testService(intstr.FromString("web"))
+	var pods []*corev1.Pod
+	for i := range 250 {
+		pods = append(pods, testPod(i, i >= 240, 8080))
+	}
+	// 4, then 100 more (a new full slice; the 4 stays untouched), then
+	// the rest.
+	cur := apply(nil, planSlices(svc, desiredGroups(svc, pods[:4], zoneA), nil, 100, ""))
+	cur = apply(cur, planSlices(svc, desiredGroups(svc, pods[:104], zoneA), cur, 100, ""))
+	cur = apply(cur, planSlices(svc, desiredGroups(svc, pods[:250], zoneA), cur, 100, ""))
+	if n := countEndpoints(cur); n != 250 {
+		t.Fatalf("%d endpoints", n)
+	}
+	// The last pods turn ready: the slices holding them are written, and
+	// whatever small slice fits in their room goes.
+	ready := make([]*corev1.Pod, 250)
+	for i := range ready {
+		ready[i] = testPod(i, true, 8080)
+	}
+	cur = apply(cur, planSlices(svc, desiredGroups(svc, ready, zoneA), cur, 100, ""))
+	if n := countEndpoints(cur); n != 250 || len(cur) != 3 {
+		var sizes []int
+		for _, s := range cur {
+			sizes = append(sizes, len(s.Endpoints))
+		}
+		t.Fatalf("%d endpoints in slices of %v, want 250 in 3", n, sizes)
+	}
+	for _, s := range cur {
+		if len(s.Endpoints) > 100 {
+			t.Fatalf("slice of %d", len(s.Endpoints))
+		}
+	}
+}
+
+// Whatever the waves endpoints arrive in, 250 of them end in three slices.
+func TestPackWavesEndInFewSlices(t *testing.T) {
+	svc := testService(intstr.FromString("web"))
+	ready := make([]*corev1.Pod, 250)
+	for i := range ready {
+		ready[i] = testPod(i, true, 8080)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		var cur []*discoveryv1.EndpointSlice
+		pods := make([]*corev1.Pod, 250)
+		for i := range pods {
+			pods[i] = testPod(i, false, 8080)
+		}
+		for n := 0; n < 250; {
+			n = min(250, n+1+rng.IntN(80))
+			cur = apply(cur, planSlices(svc, desiredGroups(svc, pods[:n], zoneA), cur, 100, ""))
+		}
+		// Pods turn ready in waves too.
+		for n := 0; n < 250; {
+			next := min(250, n+1+rng.IntN(80))
+			copy(pods[n:next], ready[n:next])
+			n = next
+			cur = apply(cur, planSlices(svc, desiredGroups(svc, pods, zoneA), cur, 100, ""))
+		}
+		var sizes []int
+		for _, s := range cur {
+			sizes = append(sizes, len(s.Endpoints))
+			if len(s.Endpoints) > 100 {
+				t.Fatalf("round %d: slice of %d", round, len(s.Endpoints))
+			}
+		}
+		if countEndpoints(cur) != 250 || len(cur) != 3 {
+			t.Fatalf("round %d: slices of %v, want 250 endpoints in 3", round, sizes)
+		}
 	}
 }

@@ -76,7 +76,16 @@ type Controller struct {
 
 	batchMu sync.Mutex
 	batches map[string]carriedBatch // by ReplicaSet key; see firstBatch
+
+	statusMu      sync.Mutex
+	statusWritten map[string]time.Time // by ReplicaSet key; see statusDue
 }
+
+// countsInterval is how often a ReplicaSet's status is written at most
+// while only its counts move towards the settled state: scaling up
+// thousands of pods would otherwise write a status for every few pods that
+// become ready.
+const countsInterval = time.Second
 
 // batchCarryOver bounds how long a scale-up's slow start carries over to
 // the ReplicaSet's next sync.
@@ -119,12 +128,14 @@ func New(cfg Config) (*Controller, error) {
 		client: cfg.Client, log: log, workers: cfg.Workers, burst: cfg.BurstReplicas, now: cfg.Now,
 		rsLister: rsInf.Lister(), rsIndex: rsInf.Informer().GetIndexer(),
 		pods: podInf.Lister(), podIndex: podInf.Informer().GetIndexer(),
-		synced:   []cache.InformerSynced{rsInf.Informer().HasSynced, podInf.Informer().HasSynced},
-		queue:    kit.NewQueue("replicaset"),
-		exp:      kit.NewExpectations(0, cfg.Now),
-		batches:  map[string]carriedBatch{},
-		recorder: rec,
-		control:  kit.PodControl{Client: cfg.Client, Recorder: rec},
+		synced:  []cache.InformerSynced{rsInf.Informer().HasSynced, podInf.Informer().HasSynced},
+		queue:   kit.NewQueue("replicaset"),
+		exp:     kit.NewExpectations(0, cfg.Now),
+		batches: map[string]carriedBatch{},
+
+		statusWritten: map[string]time.Time{},
+		recorder:      rec,
+		control:       kit.PodControl{Client: cfg.Client, Recorder: rec},
 	}
 	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.queue.Enqueue,

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 var now = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -155,5 +157,34 @@ func TestBatchCarryOver(t *testing.T) {
 	now = now.Add(2 * batchCarryOver)
 	if b := c.firstBatch("ns/a"); b != 1 {
 		t.Fatalf("long after: %d, want 1", b)
+	}
+}
+
+func TestStatusCountsHeldBack(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &Controller{statusWritten: map[string]time.Time{}}
+	rs := &appsv1.ReplicaSet{Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](10)}}
+	rs.Generation, rs.Status.ObservedGeneration = 1, 1
+	counts := func(n int32) appsv1.ReplicaSetStatus {
+		return appsv1.ReplicaSetStatus{Replicas: 10, FullyLabeledReplicas: 10, ReadyReplicas: n, AvailableReplicas: n, ObservedGeneration: 1}
+	}
+	if d := c.statusDue("ns/a", rs, counts(1), now); d != 0 {
+		t.Fatalf("first status held back %v", d)
+	}
+	rs.Status = counts(1)
+	if d := c.statusDue("ns/a", rs, counts(4), now.Add(300*time.Millisecond)); d != 700*time.Millisecond {
+		t.Fatalf("counts within the interval: held back %v, want 700ms", d)
+	}
+	if d := c.statusDue("ns/a", rs, counts(10), now.Add(400*time.Millisecond)); d != 0 {
+		t.Fatalf("settled status held back %v", d)
+	}
+	rs.Status = counts(10)
+	newGen := counts(4)
+	newGen.ObservedGeneration = 2
+	if d := c.statusDue("ns/a", rs, newGen, now.Add(500*time.Millisecond)); d != 0 {
+		t.Fatalf("status of a new generation held back %v", d)
+	}
+	if d := c.statusDue("ns/b", rs, counts(3), now.Add(500*time.Millisecond)); d != 0 {
+		t.Fatalf("another ReplicaSet's status held back %v", d)
 	}
 }

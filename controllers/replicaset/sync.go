@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,6 +24,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	cached, err := c.rsLister.ReplicaSets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.exp.Forget(key)
+		c.statusMu.Lock()
+		delete(c.statusWritten, key)
+		c.statusMu.Unlock()
 		return nil
 	}
 	if err != nil {
@@ -47,7 +51,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	now := c.now()
 	status := computeStatus(rs, pods, active, manageErr, now)
-	if err := c.updateStatus(ctx, rs, status); err != nil {
+	if wait := c.statusDue(key, rs, status, now); wait > 0 {
+		c.queue.AddAfter(key, wait)
+	} else if err := c.updateStatus(ctx, rs, status); err != nil {
 		return errors.Join(manageErr, err)
 	}
 	// Come back when ready pods become available.
@@ -222,4 +228,27 @@ func ptrOr(p *int32, def int32) int32 {
 		return def
 	}
 	return *p
+}
+
+// statusDue returns how long to hold back a status that differs from the
+// stored one only in its counts, while they have not reached the settled
+// state (every replica created, ready and available), so such statuses are
+// written at most once per countsInterval; zero means write it now. The
+// held-back status is written when the key comes back.
+func (c *Controller) statusDue(key string, rs *appsv1.ReplicaSet, status appsv1.ReplicaSetStatus, now time.Time) time.Duration {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	want := ptrOr(rs.Spec.Replicas, 1)
+	settled := status.Replicas == want && status.ReadyReplicas == want && status.AvailableReplicas == want
+	countsOnly := status.ObservedGeneration == rs.Status.ObservedGeneration &&
+		apiequality.Semantic.DeepEqual(status.Conditions, rs.Status.Conditions)
+	if !settled && countsOnly {
+		if wait := c.statusWritten[key].Add(countsInterval).Sub(now); wait > 0 {
+			return wait
+		}
+	}
+	if !apiequality.Semantic.DeepEqual(rs.Status, status) {
+		c.statusWritten[key] = now
+	}
+	return 0
 }

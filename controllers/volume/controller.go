@@ -12,7 +12,12 @@
 // volume under the configured root on that node, with a node affinity that
 // keeps its pods there. A volume whose claim is gone is Released, and
 // deleted when its reclaim policy says Delete and tether provisioned it.
-// The node's agent creates the directory when a pod first mounts it.
+// The node's agent creates the directory when a pod first mounts it, and
+// removes it once the volume is deleted.
+//
+// Claims carry upstream's kubernetes.io/pvc-protection finalizer: a claim
+// deleted while a scheduled pod that has not finished uses it stays (with
+// its deletion timestamp) until no such pod is left.
 package volume
 
 import (
@@ -21,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -53,6 +59,9 @@ const (
 	annProvisionedBy    = "pv.kubernetes.io/provisioned-by"
 	annBetaStorageClass = "volume.beta.kubernetes.io/storage-class"
 	hostnameLabel       = "kubernetes.io/hostname"
+
+	// PVCProtectionFinalizer keeps a claim that pods use.
+	PVCProtectionFinalizer = "kubernetes.io/pvc-protection"
 )
 
 // Config configures the controller. Client and Informers are required.
@@ -74,6 +83,7 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	pvcs    corelisters.PersistentVolumeClaimLister
 	pvs     corelisters.PersistentVolumeLister
+	pods    corelisters.PodLister
 	classes storagelisters.StorageClassLister
 	synced  []cache.InformerSynced
 }
@@ -109,8 +119,10 @@ func New(cfg Config) (*Controller, error) {
 	pvcInf := cfg.Informers.Core().V1().PersistentVolumeClaims()
 	pvInf := cfg.Informers.Core().V1().PersistentVolumes()
 	scInf := cfg.Informers.Storage().V1().StorageClasses()
-	c.pvcs, c.pvs, c.classes = pvcInf.Lister(), pvInf.Lister(), scInf.Lister()
-	c.synced = []cache.InformerSynced{pvcInf.Informer().HasSynced, pvInf.Informer().HasSynced, scInf.Informer().HasSynced}
+	podInf := cfg.Informers.Core().V1().Pods()
+	c.pvcs, c.pvs, c.classes, c.pods = pvcInf.Lister(), pvInf.Lister(), scInf.Lister(), podInf.Lister()
+	c.synced = []cache.InformerSynced{pvcInf.Informer().HasSynced, pvInf.Informer().HasSynced, scInf.Informer().HasSynced,
+		podInf.Informer().HasSynced}
 	unwrap := func(obj any) any {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			return t.Obj
@@ -130,6 +142,14 @@ func New(cfg Config) (*Controller, error) {
 			c.queue.Add(volumePrefix + v.Name)
 			if r := v.Spec.ClaimRef; r != nil {
 				c.queue.Add(claimPrefix + r.Namespace + "/" + r.Name)
+				return
+			}
+			// A free volume may suit a claim waiting for one.
+			claims, _ := c.pvcs.List(labels.Everything())
+			for _, p := range claims {
+				if p.Spec.VolumeName == "" && claimClass(p) == volumeClass(v) {
+					c.queue.Add(claimPrefix + p.Namespace + "/" + p.Name)
+				}
 			}
 		}
 	}
@@ -142,6 +162,28 @@ func New(cfg Config) (*Controller, error) {
 		}); err != nil {
 			return nil, fmt.Errorf("add event handler: %w", err)
 		}
+	}
+	// A pod that finished or went away may free a claim being deleted.
+	released := func(obj any) {
+		p, ok := unwrap(obj).(*corev1.Pod)
+		if !ok {
+			return
+		}
+		for _, name := range podClaims(p) {
+			if pvc, err := c.pvcs.PersistentVolumeClaims(p.Namespace).Get(name); err == nil && pvc.DeletionTimestamp != nil {
+				c.queue.Add(claimPrefix + p.Namespace + "/" + name)
+			}
+		}
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, n any) {
+			if p, ok := n.(*corev1.Pod); ok && podDone(p) {
+				released(p)
+			}
+		},
+		DeleteFunc: released,
+	}); err != nil {
+		return nil, fmt.Errorf("add event handler: %w", err)
 	}
 	// A new class may make pending claims provisionable.
 	if _, err := scInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) {
@@ -230,7 +272,14 @@ func (c *Controller) syncClaim(ctx context.Context, ns, name string) error {
 		return err
 	}
 	if p.DeletionTimestamp != nil {
-		return nil
+		return c.releaseClaim(ctx, p)
+	}
+	if !slices.Contains(p.Finalizers, PVCProtectionFinalizer) {
+		np := p.DeepCopy()
+		np.Finalizers = append(np.Finalizers, PVCProtectionFinalizer)
+		if p, err = c.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, np, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
 	}
 	if p.Spec.VolumeName != "" {
 		v, err := c.pvs.Get(p.Spec.VolumeName)
@@ -282,6 +331,71 @@ func (c *Controller) syncClaim(ctx context.Context, ns, name string) error {
 		return nil
 	}
 	return c.provision(ctx, p, class, node)
+}
+
+// podClaims lists the claims a pod uses: its persistentVolumeClaim
+// volumes and the claims of its generic ephemeral volumes.
+func podClaims(p *corev1.Pod) []string {
+	var out []string
+	for _, v := range p.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out = append(out, v.PersistentVolumeClaim.ClaimName)
+		case v.Ephemeral != nil:
+			out = append(out, p.Name+"-"+v.Name)
+		}
+	}
+	return out
+}
+
+// podDone tells a pod that no longer uses its volumes: it finished.
+func podDone(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// claimInUse tells whether a scheduled pod that has not finished uses the
+// claim; unscheduled pods do not count, as no node will start them with a
+// claim being deleted.
+func claimInUse(pods []*corev1.Pod, name string) bool {
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && !podDone(p) && slices.Contains(podClaims(p), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseClaim lets a deleted claim go once no pod uses it. The hub is
+// asked before: a pod just created may not have reached the informer.
+func (c *Controller) releaseClaim(ctx context.Context, p *corev1.PersistentVolumeClaim) error {
+	if !slices.Contains(p.Finalizers, PVCProtectionFinalizer) {
+		return nil
+	}
+	cached, err := c.pods.Pods(p.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	if claimInUse(cached, p.Name) {
+		return nil // a pod event brings the claim back
+	}
+	live, err := c.cfg.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	pods := make([]*corev1.Pod, len(live.Items))
+	for i := range live.Items {
+		pods[i] = &live.Items[i]
+	}
+	if claimInUse(pods, p.Name) {
+		return nil
+	}
+	np := p.DeepCopy()
+	np.Finalizers = slices.DeleteFunc(np.Finalizers, func(f string) bool { return f == PVCProtectionFinalizer })
+	_, err = c.cfg.Client.CoreV1().PersistentVolumeClaims(p.Namespace).Update(ctx, np, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // bestMatch is the smallest Available volume that satisfies the claim.

@@ -2,8 +2,10 @@
 // with containerd through its Go client (not CRI), in the containerd
 // namespace "tether". Each pod gets a network namespace set up through CNI
 // (libcni with the standard bridge, host-local, loopback and portmap
-// plugins), its volumes under the agent's data directory, and one
-// containerd container per container instance. Logs are written in the CRI
+// plugins), its volumes under the agent's data directory (claims mount
+// their PersistentVolume's host directory; tether's local-path volumes live
+// under the local-path root), and one containerd container per container
+// instance. Logs are written in the CRI
 // log format with size-based rotation.
 //
 // Everything the runtime needs to find its pods again lives in containerd

@@ -35,6 +35,16 @@ type lab struct {
 	token string
 	dir   string // the agent's data directory (= the runtime's)
 	agent *labAgent
+	opts  labOptions
+}
+
+// labOptions change a lab's hub and agent.
+type labOptions struct {
+	hubArgs []string
+	// localPathRoot is the hub's and the runtime's local-path root.
+	localPathRoot string
+	// agent adjusts the agent's configuration.
+	agent func(*edge.Config)
 }
 
 type labAgent struct {
@@ -54,15 +64,24 @@ func (a *labAgent) stop(t *testing.T) {
 
 func startLab(t *testing.T) *lab {
 	t.Helper()
+	return startLabWith(t, labOptions{})
+}
+
+func startLabWith(t *testing.T, opts labOptions) *lab {
+	t.Helper()
 	requireContainerd(t)
-	h := hubtest.Start(t)
+	if opts.localPathRoot != "" {
+		opts.hubArgs = append(opts.hubArgs, "--local-path-root", opts.localPathRoot)
+	}
+	h := hubtest.Start(t, opts.hubArgs...)
 	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
 	if err != nil {
 		t.Fatalf("token create: %v\n%s", err, h.Logs())
 	}
 	env := newTestRuntime(t, "10.42.0.0/24")
 	env.rt.Close()
-	l := &lab{t: t, hub: h, env: env, token: strings.TrimSpace(string(out)), dir: env.dir}
+	env.localPathRoot = opts.localPathRoot
+	l := &lab{t: t, hub: h, env: env, token: strings.TrimSpace(string(out)), dir: env.dir, opts: opts}
 	env.rt = nil
 	l.startAgent(t)
 	return l
@@ -73,11 +92,15 @@ func startLab(t *testing.T) *lab {
 func (l *lab) startAgent(t *testing.T) {
 	t.Helper()
 	l.env.rt = l.env.start(t)
-	a, err := edge.New(edge.Config{
+	cfg := edge.Config{
 		HubURL: "https://" + l.hub.Addr, Token: l.token, DataDir: l.dir, NodeName: "edge-c",
 		NodeIP: netip.MustParseAddr("127.0.0.1"), Runtime: l.env.rt, StatusCheckInterval: time.Second,
 		TunnelBackoffCap: 2 * time.Second,
-	})
+	}
+	if l.opts.agent != nil {
+		l.opts.agent(&cfg)
+	}
+	a, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,6 +201,14 @@ func (n *network) setUp(ctx context.Context, pod *corev1.Pod, net edge.Network) 
 	}
 	name := netnsName(pod.UID)
 	_ = deleteNetns(name) // a leftover of an interrupted attempt
+	// After a reboot the pod's namespace is gone but the IPAM state on
+	// disk still holds its address under the same container ID, which
+	// host-local refuses to allocate twice: release it first.
+	if prev, _ := n.cni.GetNetworkListCachedResult(list, runtimeConf(pod, "")); prev != nil {
+		if err := n.cni.DelNetworkList(ctx, list, runtimeConf(pod, "")); err != nil {
+			return "", nil, fmt.Errorf("release the previous pod network (CNI %s): %w", list.Name, err)
+		}
+	}
 	nsPath, err = newNetns(name)
 	if err != nil {
 		return "", nil, err

@@ -59,6 +59,9 @@ type pod struct {
 	killing      bool
 	timer        *time.Timer // wakes the pod when a back-off ends
 	wakeAt       time.Time   // when timer fires
+	// claims are the host paths of the pod's claim volumes, by volume
+	// name, once set up.
+	claims map[string]string
 }
 
 // ctr is a container of a pod across its instances.

@@ -94,6 +94,12 @@ type Config struct {
 	// PidsLimit caps each container's processes; zero means 4096,
 	// negative means no limit.
 	PidsLimit int64
+	// LocalPathRoot is the directory of the node's local-path volumes
+	// (tether.io/local-path): their directories are created there with
+	// mode 0777, and removed once the hub deleted their volume. Nothing
+	// outside it is ever removed. Empty means /var/lib/tether/storage; it
+	// must match the hub's --local-path-root.
+	LocalPathRoot string
 	// Capacity overrides what Info reports; missing entries come from the
 	// host.
 	Capacity corev1.ResourceList
@@ -171,6 +177,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.ImageGCLowThresholdPercent == 0 {
 		cfg.ImageGCLowThresholdPercent = 80
+	}
+	if cfg.LocalPathRoot == "" {
+		cfg.LocalPathRoot = edge.DefaultLocalPathRoot
 	}
 	if cfg.ImageGCInterval <= 0 {
 		cfg.ImageGCInterval = 5 * time.Minute

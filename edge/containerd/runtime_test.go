@@ -74,6 +74,9 @@ type testEnv struct {
 	net    edge.Network
 	src    *fakeSources
 	daemon int // pid of the containerd the first runtime started
+	// localPathRoot is the runtime's local-path root; empty: a
+	// directory of the test.
+	localPathRoot string
 }
 
 var bridgeSeq = map[string]int{}
@@ -106,7 +109,11 @@ func newTestRuntime(t *testing.T, cidr string) *testEnv {
 }
 
 func (e *testEnv) config() Config {
-	return Config{DataDir: e.dir, Bridge: e.bridge, BackoffBase: time.Second, BackoffMax: 4 * time.Second}
+	root := e.localPathRoot
+	if root == "" {
+		root = filepath.Join(e.dir, "storage")
+	}
+	return Config{DataDir: e.dir, Bridge: e.bridge, BackoffBase: time.Second, BackoffMax: 4 * time.Second, LocalPathRoot: root}
 }
 
 func (e *testEnv) start(t *testing.T) *Runtime {
@@ -178,10 +185,31 @@ type fakeSources struct {
 	mu      sync.Mutex
 	cms     map[string]*corev1.ConfigMap
 	secrets map[string]*corev1.Secret
+	pvcs    map[string]*corev1.PersistentVolumeClaim
+	pvs     map[string]*corev1.PersistentVolume
 }
 
 func newFakeSources() *fakeSources {
-	return &fakeSources{cms: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
+	return &fakeSources{cms: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
+		pvcs: map[string]*corev1.PersistentVolumeClaim{}, pvs: map[string]*corev1.PersistentVolume{}}
+}
+
+func (f *fakeSources) PersistentVolumeClaim(ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.pvcs[ns+"/"+name]; ok {
+		return c, nil
+	}
+	return nil, edge.ErrSourceNotFound
+}
+
+func (f *fakeSources) PersistentVolume(name string) (*corev1.PersistentVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v, ok := f.pvs[name]; ok {
+		return v, nil
+	}
+	return nil, edge.ErrSourceNotFound
 }
 
 func (f *fakeSources) ConfigMap(ns, name string) (*corev1.ConfigMap, error) {

@@ -15,6 +15,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tether-edge/tether/edge"
 )
 
 // specOpts builds the OCI spec of one container instance.
@@ -253,6 +255,12 @@ func capName(c corev1.Capability) string {
 func (r *Runtime) mounts(p *pod, pod *corev1.Pod, c *corev1.Container, id string) ([]specs.Mount, error) {
 	var out []specs.Mount
 	has := map[string]bool{}
+	readOnly := map[string]bool{}
+	for i := range pod.Spec.Volumes {
+		if edge.ClaimReadOnly(&pod.Spec.Volumes[i]) {
+			readOnly[pod.Spec.Volumes[i].Name] = true
+		}
+	}
 	for _, vm := range c.VolumeMounts {
 		src, err := r.volumeSource(p, pod, vm.Name)
 		if err != nil {
@@ -270,7 +278,7 @@ func (r *Runtime) mounts(p *pod, pod *corev1.Pod, c *corev1.Container, id string
 			}
 		}
 		opts := []string{"rbind", "rprivate"}
-		if vm.ReadOnly {
+		if vm.ReadOnly || readOnly[vm.Name] {
 			opts = append(opts, "ro")
 		}
 		out = append(out, specs.Mount{Destination: vm.MountPath, Type: "bind", Source: src, Options: opts})

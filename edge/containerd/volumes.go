@@ -33,12 +33,16 @@ func (r *Runtime) volumeDir(p *pod, name string) string {
 
 // volumeSource is the host path a volume is mounted from.
 func (r *Runtime) volumeSource(p *pod, pod *corev1.Pod, name string) (string, error) {
-	for _, v := range pod.Spec.Volumes {
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
 		if v.Name != name {
 			continue
 		}
 		if v.HostPath != nil {
 			return v.HostPath.Path, nil
+		}
+		if edge.ClaimName(pod, v) != "" {
+			return r.claimSource(p, pod, v)
 		}
 		return r.volumeDir(p, name), nil
 	}
@@ -63,6 +67,8 @@ func (r *Runtime) syncVolume(ctx context.Context, p *pod, pod *corev1.Pod, v *co
 	switch {
 	case v.HostPath != nil:
 		return hostPath(v.HostPath)
+	case edge.ClaimName(pod, v) != "":
+		return r.syncClaim(p, pod, v)
 	case v.EmptyDir != nil:
 		if _, err := os.Stat(dir); err == nil {
 			return nil

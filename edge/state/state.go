@@ -300,18 +300,19 @@ func (s *Store) apply(batch []*commit, lazy map[string]string) error {
 	return nil
 }
 
-// List returns the objects of kind, restricted to namespace and name when
-// they are not empty.
+// List returns the objects of kind, restricted to namespace when it is
+// not empty, and to name in namespace when name is not empty (an empty
+// namespace then names a cluster-scoped object).
 func (s *Store) List(kind, namespace, name string) ([]Object, error) {
 	q := `SELECT namespace, name, uid, gone, value FROM objects WHERE kind = ?`
 	args := []any{kind}
-	if namespace != "" {
+	switch {
+	case name != "":
+		q += ` AND namespace = ? AND name = ?`
+		args = append(args, namespace, name)
+	case namespace != "":
 		q += ` AND namespace = ?`
 		args = append(args, namespace)
-		if name != "" {
-			q += ` AND name = ?`
-			args = append(args, name)
-		}
 	}
 	rows, err := s.db.Query(q, args...)
 	if err != nil {

@@ -66,6 +66,19 @@ func TestCommitListReopen(t *testing.T) {
 	if keys, _ := s.Keys("pods"); len(keys) != 1 || keys[0] != b {
 		t.Errorf("keys %v", keys)
 	}
+
+	// Cluster-scoped objects are listed by name with an empty namespace.
+	pv1 := Key{Kind: "persistentvolumes", Name: "pv1", UID: "v1"}
+	pv2 := Key{Kind: "persistentvolumes", Name: "pv2", UID: "v2"}
+	if err := s.Commit([]Op{{Key: pv1, Value: []byte("1")}, {Key: pv2, Value: []byte("2")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := s.List("persistentvolumes", "", "pv2"); err != nil || len(rows) != 1 || rows[0].Key != pv2 {
+		t.Errorf("cluster-scoped pv2: %+v, %v", rows, err)
+	}
+	if rows, err := s.List("persistentvolumes", "", ""); err != nil || len(rows) != 2 {
+		t.Errorf("all volumes: %+v, %v", rows, err)
+	}
 }
 
 // Concurrent commits share transactions and all land.

@@ -39,6 +39,7 @@ type hub struct {
 	cfg   *rest.Config
 	cs    *kubernetes.Clientset
 	store *sqlite.Store
+	api   *Server
 }
 
 // newHub serves the API over TLS on loopback, backed by a real storage over
@@ -79,7 +80,7 @@ func newHubWith(t testing.TB, tweak func(*Config)) *hub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hub{srv: srv, cfg: rcfg, cs: cs, store: st}
+	return &hub{srv: srv, cfg: rcfg, cs: cs, store: st, api: s}
 }
 
 func reasonOf(err error) metav1.StatusReason { return apierrors.ReasonForError(err) }

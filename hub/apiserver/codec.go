@@ -180,7 +180,7 @@ func (s *Server) encode(out output, obj runtime.Object, gv schema.GroupVersion, 
 }
 
 // writeObject writes obj with status code under the negotiated format.
-func (s *Server) writeObject(w http.ResponseWriter, code int, out output, obj runtime.Object, gv schema.GroupVersion) {
+func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, code int, out output, obj runtime.Object, gv schema.GroupVersion) {
 	var buf strings.Builder
 	if err := s.encode(out, obj, gv, &buf); err != nil {
 		s.writeError(w, apierrors.NewInternalError(fmt.Errorf("encode response: %w", err)))
@@ -188,8 +188,11 @@ func (s *Server) writeObject(w http.ResponseWriter, code int, out output, obj ru
 	}
 	w.Header().Set("Content-Type", out.info.MediaType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	_, _ = io.WriteString(w, buf.String())
+	body := buf.String()
+	writeBody(w, r, code, len(body), func(w io.Writer) error {
+		_, err := io.WriteString(w, body)
+		return err
+	})
 }
 
 // readBody reads a request body up to the size limit.

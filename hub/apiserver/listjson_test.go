@@ -21,9 +21,10 @@ import (
 // typed path.
 type typedOnly struct{ storage.API }
 
-// TestJSONListMatchesTypedList compares lists answered from the stored JSON
-// with the same lists answered through typed objects.
-func TestJSONListMatchesTypedList(t *testing.T) {
+// newTestStorage returns storage over a real SQLite file in the test's
+// directory, bootstrapped as a hub's, and a logger that drops everything.
+func newTestStorage(t *testing.T) (*storage.Storage, *slog.Logger) {
+	t.Helper()
 	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
 		t.Fatal(err)
@@ -34,10 +35,17 @@ func TestJSONListMatchesTypedList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := stg.Bootstrap(ctx, storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
+	if err := stg.Bootstrap(context.Background(), storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
 		t.Fatal(err)
 	}
+	return stg, quiet
+}
+
+// TestJSONListMatchesTypedList compares lists answered from the stored JSON
+// with the same lists answered through typed objects.
+func TestJSONListMatchesTypedList(t *testing.T) {
+	stg, quiet := newTestStorage(t)
+	ctx := context.Background()
 	var pods, cms *registry.Kind
 	for _, k := range registry.All() {
 		if k.GVK.Group == "" && k.Resource == "pods" {

@@ -197,7 +197,7 @@ func (s *Server) patchScale(w http.ResponseWriter, r *http.Request, t target) {
 			warnings = warn
 			return applyScale(t.kind, current, obj.(*autoscalingv1.Scale))
 		})
-	s.writeScale(w, out, t, updated, warnings, err)
+	s.writeScale(w, r, out, t, updated, warnings, err)
 }
 
 // applyJSONPatch applies an RFC 6902 patch. The patch library panics on

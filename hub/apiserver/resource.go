@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -298,8 +299,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 		if ok {
 			w.Header().Set("Content-Type", out.info.MediaType)
 			w.Header().Set("X-Content-Type-Options", "nosniff")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(body)
+			writeBody(w, r, http.StatusOK, body.Len(), func(w io.Writer) error {
+				_, err := body.WriteTo(w)
+				return err
+			})
 			return
 		}
 	}
@@ -315,7 +318,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 // without building typed objects (*storage.Storage does); the body must
 // equal the JSON encoding of what List returns.
 type jsonLister interface {
-	ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body []byte, ok bool, err error)
+	ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body *storage.JSONList, ok bool, err error)
 }
 
 // respond writes obj (an object or a list of kind k) transformed as out asks.
@@ -338,7 +341,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, code int, out o
 		}
 		obj, gv = p, schema.GroupVersion{Group: metav1.GroupName, Version: out.asVersion}
 	}
-	s.writeObject(w, code, out, obj, gv)
+	s.writeObject(w, r, code, out, obj, gv)
 }
 
 // writeOptions holds the query parameters shared by create, update and patch.
@@ -572,7 +575,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, t target) {
 	if m, err := meta.Accessor(obj); err == nil {
 		st.Details.UID = m.GetUID()
 	}
-	s.writeObject(w, http.StatusOK, out, st, schema.GroupVersion{Version: "v1"})
+	s.writeObject(w, r, http.StatusOK, out, st, schema.GroupVersion{Version: "v1"})
 }
 
 func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, t target) {
@@ -649,7 +652,7 @@ func (s *Server) getScale(w http.ResponseWriter, r *http.Request, t target) {
 		s.writeError(w, err)
 		return
 	}
-	s.writeObject(w, http.StatusOK, out, sc, autoscalingv1.SchemeGroupVersion)
+	s.writeObject(w, r, http.StatusOK, out, sc, autoscalingv1.SchemeGroupVersion)
 }
 
 // applyScale writes sc into a copy of the parent, carrying sc's
@@ -700,12 +703,12 @@ func (s *Server) updateScale(w http.ResponseWriter, r *http.Request, t target) {
 	updated, err := s.cfg.Storage.GuaranteedUpdate(r.Context(), t.kind, t.namespace, t.name,
 		storage.Options{DryRun: opts.dryRun, FieldManager: managerFor(opts, r)},
 		func(current runtime.Object) (runtime.Object, error) { return applyScale(t.kind, current, sc) })
-	s.writeScale(w, out, t, updated, warnings, err)
+	s.writeScale(w, r, out, t, updated, warnings, err)
 }
 
 // writeScale answers a write to /scale with the parent's new Scale, or with
 // the write's error.
-func (s *Server) writeScale(w http.ResponseWriter, out output, t target, updated runtime.Object, warnings []string, err error) {
+func (s *Server) writeScale(w http.ResponseWriter, r *http.Request, out output, t target, updated runtime.Object, warnings []string, err error) {
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -716,5 +719,5 @@ func (s *Server) writeScale(w http.ResponseWriter, out output, t target, updated
 		return
 	}
 	addWarnings(w, warnings)
-	s.writeObject(w, http.StatusOK, out, res, autoscalingv1.SchemeGroupVersion)
+	s.writeObject(w, r, http.StatusOK, out, res, autoscalingv1.SchemeGroupVersion)
 }

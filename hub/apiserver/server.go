@@ -101,6 +101,9 @@ type Config struct {
 	// ExtraMetrics appends metrics of other parts of the hub (Prometheus
 	// text format) to /metrics; may be nil.
 	ExtraMetrics func(w io.Writer)
+	// Profiling serves the Go runtime's profiles under /debug/pprof/ to
+	// authorized users, as kube-apiserver's --profiling does.
+	Profiling bool
 	// ServiceAccountTokens signs tokens for serviceaccounts/token; nil
 	// leaves that subresource unserved.
 	ServiceAccountTokens *auth.ServiceAccountTokens
@@ -321,6 +324,9 @@ func (s *Server) publicPath(path string) bool {
 }
 
 func (s *Server) authenticate(r *http.Request) (*auth.User, error) {
+	if u := localUser(r.Context()); u != nil {
+		return u, nil
+	}
 	if s.cfg.Authenticator == nil {
 		return nil, apierrors.NewUnauthorized("Unauthorized")
 	}
@@ -358,6 +364,8 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request, path s
 	case path == "/healthz" || path == "/livez" || path == "/readyz" ||
 		strings.HasPrefix(path, "/healthz/") || strings.HasPrefix(path, "/livez/") || strings.HasPrefix(path, "/readyz/"):
 		s.serveHealth(w, r, path)
+	case s.cfg.Profiling && (path == "/debug/pprof" || strings.HasPrefix(path, "/debug/pprof/")):
+		servePprof(w, r, path)
 	case path == "/metrics":
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.WriteHeader(http.StatusOK)

@@ -194,3 +194,25 @@ func TestPublicEndpoints(t *testing.T) {
 		t.Errorf("metrics: %d\n%s", got.code, got.body)
 	}
 }
+
+func TestProfiling(t *testing.T) {
+	off := newUntouchable(t)
+	if got := do(t, off, "GET", "/debug/pprof/", "good", "", nil, nil); got.code != http.StatusNotFound {
+		t.Errorf("profiles without Profiling: %d, want 404", got.code)
+	}
+	s, err := New(Config{Storage: untouchable{t: t}, Kinds: testKinds, Authenticator: tokenAuth{}, Profiling: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := httptest.NewServer(s.Handler())
+	t.Cleanup(on.Close)
+	if got := do(t, on, "GET", "/debug/pprof/heap", "", "", nil, nil); got.code != http.StatusUnauthorized {
+		t.Errorf("heap profile without credentials: %d, want 401", got.code)
+	}
+	if got := do(t, on, "GET", "/debug/pprof/", "good", "", nil, nil); got.code != 200 || !strings.Contains(got.body, "goroutine") {
+		t.Errorf("profile index: %d\n%s", got.code, got.body)
+	}
+	if got := do(t, on, "GET", "/debug/pprof/goroutine?debug=1", "good", "", nil, nil); got.code != 200 || !strings.Contains(got.body, "goroutine profile:") {
+		t.Errorf("goroutine profile: %d\n%.200s", got.code, got.body)
+	}
+}

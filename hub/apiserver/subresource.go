@@ -81,5 +81,5 @@ func (s *Server) writeCreated(w http.ResponseWriter, r *http.Request, warnings [
 	if obj == nil {
 		obj, gv = &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated}, schema.GroupVersion{Version: "v1"}
 	}
-	s.writeObject(w, http.StatusCreated, out, obj, gv)
+	s.writeObject(w, r, http.StatusCreated, out, obj, gv)
 }

@@ -14,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/tether-edge/tether/hub/auth"
 )
 
 // BenchmarkPodLifecycle drives the writes one scheduled pod costs, through
@@ -22,10 +25,19 @@ import (
 // as a node agent sends. Two watches of pods (an informer's and a
 // scheduler's) drain every change, so the fan-out is part of the cost.
 func BenchmarkPodLifecycle(b *testing.B) {
+	b.Run("transport=https", func(b *testing.B) { benchPodLifecycle(b, false) })
+	// The hub's own scheduler and controllers call the API in-process.
+	b.Run("transport=local", func(b *testing.B) { benchPodLifecycle(b, true) })
+}
+
+func benchPodLifecycle(b *testing.B, local bool) {
 	h := newHubWith(b, nil)
 	// Without client-side rate limits, as the scheduler's client runs.
 	rc := *h.cfg
 	rc.QPS, rc.Burst = -1, 0
+	if local {
+		rc = rest.Config{Host: h.cfg.Host, QPS: -1, Transport: h.api.LocalTransport(&auth.User{Name: "bench", Groups: []string{"system:authenticated"}})}
+	}
 	cs, err := kubernetes.NewForConfig(&rc)
 	if err != nil {
 		b.Fatal(err)

@@ -20,10 +20,18 @@ import (
 
 // Authorizer is the node authorizer: a node's credentials may read its own
 // Node and the pods bound to it, the secrets, config maps and claims those
-// pods reference, Services and EndpointSlices; write its own Node and its
-// status, its Lease, its pods' status, and events; and delete its pods once
-// they stopped (graceful deletion ends with the node). Anything else is 403.
-// Requests of other users go to Next.
+// pods reference and the PersistentVolumes bound to those claims, Services
+// and EndpointSlices; write its own Node and its status, its Lease, its
+// pods' status, and events; create the mirror pods of its static pods;
+// and delete its pods once they stopped (graceful deletion ends with the
+// node). Anything else is 403. Requests of other users go to Next.
+//
+// Two rules are tether's own, for local-path volumes, whose data lives on
+// one node: a node may read the local-path PersistentVolumes whose node
+// affinity pins them to it, and may get a PersistentVolume of the
+// provisioned form pvc-<uid> that does not exist (the answer is 404),
+// which is how the node learns that it may remove the data of a deleted
+// one. It learns nothing but the absence of a volume of that name.
 type Authorizer struct {
 	cfg   Config
 	graph *graph
@@ -73,7 +81,7 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 		}
 		return forbiddenPath(u, at)
 	}
-	if at.Verb == "create" && at.Name == "" && at.Subresource == "" && (at.Group == "" && at.Kind == "nodes" ||
+	if at.Verb == "create" && at.Name == "" && at.Subresource == "" && (at.Group == "" && (at.Kind == "nodes" || at.Kind == "pods") ||
 		at.Group == "coordination.k8s.io" && at.Kind == "leases" && at.Namespace == corev1.NamespaceNodeLease) {
 		// The name is in the body: AuthorizeCreate decides.
 		return nil
@@ -97,10 +105,78 @@ func (a *Authorizer) AuthorizeCreate(u *auth.User, at apiserver.Attributes, obj 
 		return forbidden(u, at, "object without metadata")
 	}
 	at.Name = m.GetName()
+	if at.Group == "" && at.Kind == "pods" {
+		if why := a.decideMirrorPod(node, obj); why != "" {
+			return forbidden(u, at, why)
+		}
+		return nil
+	}
 	if why := a.decide(node, at); why != "" {
 		return forbidden(u, at, why)
 	}
 	return nil
+}
+
+// annMirror marks a mirror pod: the API's view of a static pod that a
+// node runs from a manifest file; its value is the static pod's hash.
+const annMirror = "kubernetes.io/config.mirror"
+
+// decideMirrorPod returns "" when node may create pod: a mirror pod bound
+// to the node, controlled by the node's own Node object, and referencing
+// no other API object (service account, secret, config map, claim), as
+// upstream's NodeRestriction admission requires.
+func (a *Authorizer) decideMirrorPod(node string, obj runtime.Object) string {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return "not a pod"
+	}
+	if _, ok := pod.Annotations[annMirror]; !ok {
+		return fmt.Sprintf("pod does not have %q annotation, node %q can only create mirror pods", annMirror, node)
+	}
+	if pod.Spec.NodeName != node {
+		return fmt.Sprintf("node %q can only create pods with spec.nodeName set to itself", node)
+	}
+	if len(pod.OwnerReferences) != 1 {
+		return fmt.Sprintf("node %q can only create pods with a single owner reference set to itself", node)
+	}
+	owner := pod.OwnerReferences[0]
+	if owner.APIVersion != "v1" || owner.Kind != "Node" || owner.Name != node {
+		return fmt.Sprintf("node %q can only create pods with an owner reference set to itself", node)
+	}
+	if owner.Controller == nil || !*owner.Controller {
+		return fmt.Sprintf("node %q can only create pods with a controller owner reference set to itself", node)
+	}
+	if owner.BlockOwnerDeletion != nil && *owner.BlockOwnerDeletion {
+		return fmt.Sprintf("node %q must not set blockOwnerDeletion on an owner reference", node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := a.cfg.Storage.Get(ctx, nodesKind, "", node)
+	if err != nil {
+		return fmt.Sprintf("node %q: %v", node, err)
+	}
+	if uid := n.(*corev1.Node).UID; owner.UID != uid {
+		return fmt.Sprintf("node %s UID mismatch: expected %s got %s", node, uid, owner.UID)
+	}
+	if pod.Spec.ServiceAccountName != "" || pod.Spec.DeprecatedServiceAccount != "" {
+		return fmt.Sprintf("node %q can not create pods that reference a service account", node)
+	}
+	if refs := podRefs(pod); len(refs) > 0 {
+		return fmt.Sprintf("node %q can not create pods that reference %s", node, refs[0].resource)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil || src.ClusterTrustBundle != nil {
+					return fmt.Sprintf("node %q can not create pods that reference service account tokens or cluster trust bundles", node)
+				}
+			}
+		}
+	}
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return fmt.Sprintf("node %q can not create pods that reference resourceclaims", node)
+	}
+	return ""
 }
 
 // decide returns "" to allow, else the reason for refusing.
@@ -159,6 +235,28 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 		}
 		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
 
+	case at.Group == "" && at.Kind == "persistentvolumes":
+		if !read || at.Subresource != "" {
+			return fmt.Sprintf("node '%s' cannot %s %s", node, at.Verb, at.Kind)
+		}
+		name := at.Name
+		if at.Verb != "get" {
+			n, ok := exactField(at.FieldSelector, "metadata.name")
+			if !ok {
+				return fmt.Sprintf("node '%s' can only list or watch single %s (fieldSelector metadata.name=<name>)", node, at.Kind)
+			}
+			name = n
+		}
+		switch a.volumeAccess(node, name) {
+		case volumeAllowed:
+			return ""
+		case volumeMissing:
+			if at.Verb == "get" && strings.HasPrefix(name, "pvc-") {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
+
 	case at.Group == "" && (at.Kind == "services" || at.Kind == "endpoints"),
 		at.Group == "discovery.k8s.io" && at.Kind == "endpointslices":
 		if read && at.Subresource == "" {
@@ -208,6 +306,61 @@ func (a *Authorizer) needs(node string, r ref) bool {
 		return false
 	}
 	return a.graph.nodeNeeds(node, r)
+}
+
+// Answers of volumeAccess.
+const (
+	volumeDenied = iota
+	volumeAllowed
+	volumeMissing
+)
+
+// volumeAccess tells whether node may read the PersistentVolume name: one
+// bound (claimRef) to a claim of a pod on the node, or a local-path volume
+// pinned to the node; or that no such volume exists.
+func (a *Authorizer) volumeAccess(node, name string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	obj, err := a.cfg.Storage.Get(ctx, pvsKind, "", name)
+	if apierrors.IsNotFound(err) {
+		return volumeMissing
+	}
+	if err != nil {
+		return volumeDenied
+	}
+	pv := obj.(*corev1.PersistentVolume)
+	if r := pv.Spec.ClaimRef; r != nil && a.needs(node, ref{"persistentvolumeclaims", r.Namespace, r.Name}) {
+		return volumeAllowed
+	}
+	if pv.Annotations[annProvisionedBy] == localPathProvisioner && pinnedTo(pv) == node {
+		return volumeAllowed
+	}
+	return volumeDenied
+}
+
+// Names of tether's local-path volumes (controllers/volume).
+const (
+	annProvisionedBy     = "pv.kubernetes.io/provisioned-by"
+	localPathProvisioner = "tether.io/local-path"
+)
+
+// pinnedTo returns the one node a volume's required node affinity allows
+// (kubernetes.io/hostname In [node]), or "".
+func pinnedTo(pv *corev1.PersistentVolume) string {
+	na := pv.Spec.NodeAffinity
+	if na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 {
+		return ""
+	}
+	node := ""
+	for _, e := range na.Required.NodeSelectorTerms[0].MatchExpressions {
+		if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+			if node != "" && node != e.Values[0] {
+				return ""
+			}
+			node = e.Values[0]
+		}
+	}
+	return node
 }
 
 // selects reports whether a field selector requires field=value exactly.

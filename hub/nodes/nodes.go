@@ -75,6 +75,7 @@ var (
 	nodesKind   = mustKind(schema.GroupVersionResource{Version: "v1", Resource: "nodes"})
 	podsKind    = mustKind(schema.GroupVersionResource{Version: "v1", Resource: "pods"})
 	secretsKind = mustKind(schema.GroupVersionResource{Version: "v1", Resource: "secrets"})
+	pvsKind     = mustKind(schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"})
 	leasesKind  = mustKind(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"})
 )
 

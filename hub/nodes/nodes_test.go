@@ -17,6 +17,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-edge/tether/hub/apiserver"
@@ -118,6 +119,38 @@ func TestNodeAuthorizer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	pvsKind := mustKindT(t, "persistentvolumes")
+	pinned := func(node string) *corev1.VolumeNodeAffinity {
+		return &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		}}}}
+	}
+	pv := func(name, claim string, localPathOn string) *corev1.PersistentVolume {
+		v := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + name}},
+		}}
+		if claim != "" {
+			v.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "shop", Name: claim}
+		}
+		if localPathOn != "" {
+			v.Annotations = map[string]string{"pv.kubernetes.io/provisioned-by": "tether.io/local-path"}
+			v.Spec.NodeAffinity = pinned(localPathOn)
+		}
+		return v
+	}
+	for _, v := range []*corev1.PersistentVolume{
+		pv("pv-claim1", "claim1", ""), pv("pvc-on-n1", "", "n1"), pv("pvc-on-n2", "", "n2"), pv("other", "other-claim", ""),
+		pv("pvc-static-on-n1", "", ""),
+	} {
+		if v.Name == "pvc-static-on-n1" {
+			v.Spec.NodeAffinity = pinned("n1") // pinned, but not a local-path volume
+		}
+		if _, err := st.Create(ctx, pvsKind, "", v, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n1 := nodeUser("n1")
 	res := func(verb, group, kind, ns, name, sub, fieldSel string) apiserver.Attributes {
 		return apiserver.Attributes{Verb: verb, Resource: true, Group: group, Version: "v1", Kind: kind,
@@ -139,6 +172,13 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("watch", "", "configmaps", "shop", "", "", "metadata.name=cm-env"),
 		res("list", "", "configmaps", "shop", "", "", "metadata.name=cm-projected"),
 		res("get", "", "persistentvolumeclaims", "shop", "claim1", "", ""),
+		res("watch", "", "persistentvolumeclaims", "shop", "", "", "metadata.name=claim1"),
+		res("get", "", "persistentvolumes", "", "pv-claim1", "", ""),
+		res("list", "", "persistentvolumes", "", "", "", "metadata.name=pv-claim1"),
+		res("watch", "", "persistentvolumes", "", "", "", "metadata.name=pv-claim1"),
+		res("get", "", "persistentvolumes", "", "pvc-on-n1", "", ""),
+		res("watch", "", "persistentvolumes", "", "", "", "metadata.name=pvc-on-n1"),
+		res("get", "", "persistentvolumes", "", "pvc-deleted", "", ""), // the answer is 404
 		res("list", "", "services", "", "", "", ""),
 		res("watch", "discovery.k8s.io", "endpointslices", "", "", "", ""),
 		res("get", "coordination.k8s.io", "leases", "kube-node-lease", "n1", "", ""),
@@ -163,7 +203,9 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("get", "", "pods", "shop", "p2", "", ""),
 		res("update", "", "pods", "shop", "p2", "status", ""),
 		res("get", "", "pods", "shop", "unbound", "", ""),
-		res("create", "", "pods", "shop", "", "", ""),
+		res("update", "", "pods", "shop", "p1", "", ""),
+		res("create", "", "pods", "shop", "p1", "binding", ""),
+		res("create", "", "pods", "shop", "p1", "eviction", ""),
 		res("get", "", "pods", "shop", "p1", "log", ""),
 		res("get", "", "secrets", "shop", "s2", "", ""),
 		res("get", "", "secrets", "shop", "s3", "", ""),
@@ -171,6 +213,16 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("list", "", "secrets", "", "", "", "metadata.name=s1"),
 		res("update", "", "secrets", "shop", "s1", "", ""),
 		res("get", "", "configmaps", "shop", "other", "", ""),
+		res("get", "", "persistentvolumeclaims", "shop", "other-claim", "", ""),
+		res("get", "", "persistentvolumes", "", "other", "", ""),
+		res("get", "", "persistentvolumes", "", "pvc-on-n2", "", ""),
+		res("get", "", "persistentvolumes", "", "pvc-static-on-n1", "", ""),
+		res("get", "", "persistentvolumes", "", "static-deleted", "", ""),
+		res("watch", "", "persistentvolumes", "", "", "", "metadata.name=pvc-deleted"),
+		res("list", "", "persistentvolumes", "", "", "", ""),
+		res("update", "", "persistentvolumes", "", "pvc-on-n1", "", ""),
+		res("delete", "", "persistentvolumes", "", "pv-claim1", "", ""),
+		res("create", "", "persistentvolumes", "", "", "", ""),
 		res("create", "", "services", "shop", "", "", ""),
 		res("get", "coordination.k8s.io", "leases", "kube-node-lease", "n2", "", ""),
 		res("get", "", "events", "shop", "e", "", ""),
@@ -207,6 +259,66 @@ func TestNodeAuthorizer(t *testing.T) {
 		t.Errorf("create another node: %v, want 403", err)
 	}
 
+	// Mirror pods: a node creates them for itself only, controlled by its
+	// Node, referencing no other object.
+	nodesKind := mustKindT(t, "nodes")
+	created, err := st.Create(ctx, nodesKind, "", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeUID := created.(*corev1.Node).UID
+	podAttrs := res("create", "", "pods", "shop", "", "", "")
+	if err := a.Authorize(n1, podAttrs); err != nil {
+		t.Fatalf("pod create deferred to the body: %v", err)
+	}
+	yes := true
+	mirror := func(change func(*corev1.Pod)) *corev1.Pod {
+		p := pod("static-n1", "n1", corev1.PodSpec{})
+		p.Annotations = map[string]string{"kubernetes.io/config.mirror": "0123abcd", "kubernetes.io/config.source": "file"}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: nodeUID, Controller: &yes}}
+		if change != nil {
+			change(p)
+		}
+		return p
+	}
+	if err := a.AuthorizeCreate(n1, podAttrs, mirror(nil)); err != nil {
+		t.Errorf("create own mirror pod: %v", err)
+	}
+	for why, change := range map[string]func(*corev1.Pod){
+		"not a mirror pod": func(p *corev1.Pod) { delete(p.Annotations, "kubernetes.io/config.mirror") },
+		"another node's":   func(p *corev1.Pod) { p.Spec.NodeName = "n2" },
+		"unbound":          func(p *corev1.Pod) { p.Spec.NodeName = "" },
+		"no owner":         func(p *corev1.Pod) { p.OwnerReferences = nil },
+		"owned by n2":      func(p *corev1.Pod) { p.OwnerReferences[0].Name = "n2" },
+		"wrong node uid":   func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" },
+		"owner not a Node": func(p *corev1.Pod) { p.OwnerReferences[0].Kind = "ReplicaSet" },
+		"not controller":   func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil },
+		"blocks deletion":  func(p *corev1.Pod) { p.OwnerReferences[0].BlockOwnerDeletion = &yes },
+		"two owners":       func(p *corev1.Pod) { p.OwnerReferences = append(p.OwnerReferences, p.OwnerReferences[0]) },
+		"service account":  func(p *corev1.Pod) { p.Spec.ServiceAccountName = "default" },
+		"secret volume": func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s1"}}}}
+		},
+		"pull secret": func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "pull"}} },
+		"configmap env": func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm-env"}}}}
+		},
+		"claim": func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "claim1"}}}}
+		},
+		"projected token": func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		},
+	} {
+		err := a.AuthorizeCreate(n1, podAttrs, mirror(change))
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("create mirror pod (%s): %v, want 403", why, err)
+		}
+	}
+	if err := a.AuthorizeCreate(nodeUser("n2"), podAttrs, mirror(func(p *corev1.Pod) { p.Spec.NodeName = "n2" })); !apierrors.IsForbidden(err) {
+		t.Errorf("n2 creates a mirror pod owned by n1: %v, want 403", err)
+	}
+
 	// The graph follows rebinding and deletion.
 	if _, _, err := st.Delete(ctx, podsKind, "shop", "p1", &metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, false); err != nil {
 		t.Fatal(err)
@@ -217,6 +329,19 @@ func TestNodeAuthorizer(t *testing.T) {
 			t.Fatal("secret of a deleted pod still readable after 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// So are the claim and the volume bound to it; the local-path volume
+	// pinned to the node stays readable.
+	for _, at := range []apiserver.Attributes{
+		res("get", "", "persistentvolumeclaims", "shop", "claim1", "", ""),
+		res("get", "", "persistentvolumes", "", "pv-claim1", "", ""),
+	} {
+		if err := a.Authorize(n1, at); !apierrors.IsForbidden(err) {
+			t.Errorf("%s %s/%s after its pod was deleted: %v, want 403", at.Verb, at.Kind, at.Name, err)
+		}
+	}
+	if err := a.Authorize(n1, res("get", "", "persistentvolumes", "", "pvc-on-n1", "", "")); err != nil {
+		t.Errorf("local-path volume of n1: %v", err)
 	}
 }
 

@@ -1073,8 +1073,11 @@ func validatePVCUpdate(pvc, old *corev1.PersistentVolumeClaim) field.ErrorList {
 	bound := old.Status.Phase == corev1.ClaimBound
 	if bound {
 		munged.Resources.Requests = old.Spec.Resources.Requests
+		// Only a shrinking request is checked against the capacity: a
+		// claim bound to a larger volume keeps its smaller request.
 		newQ := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-		if capQ, ok := old.Status.Capacity[corev1.ResourceStorage]; ok && newQ.Cmp(capQ) < 0 {
+		oldQ := old.Spec.Resources.Requests[corev1.ResourceStorage]
+		if capQ, ok := old.Status.Capacity[corev1.ResourceStorage]; ok && newQ.Cmp(oldQ) < 0 && newQ.Cmp(capQ) <= 0 {
 			errs = append(errs, field.Forbidden(sp.Child("resources", "requests", "storage"), "field can not be less than status.capacity"))
 		}
 	}

@@ -330,6 +330,18 @@ func TestPersistentVolumes(t *testing.T) {
 	if errs := pvcKind.ValidateUpdate(grown, bound); len(errs) > 0 {
 		t.Errorf("growth: %v", errs)
 	}
+	// A claim bound to a larger volume keeps its request through other
+	// updates (a finalizer); shrinking to the capacity or below is refused.
+	big := bound.DeepCopy()
+	big.Status.Capacity[corev1.ResourceStorage] = resource.MustParse("5Gi")
+	fin := big.DeepCopy()
+	fin.Finalizers = []string{"kubernetes.io/pvc-protection"}
+	if errs := pvcKind.ValidateUpdate(fin, big); len(errs) > 0 {
+		t.Errorf("finalizer on a claim bound to a larger volume: %v", errs)
+	}
+	shrunk := grown.DeepCopy()
+	shrunk.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("1Gi")
+	wantErr(t, pvcKind.ValidateUpdate(shrunk, grown), field.ErrorTypeForbidden, "spec.resources.requests.storage")
 	if got := pvcKind.Cells(bound, time.Now()); !reflect.DeepEqual(got[:5], []any{"data", "Bound", "pv1", "1Gi", "RWO"}) {
 		t.Errorf("bound cells = %#v", got)
 	}

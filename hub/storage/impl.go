@@ -332,7 +332,7 @@ func (s *Storage) waitFor(ctx context.Context, rv int64) error {
 
 // List implements API.
 func (s *Storage) List(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (runtime.Object, error) {
-	res, err := s.list(ctx, k, namespace, opts)
+	res, err := s.list(ctx, k, namespace, opts, false)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +348,9 @@ func (s *Storage) List(ctx context.Context, k *registry.Kind, namespace string, 
 }
 
 // list checks opts and reads the stored objects a List answers with.
-func (s *Storage) list(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (store.ListResult, error) {
+// list reads one page from the store; readOnly is passed on to the store
+// (see store.ListOptions.ReadOnly).
+func (s *Storage) list(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions, readOnly bool) (store.ListResult, error) {
 	fsel, err := s.fieldSelector(k, opts.Field)
 	if err != nil {
 		return store.ListResult{}, err
@@ -389,6 +391,7 @@ func (s *Storage) list(ctx context.Context, k *registry.Kind, namespace string, 
 	res, err := s.st.List(ctx, store.ListOptions{
 		Resource: s.resource(k), Namespace: namespace,
 		Label: opts.Label, Field: fsel, Limit: opts.Limit, Continue: opts.Continue,
+		ReadOnly: readOnly,
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrCompacted) {

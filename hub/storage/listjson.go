@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,14 +21,18 @@ import (
 // stored values are written by encoding/json from the typed object, so
 // decoding and encoding them again yields the same bytes.
 //
+// The body is not assembled: it refers to the store's own immutable values
+// and is written out piece by piece, so a list of thousands of objects
+// costs neither a copy of every object nor a body-sized buffer.
+//
 // ok is false, with no error, when the list cannot be answered this way:
 // the kind is stored as another kind, or a stored value does not have the
 // shape this package writes. The caller then uses List.
-func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (body []byte, ok bool, err error) {
+func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (body *JSONList, ok bool, err error) {
 	if s.storedKind(k) != k {
 		return nil, false, nil
 	}
-	res, err := s.list(ctx, k, namespace, opts)
+	res, err := s.list(ctx, k, namespace, opts, true)
 	if err != nil {
 		return nil, false, err
 	}
@@ -42,77 +48,133 @@ func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace stri
 	if !bytes.HasSuffix(env, []byte(tail)) {
 		return nil, false, nil
 	}
-	n := len(env) + 2
-	for _, o := range res.Objects {
-		n += len(o.Value) + len(`,"resourceVersion":"",`) + 20
-	}
-	buf := make([]byte, 0, n)
-	buf = append(buf, env[:len(env)-2]...)
+	b := &JSONList{env: env[:len(env)-2], items: make([]listItem, len(res.Objects))}
 	for i, o := range res.Objects {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		if buf, ok = appendListItem(buf, o.Value, o.Revision); !ok {
+		start := len(b.heads)
+		var rest int
+		if b.heads, rest, ok = appendListItem(b.heads, o.Value, o.Revision); !ok {
 			return nil, false, nil
 		}
+		b.items[i] = listItem{head: len(b.heads) - start, rest: o.Value[rest:]}
+		b.size += len(b.heads) - start + len(o.Value) - rest
 	}
-	buf = append(buf, "]}\n"...)
-	return buf, true, nil
+	b.size += len(b.env) + max(len(b.items)-1, 0)*len(comma) + len(listEnd)
+	return b, true, nil
 }
+
+// JSONList is the body ListJSON answers with.
+type JSONList struct {
+	env   []byte // the list without items, up to and including "items":[
+	heads []byte // every item's rewritten start, one after the other
+	items []listItem
+	size  int
+}
+
+// listItem is one list item: its head in JSONList.heads (the next head
+// bytes), then the rest of the stored value, which is shared, not copied.
+type listItem struct {
+	head int
+	rest []byte
+}
+
+// Len returns the length of the body in bytes.
+func (b *JSONList) Len() int { return b.size }
+
+// WriteTo writes the body to w, through a buffer of 64 KiB unless w is a
+// buffered writer already.
+func (b *JSONList) WriteTo(w io.Writer) (int64, error) {
+	bw, ok := w.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriterSize(w, 64<<10)
+	}
+	var n int64
+	write := func(p []byte) {
+		m, _ := bw.Write(p)
+		n += int64(m)
+	}
+	write(b.env)
+	off := 0
+	for i, it := range b.items {
+		if i > 0 {
+			write(comma)
+		}
+		write(b.heads[off : off+it.head])
+		off += it.head
+		write(it.rest)
+	}
+	write(listEnd)
+	return n, bw.Flush()
+}
+
+// Bytes returns the body as one slice.
+func (b *JSONList) Bytes() []byte {
+	var buf bytes.Buffer
+	buf.Grow(b.size)
+	b.WriteTo(&buf)
+	return buf.Bytes()
+}
+
+var (
+	comma   = []byte{','}
+	listEnd = []byte("]}\n")
+)
 
 // metaBeforeRV are the ObjectMeta fields encoded before resourceVersion.
 var metaBeforeRV = map[string]bool{"name": true, "generateName": true, "namespace": true, "selfLink": true, "uid": true}
 
-// appendListItem appends stored value v as a list item of revision rev.
+// appendListItem appends the start of stored value v as a list item of
+// revision rev, up to the point from which v is copied as it is: the item
+// is dst's new bytes followed by v[rest:].
 // encoding/json writes the members of TypeMeta first and metadata next, so
 // everything after the point where resourceVersion goes is copied as it is.
-func appendListItem(dst, v []byte, rev int64) ([]byte, bool) {
+func appendListItem(dst, v []byte, rev int64) (_ []byte, rest int, ok bool) {
 	i := skipSpace(v, 0)
 	if i >= len(v) || v[i] != '{' || v[len(v)-1] != '}' {
-		return dst, false
+		return dst, 0, false
 	}
 	dst = append(dst, '{')
 	i = skipSpace(v, i+1)
 	for i < len(v) && v[i] == '"' {
 		ke, ok := skipString(v, i)
 		if !ok {
-			return dst, false
+			return dst, 0, false
 		}
 		key := v[i+1 : ke-1]
 		i = skipSpace(v, ke)
 		if i >= len(v) || v[i] != ':' {
-			return dst, false
+			return dst, 0, false
 		}
 		vs := skipSpace(v, i+1)
 		switch string(key) {
 		case "kind", "apiVersion":
 		case "metadata":
 			dst = append(dst, `"metadata":`...)
-			return appendMeta(dst, v[vs:], rev)
+			dst, rest, ok := appendMeta(dst, v[vs:], rev)
+			return dst, vs + rest, ok
 		default:
-			return dst, false
+			return dst, 0, false
 		}
 		ve, ok := skipValue(v, vs)
 		if !ok {
-			return dst, false
+			return dst, 0, false
 		}
 		i = skipSpace(v, ve)
 		if i >= len(v) || v[i] != ',' {
-			return dst, false
+			return dst, 0, false
 		}
 		i = skipSpace(v, i+1)
 	}
-	return dst, false
+	return dst, 0, false
 }
 
-// appendMeta appends v, the rest of a stored value from its metadata object
-// on, with resourceVersion rev inserted into the metadata. The stored
-// metadata has no resourceVersion (encode clears it) and its members are in
-// ObjectMeta's order, so what follows the insertion point is copied as it
-// is.
-func appendMeta(dst, v []byte, rev int64) ([]byte, bool) {
+// appendMeta appends the start of v, the rest of a stored value from its
+// metadata object on, with resourceVersion rev inserted into the metadata.
+// The stored metadata has no resourceVersion (encode clears it) and its
+// members are in ObjectMeta's order, so v[rest:], what follows the
+// insertion point, is copied as it is.
+func appendMeta(dst, v []byte, rev int64) (_ []byte, rest int, ok bool) {
 	if len(v) < 2 || v[0] != '{' {
-		return dst, false
+		return dst, 0, false
 	}
 	dst = append(dst, '{')
 	i := skipSpace(v, 1)
@@ -120,18 +182,18 @@ func appendMeta(dst, v []byte, rev int64) ([]byte, bool) {
 	for i < len(v) && v[i] == '"' {
 		ke, ok := skipString(v, i)
 		if !ok {
-			return dst, false
+			return dst, 0, false
 		}
 		if !metaBeforeRV[string(v[i+1:ke-1])] {
 			break
 		}
 		j := skipSpace(v, ke)
 		if j >= len(v) || v[j] != ':' {
-			return dst, false
+			return dst, 0, false
 		}
 		ve, ok := skipValue(v, skipSpace(v, j+1))
 		if !ok {
-			return dst, false
+			return dst, 0, false
 		}
 		if !first {
 			dst = append(dst, ',')
@@ -140,14 +202,14 @@ func appendMeta(dst, v []byte, rev int64) ([]byte, bool) {
 		first = false
 		i = skipSpace(v, ve)
 		if i >= len(v) {
-			return dst, false
+			return dst, 0, false
 		}
 		switch v[i] {
 		case ',':
 			i = skipSpace(v, i+1)
 		case '}':
 		default:
-			return dst, false
+			return dst, 0, false
 		}
 	}
 	if !first {
@@ -158,11 +220,11 @@ func appendMeta(dst, v []byte, rev int64) ([]byte, bool) {
 	dst = append(dst, '"')
 	if i < len(v) && v[i] == '"' {
 		if bytes.HasPrefix(v[i:], []byte(`"resourceVersion"`)) {
-			return dst, false
+			return dst, 0, false
 		}
 		dst = append(dst, ',')
 	}
-	return append(dst, v[i:]...), true
+	return dst, i, true
 }
 
 func skipSpace(v []byte, i int) int {

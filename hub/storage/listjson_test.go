@@ -44,7 +44,10 @@ func checkListJSON(t *testing.T, f *fixture, group, version, resource, ns string
 		t.Fatalf("list %s as JSON: not answered", resource)
 	}
 	wb := typedJSON(t, want)
-	if !bytes.Equal(got, wb) {
+	if got.Len() != len(wb) {
+		t.Errorf("list %s: Len %d, body %d bytes", resource, got.Len(), len(wb))
+	}
+	if got := got.Bytes(); !bytes.Equal(got, wb) {
 		t.Errorf("list %s: JSON differs from the typed list\n got: %s\nwant: %s", resource, got, wb)
 	}
 	return bytes.Count(wb, []byte(`"resourceVersion"`)) - 1
@@ -142,7 +145,10 @@ func TestAppendListItem(t *testing.T) {
 		{`[]`, ""},
 		{`{"metadata":{"name":"a`, ""},
 	} {
-		got, ok := appendListItem(nil, []byte(c.in), 7)
+		got, rest, ok := appendListItem(nil, []byte(c.in), 7)
+		if ok {
+			got = append(got, c.in[rest:]...)
+		}
 		if c.want == "" {
 			if ok {
 				t.Errorf("%s: got %s, want not answered", c.in, got)
@@ -152,5 +158,42 @@ func TestAppendListItem(t *testing.T) {
 		if !ok || string(got) != c.want {
 			t.Errorf("%s: got %s (ok %v), want %s", c.in, got, ok, c.want)
 		}
+	}
+}
+
+// Decoded states are kept for a while only: an idle hub holds none.
+func TestDecodeCacheExpires(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	k := kind(t, "", "v1", "configmaps")
+	if _, err := f.s.Create(ctx, k, "default", cm("a", nil), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := f.s.st.Get(ctx, f.s.key(k, "default", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.s.decodeShared(k, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := f.s.decodeShared(k, o); again != first {
+		t.Fatal("a second decode of the same state was not shared")
+	}
+	c := &f.s.shared
+	c.mu.Lock()
+	for _, d := range c.byKey {
+		d.at = d.at.Add(-2 * sharedTTL)
+	}
+	c.mu.Unlock()
+	c.expire()
+	c.mu.Lock()
+	n, timer := len(c.byKey), c.sweep
+	c.mu.Unlock()
+	if n != 0 || timer != nil {
+		t.Fatalf("after expiry: %d entries, sweep timer %v", n, timer)
+	}
+	if again, _ := f.s.decodeShared(k, o); again == first {
+		t.Fatal("an expired state was still shared")
 	}
 }

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -10,11 +11,17 @@ import (
 	"github.com/tether-edge/tether/store"
 )
 
-// sharedEvents is how many recently decoded change events shared watches
-// can find. Watches of one kind receive a change at about the same time,
-// so a short window is enough; a watch that falls further behind decodes
-// on its own, which is only slower.
-const sharedEvents = 256
+// sharedEvents is how many recently decoded states shared watches and
+// writes can find. Watches of one kind receive a change at about the same
+// time, but a write starts from the state the previous write of the object
+// stored, which under a burst (a ReplicaSet of thousands of pods being
+// created, bound and started) is thousands of changes back. A miss only
+// costs a decode.
+const sharedEvents = 4096
+
+// sharedTTL bounds how long a decoded state is kept: an idle hub holds none
+// of them, whatever the burst before.
+const sharedTTL = 10 * time.Second
 
 // decodedKey names one change as one kind sees it: the store gives every
 // change its own revision, so key and revision fix the stored bytes.
@@ -29,16 +36,19 @@ type decoded struct {
 	once sync.Once
 	obj  runtime.Object
 	err  error
+	at   time.Time
 }
 
 // decodeCache shares the decoding of change events among the watches that
-// asked for shared objects (WatchOptions.Shared).
+// asked for shared objects (WatchOptions.Shared) and the writes that start
+// from a stored state.
 type decodeCache struct {
 	mu sync.Mutex
 	// guards the following fields
 	byKey map[decodedKey]*decoded
 	ring  [sharedEvents]decodedKey
 	next  int
+	sweep *time.Timer // runs while the cache holds entries
 }
 
 // decodeShared returns the typed object of a change, decoding it only if
@@ -50,19 +60,48 @@ func (s *Storage) decodeShared(k *registry.Kind, o store.Object) (runtime.Object
 	d := c.byKey[key]
 	if d == nil {
 		if c.byKey == nil {
-			c.byKey = make(map[decodedKey]*decoded, sharedEvents)
+			c.byKey = make(map[decodedKey]*decoded)
 		}
 		if old := c.ring[c.next]; old.rev != 0 {
 			delete(c.byKey, old)
 		}
-		d = &decoded{}
+		d = &decoded{at: time.Now()}
 		c.byKey[key] = d
 		c.ring[c.next] = key
 		c.next = (c.next + 1) % sharedEvents
+		if c.sweep == nil {
+			c.sweep = time.AfterFunc(sharedTTL, c.expire)
+		}
 	}
 	c.mu.Unlock()
 	d.once.Do(func() { d.obj, d.err = s.decode(k, o) })
 	return d.obj, d.err
+}
+
+// expire drops the entries older than sharedTTL, oldest first, and comes
+// back while any are left.
+func (c *decodeCache) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cutoff := time.Now().Add(-sharedTTL)
+	for i := range sharedEvents {
+		j := (c.next + i) % sharedEvents
+		key := c.ring[j]
+		if key.rev == 0 {
+			continue
+		}
+		if d := c.byKey[key]; d != nil && d.at.After(cutoff) {
+			break
+		}
+		delete(c.byKey, key)
+		c.ring[j] = decodedKey{}
+	}
+	if len(c.byKey) == 0 {
+		c.byKey = nil // let the map's memory go too
+		c.sweep = nil
+		return
+	}
+	c.sweep.Reset(sharedTTL / 2)
 }
 
 // decodeOwned decodes a stored state the caller may modify. A write

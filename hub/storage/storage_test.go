@@ -346,14 +346,28 @@ func TestDeleteGracefulFinalizersBind(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	k := kind(t, "", "v1", "pods")
-	if _, err := f.s.Create(ctx, k, "default", pod("p"), Options{}); err != nil {
+	created, err := f.s.Create(ctx, k, "default", pod("p"), Options{FieldManager: "kubectl"})
+	if err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
 	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}
-	if err := f.s.Bind(ctx, "default", b, Options{}); err != nil {
+	if err := f.s.Bind(ctx, "default", b, Options{FieldManager: "scheduler"}); err != nil {
 		t.Fatalf("bind: %v", err)
 	}
-	err := f.s.Bind(ctx, "default", b, Options{})
+	// As upstream, a binding sets the node and PodScheduled and leaves
+	// managedFields alone.
+	bound, err := f.s.Get(ctx, k, "default", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := bound.(*corev1.Pod)
+	if bp.Spec.NodeName != "n1" || len(bp.Status.Conditions) != 1 || bp.Status.Conditions[0].Type != corev1.PodScheduled {
+		t.Fatalf("bound pod: node %q, conditions %v", bp.Spec.NodeName, bp.Status.Conditions)
+	}
+	if d := cmp.Diff(created.(*corev1.Pod).ManagedFields, bp.ManagedFields); d != "" {
+		t.Errorf("managedFields changed by the binding (-created +bound):\n%s", d)
+	}
+	err = f.s.Bind(ctx, "default", b, Options{})
 	wantReason(t, err, metav1.StatusReasonConflict)
 
 	obj, deleted, err := f.s.Delete(ctx, k, "default", "p", &metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](30)}, false)

@@ -431,9 +431,9 @@ const (
 	record updateMode = iota
 	// applied: full update processing; managedFields were set by apply.
 	applied
-	// raw: store what tryUpdate returns, recording managedFields only
-	// (pods/binding, which upstream writes without the pod's update
-	// validation).
+	// raw: store what tryUpdate returns, managedFields untouched
+	// (pods/binding, which upstream writes straight to storage, without
+	// the pod's update validation and without a field manager).
 	raw
 )
 
@@ -462,12 +462,10 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 			return nil, conflictError(k.GroupResource(), name)
 		}
 		out := obj
-		if mode == raw {
-			if out, err = s.recordUpdate(k, opts.Subresource, cur, obj, opts.FieldManager); err != nil {
+		if mode != raw {
+			if out, err = s.prepareUpdate(ctx, k, cur, obj, opts, mode == record); err != nil {
 				return nil, err
 			}
-		} else if out, err = s.prepareUpdate(ctx, k, cur, obj, opts, mode == record); err != nil {
-			return nil, err
 		}
 		enc, err := s.encode(k, out)
 		if err != nil {

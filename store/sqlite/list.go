@@ -109,6 +109,11 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 		}
 	}
 	s.mu.RUnlock()
+	if opts.ReadOnly {
+		// States are immutable once published: a reader that keeps its
+		// promise can share them.
+		return s.finishList(res, rev, after, last, remaining), nil
+	}
 	// States are immutable once published: copy outside the lock. All
 	// values go into one backing array, which bytes.Join allocates without
 	// zeroing it first; the maps must be copied one by one.
@@ -126,6 +131,11 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 		o.Labels = cloneMap(o.Labels)
 		o.Fields = cloneMap(o.Fields)
 	}
+	return s.finishList(res, rev, after, last, remaining), nil
+}
+
+// finishList sets the continue token of a page that stopped before the end.
+func (s *Store) finishList(res store.ListResult, rev int64, after *continueToken, last store.Key, remaining int64) store.ListResult {
 	if remaining > 0 {
 		tokRev := rev
 		if after != nil {
@@ -134,5 +144,5 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 		res.Continue = continueToken{rev: tokRev, namespace: last.Namespace, name: last.Name}.encode()
 		res.Remaining = remaining
 	}
-	return res, nil
+	return res
 }

@@ -150,9 +150,11 @@ type Store struct {
 	rev       int64
 	compacted int64
 	closed    bool
-	ring      []*store.Event // recent events, ascending revision
-	ringBase  int64          // ring covers revisions > ringBase
-	watchers  map[*watcher]struct{}
+	ring      []*store.Event         // recent events, ascending revision
+	ringBase  int64                  // ring covers revisions > ringBase
+	watchers  map[*watcher]struct{}  // every watcher
+	unindexed map[*watcher]struct{}  // watchers that see every event of their resource
+	routes    map[string]watchRoutes // by resource: watchers routed by a field's value
 
 	checkpoints []checkpoint // compaction's record of (time, revision)
 
@@ -230,18 +232,20 @@ func Open(cfg Config) (*Store, error) {
 	}
 	cdb.SetMaxOpenConns(1)
 	s := &Store{
-		cfg:      cfg,
-		db:       db,
-		rdb:      rdb,
-		cdb:      cdb,
-		log:      cfg.Logger,
-		ops:      make(chan *op, cfg.MaxBatch*4),
-		quit:     make(chan struct{}),
-		done:     make(chan struct{}),
-		objs:     map[string]map[store.Key]*state{},
-		watchers: map[*watcher]struct{}{},
-		gen:      map[string]uint64{},
-		sorted:   map[string]sortedKeys{},
+		cfg:       cfg,
+		db:        db,
+		rdb:       rdb,
+		cdb:       cdb,
+		log:       cfg.Logger,
+		ops:       make(chan *op, cfg.MaxBatch*4),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+		objs:      map[string]map[store.Key]*state{},
+		watchers:  map[*watcher]struct{}{},
+		unindexed: map[*watcher]struct{}{},
+		routes:    map[string]watchRoutes{},
+		gen:       map[string]uint64{},
+		sorted:    map[string]sortedKeys{},
 	}
 	if err := s.load(); err != nil {
 		db.Close()
@@ -355,7 +359,7 @@ func (s *Store) Close() error {
 		s.closed = true
 		for w := range s.watchers {
 			w.end(store.ErrClosed)
-			delete(s.watchers, w)
+			s.removeWatcherLocked(w)
 		}
 		s.mu.Unlock()
 		if _, err := s.cdb.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/selection"
+
 	"github.com/tether-edge/tether/store"
 )
 
@@ -14,6 +16,11 @@ type watcher struct {
 	s    *Store
 	opts store.WatchOptions
 	out  chan store.Event
+	// index is the field an equality term of the watch's field selector
+	// requires, and value its value: the watch is routed only the events
+	// whose object has (or had) that value. Empty: every event of the
+	// resource is queued and filtered by the watch.
+	index, value string
 
 	// replay (from, to] from the change log before the queue, if to > from.
 	replayFrom, replayTo int64
@@ -36,9 +43,74 @@ func (w *watcher) Err() error {
 
 func (w *watcher) Stop() {
 	w.s.mu.Lock()
-	delete(w.s.watchers, w)
+	w.s.removeWatcherLocked(w)
 	w.s.mu.Unlock()
 	w.end(nil)
+}
+
+// watchIndex returns the field and value of the first equality term of a
+// field selector, if any. A thousand agents each watching the pods bound to
+// their node would otherwise wake a thousand goroutines per pod change.
+func watchIndex(opts store.WatchOptions) (field, value string) {
+	if opts.Resource == "" || opts.Field == nil {
+		return "", ""
+	}
+	for _, r := range opts.Field.Requirements() {
+		if r.Operator == selection.Equals || r.Operator == selection.DoubleEquals {
+			return r.Field, r.Value
+		}
+	}
+	return "", ""
+}
+
+// watchRoutes holds the watchers of one resource that have an index.
+type watchRoutes map[string]map[string]map[*watcher]struct{} // field → value → watchers
+
+func (s *Store) addWatcherLocked(w *watcher) {
+	s.watchers[w] = struct{}{}
+	if w.index == "" {
+		s.unindexed[w] = struct{}{}
+		return
+	}
+	r := s.routes[w.opts.Resource]
+	if r == nil {
+		r = watchRoutes{}
+		s.routes[w.opts.Resource] = r
+	}
+	byValue := r[w.index]
+	if byValue == nil {
+		byValue = map[string]map[*watcher]struct{}{}
+		r[w.index] = byValue
+	}
+	set := byValue[w.value]
+	if set == nil {
+		set = map[*watcher]struct{}{}
+		byValue[w.value] = set
+	}
+	set[w] = struct{}{}
+}
+
+func (s *Store) removeWatcherLocked(w *watcher) {
+	if _, ok := s.watchers[w]; !ok {
+		return
+	}
+	delete(s.watchers, w)
+	if w.index == "" {
+		delete(s.unindexed, w)
+		return
+	}
+	r := s.routes[w.opts.Resource]
+	set := r[w.index][w.value]
+	delete(set, w)
+	if len(set) == 0 {
+		delete(r[w.index], w.value)
+		if len(r[w.index]) == 0 {
+			delete(r, w.index)
+			if len(r) == 0 {
+				delete(s.routes, w.opts.Resource)
+			}
+		}
+	}
 }
 
 func (w *watcher) end(err error) {
@@ -84,9 +156,27 @@ func (s *Store) publishLocked(ev *store.Event) {
 		s.ringBase = s.ring[drop-1].Object.Revision
 		s.ring = append(s.ring[:0:0], s.ring[drop:]...)
 	}
-	for w := range s.watchers {
+	for w := range s.unindexed {
 		if !w.push(ev) {
-			delete(s.watchers, w)
+			s.removeWatcherLocked(w)
+		}
+	}
+	for field, byValue := range s.routes[ev.Object.Key.Resource] {
+		v := ev.Object.Fields[field]
+		for w := range byValue[v] {
+			if !w.push(ev) {
+				s.removeWatcherLocked(w)
+			}
+		}
+		// An object that leaves a watch's selection is still its event.
+		if ev.Prev != nil {
+			if pv := ev.Prev.Fields[field]; pv != v {
+				for w := range byValue[pv] {
+					if !w.push(ev) {
+						s.removeWatcherLocked(w)
+					}
+				}
+			}
 		}
 	}
 }
@@ -124,7 +214,8 @@ func (s *Store) Watch(ctx context.Context, opts store.WatchOptions) (store.Watch
 	} else {
 		w.replayFrom, w.replayTo = opts.Revision, s.rev
 	}
-	s.watchers[w] = struct{}{}
+	w.index, w.value = watchIndex(opts)
+	s.addWatcherLocked(w)
 	s.mu.Unlock()
 	go w.run(ctx)
 	return w, nil
@@ -134,7 +225,7 @@ func (w *watcher) run(ctx context.Context) {
 	defer close(w.out)
 	defer func() {
 		w.s.mu.Lock()
-		delete(w.s.watchers, w)
+		w.s.removeWatcherLocked(w)
 		w.s.mu.Unlock()
 	}()
 	if w.replayTo > w.replayFrom {

@@ -395,6 +395,15 @@ func testList(t *testing.T, open Opener) {
 				t.Errorf("%s: listed object differs from Get (-get +list):\n%s", tt.name, d)
 			}
 		}
+		// A read-only list has the same content; only who owns it differs.
+		tt.opts.ReadOnly = true
+		ro, err := s.List(ctx, tt.opts)
+		if err != nil {
+			t.Fatalf("%s: read-only List: %v", tt.name, err)
+		}
+		if d := cmp.Diff(res, ro, objCmp); d != "" {
+			t.Errorf("%s: read-only List differs (-copied +read-only):\n%s", tt.name, d)
+		}
 	}
 	res, _ := s.List(ctx, store.ListOptions{Resource: "nothing"})
 	if len(res.Objects) != 0 {
@@ -773,6 +782,11 @@ func testWatchSelectors(t *testing.T, open Opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f2opts := store.WatchOptions{Resource: "pods", Revision: start, Field: fields.OneTermEqualSelector("spec.nodeName", "n2")}
+	f2live, err := s.Watch(ctx, f2opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	o := pod("ns", "p", "1", map[string]string{"app": "b"})
 	r1 := mustCreate(t, s, o) // not selected
 	o.Labels = map[string]string{"app": "a"}
@@ -786,7 +800,9 @@ func testWatchSelectors(t *testing.T, open Opener) {
 	o.Labels = map[string]string{"app": "a"}
 	o.Fields = map[string]string{"spec.nodeName": "n1"}
 	r6 := mustUpdate(t, s, o, r5) // enters both
-	d, err := s.Delete(ctx, o.Key, r6)
+	o.Fields = map[string]string{"spec.nodeName": "n2"}
+	r7 := mustUpdate(t, s, o, r6) // leaves n1 for n2
+	d, err := s.Delete(ctx, o.Key, r7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -795,11 +811,16 @@ func testWatchSelectors(t *testing.T, open Opener) {
 		{store.Modified, "pods/ns/p", "2", r3, r2},
 		{store.Deleted, "pods/ns/p", "2", r4, r3},
 		{store.Added, "pods/ns/p", "3", r6, 0},
-		{store.Deleted, "pods/ns/p", "3", d.Revision, r6},
+		{store.Modified, "pods/ns/p", "3", r7, r6},
+		{store.Deleted, "pods/ns/p", "3", d.Revision, r7},
 	}
 	fwant := []evSummary{
 		{store.Added, "pods/ns/p", "3", r6, 0},
-		{store.Deleted, "pods/ns/p", "3", d.Revision, r6},
+		{store.Deleted, "pods/ns/p", "3", r7, r6},
+	}
+	f2want := []evSummary{
+		{store.Added, "pods/ns/p", "3", r7, 0},
+		{store.Deleted, "pods/ns/p", "3", d.Revision, r7},
 	}
 	check := func(w store.Watcher, want []evSummary, what string) {
 		t.Helper()
@@ -820,6 +841,7 @@ func testWatchSelectors(t *testing.T, open Opener) {
 	}
 	check(live, want, "live label watch")
 	check(flive, fwant, "live field watch")
+	check(f2live, f2want, "live field watch of the second node")
 	s.Close()
 	s = open(t, dir)
 	defer s.Close()
@@ -833,6 +855,11 @@ func testWatchSelectors(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	check(w, fwant, "replayed field watch")
+	w, err = s.Watch(ctx, f2opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(w, f2want, "replayed field watch of the second node")
 }
 
 func testWatchScope(t *testing.T, open Opener) {
