@@ -56,6 +56,9 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Pods created at once go out at once: no client-side rate limit
+	// (client-go's default, 5 per second, would count in their start-up).
+	cfg.QPS, cfg.Burst = 1000, 1000
 	client := kubernetes.NewForConfigOrDie(cfg)
 
 	// A short path: containerd's socket path must fit in sun_path.
@@ -104,6 +107,12 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		"--dataplane", "ebpf", "--dataplane-cgroup", cgroup, "--bpf-pin-dir", pins, "--uplinks", "none",
 		"--dns-addr", "none", "--pod-bridge", bridge, "--log-level", "debug")
 	agent.Stdout, agent.Stderr = &agentLog, &agentLog
+	// The runtime's line per garbage collection (gctrace) tells the
+	// test when one ran: a collection reads the stack maps of every
+	// goroutine and the types of the heap's objects, pages that stay
+	// resident once touched, and the runtime collects at least every two
+	// minutes; a measurement after one includes them.
+	agent.Env = append(os.Environ(), "GODEBUG="+strings.TrimPrefix(os.Getenv("GODEBUG")+",gctrace=1", ","))
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +212,10 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	}
 
 	// The agent releases what start-up used once the node is registered
-	// and it has settled (package memtrim); idle is 10s later.
+	// and it has settled (package memtrim). Idle is measured 30s later,
+	// and after a garbage collection: by then the agent has run its
+	// periodic work (node status every 10s, tunnel keepalives, the
+	// local volumes check, a collection), whose pages stay resident.
 	releaseDeadline := time.Now().Add(45 * time.Second)
 	for agentLog.count(releaseLine+" after=start-up") == 0 {
 		if time.Now().After(releaseDeadline) {
@@ -211,8 +223,21 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(10 * time.Second)
-	idle := footprint(t, agent.Process.Pid, dir)
+	steady := func(what string) usage {
+		t.Helper()
+		gcs := gcCount(agentLog.String())
+		time.Sleep(30 * time.Second)
+		deadline := time.Now().Add(2*time.Minute + 30*time.Second)
+		for gcCount(agentLog.String()) == gcs {
+			if time.Now().After(deadline) {
+				fail("%s: no garbage collection in the agent within 3 minutes", what)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		return footprint(t, agent.Process.Pid, dir)
+	}
+	idle := steady("idle")
 
 	var one []time.Duration
 	for i := range seq {
@@ -229,6 +254,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	for i := range burst {
 		names = append(names, fmt.Sprintf("burst-%d", i))
 	}
+	burstReleases := agentLog.count(releaseLine + " after=burst")
 	var wg sync.WaitGroup
 	var smu sync.Mutex
 	for _, name := range names {
@@ -257,19 +283,21 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	time.Sleep(10 * time.Second)
 	loaded := footprint(t, agent.Process.Pid, dir)
 	// Quiet after the burst of pod starts, the agent releases again (at
-	// most every 30s, after 5s of quiet).
+	// most every 30s, after 5s of quiet); what a node with the pods pays
+	// is measured 30s after that and after a garbage collection, with the
+	// periodic work done again (the pods' status, their containers').
 	burstDeadline := time.Now().Add(90 * time.Second)
-	for agentLog.count(releaseLine+" after=burst") == 0 {
+	for agentLog.count(releaseLine+" after=burst") == burstReleases {
 		if time.Now().After(burstDeadline) {
 			fail("no release of memory logged within 90s after the burst of pod starts")
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second)
-	settled := footprint(t, agent.Process.Pid, dir)
+	settled := steady("with the pods")
 
 	// Pods started one at a time again, after the agent released what
-	// the burst used: the code they run is still in the page cache.
+	// the burst used: the code they run is read back from the disk, and
+	// the major faults tell what that cost.
 	_, faults := cpuAndFaults(agent.Process.Pid)
 	var again []time.Duration
 	for i := range seq {
@@ -288,7 +316,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		seq, pctile(again, 0.5), pctile(again, 0.99), faultsAgain-faults)
 	t.Logf("idle: %s", idle)
 	t.Logf("%d pods, 10s after the last one runs: %s", many, loaded)
-	t.Logf("%d pods, after the agent released memory once quiet: %s", many, settled)
+	t.Logf("%d pods, 30s after the agent released memory once quiet, after a collection: %s", many, settled)
 	t.Logf("all %d pods Running at %s", many, allRunning.Format(time.RFC3339Nano))
 	pagedOut := true
 	for _, line := range strings.Split(agentLog.String(), "\n") {
@@ -300,10 +328,14 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	t.Logf("targets: one pod p99 ≤ 1s: %v; agent idle ≤ 20 MB: %v; agent with 50 pods ≤ 40 MB: %v (measured with %d; 10s after the burst: %v)",
 		pctile(one, 0.99) <= time.Second, idle.agent <= 20e6, settled.agent <= 40e6, many, loaded.agent <= 40e6)
 
-	// The bounds: the targets in the full run; in the short one what it
-	// measured (idle 16-19 MiB, of which 8.0-8.6 anonymous; with 20 pods
-	// after the release 15-17.5 MiB, 11.2-13.4 anonymous) with margin for
-	// other work on the machine and what the kernel maps back.
+	// The bounds. The targets, 20 MB idle and 40 MB with 50 pods, hold
+	// in both runs (the short one has 20 pods, and a tighter bound with
+	// them); the anonymous memory is bounded apart, where the kernel
+	// maps nothing back. What the runs measured, on two cores shared
+	// with other work: idle 15.9-17.5 MiB, 8.8-9.0 anonymous; with 20
+	// pods 21.4 MiB, 12.8 anonymous; with 50 pods 22.1 MiB, 13.8
+	// anonymous. In the full run, one pod at a time starts within the
+	// target, p99 1s.
 	check := func(what string, got, limit int64) {
 		t.Helper()
 		if got > limit {
@@ -312,22 +344,36 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	}
 	check("agent anonymous RSS idle", idle.agentAnon, 12<<20)
 	check(fmt.Sprintf("agent anonymous RSS with %d pods", many), settled.agentAnon, 20<<20)
+	if *footprintFull && pctile(one, 0.99) > time.Second {
+		t.Errorf("one pod at a time: p99 %v from create to Running, want at most 1s", pctile(one, 0.99))
+	}
 	if !pagedOut {
 		// Linux before 5.4: the executable's pages stay.
 		t.Logf("the kernel has no MADV_PAGEOUT: the agent's file pages are not bounded")
 		return
 	}
+	check("agent RSS idle (target 20 MB)", idle.agent, 20e6)
 	if *footprintFull {
-		check("agent RSS idle (target 20 MB)", idle.agent, 20e6)
 		check("agent RSS with 50 pods (target 40 MB)", settled.agent, 40e6)
 	} else {
-		check("agent RSS idle", idle.agent, 24<<20)
-		check("agent RSS with 20 pods", settled.agent, 24<<20)
+		check("agent RSS with 20 pods", settled.agent, 28<<20)
 	}
 }
 
 // releaseLine starts the agent's debug line for each release of memory.
 const releaseLine = `msg="released memory"`
+
+// gcCount is the number of garbage collections the runtime's trace
+// (GODEBUG=gctrace=1) reported in log.
+func gcCount(log string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if strings.HasPrefix(line, "gc ") {
+			n++
+		}
+	}
+	return n
+}
 
 // syncBuffer is a bytes.Buffer safe to read while a process writes to it.
 type syncBuffer struct {
@@ -379,6 +425,7 @@ func nodeReady(n *corev1.Node) bool {
 // usage is what a node pays at one point of the test.
 type usage struct {
 	agent, agentAnon, agentFile int64 // VmRSS, RssAnon, RssFile
+	agentExe, agentLibs         int64 // of the file pages: the executable's, the shared libraries'
 	agentCPU                    time.Duration
 	agentMajorFaults            int64 // page faults that read the disk
 	containerd, containerdPSS   int64
@@ -387,8 +434,8 @@ type usage struct {
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("agent RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; containerd RSS %s (PSS %s); %d shims RSS %s (PSS %s, %s each)",
-		mib(u.agent), mib(u.agentAnon), mib(u.agentFile), u.agentCPU, u.agentMajorFaults, mib(u.containerd), mib(u.containerdPSS),
+	return fmt.Sprintf("agent RSS %s (anonymous %s, file %s: executable %s, libraries %s), CPU %v and %d major faults so far; containerd RSS %s (PSS %s); %d shims RSS %s (PSS %s, %s each)",
+		mib(u.agent), mib(u.agentAnon), mib(u.agentFile), mib(u.agentExe), mib(u.agentLibs), u.agentCPU, u.agentMajorFaults, mib(u.containerd), mib(u.containerdPSS),
 		u.shims, mib(u.shimRSS), mib(u.shimPSS), mib(u.shimPSS/int64(max(u.shims, 1))))
 }
 
@@ -401,6 +448,7 @@ func footprint(t *testing.T, agentPID int, dir string) usage {
 	var u usage
 	u.agent = vmRSS(agentPID)
 	u.agentAnon, u.agentFile = statusKB(agentPID, "RssAnon:"), statusKB(agentPID, "RssFile:")
+	u.agentExe, u.agentLibs = fileRSS(agentPID, filepath.Join(dir, "tether"))
 	u.agentCPU, u.agentMajorFaults = cpuAndFaults(agentPID)
 	if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
@@ -422,6 +470,32 @@ func footprint(t *testing.T, agentPID int, dir string) usage {
 		u.shimPSS += pss(pid)
 	}
 	return u
+}
+
+// fileRSS sums the resident pages of a process's mappings of the
+// executable exe and of shared libraries (*.so*), from /proc/PID/smaps.
+func fileRSS(pid int, exe string) (exeRSS, libRSS int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, 0
+	}
+	var sum *int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			sum = nil
+			if len(f) >= 6 && f[5] == exe {
+				sum = &exeRSS
+			} else if len(f) >= 6 && strings.Contains(filepath.Base(f[5]), ".so") {
+				sum = &libRSS
+			}
+		case len(f) >= 2 && f[0] == "Rss:" && sum != nil:
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			*sum += kb << 10
+		}
+	}
+	return exeRSS, libRSS
 }
 
 // cpuAndFaults is the CPU time a process used (user and system) and its
