@@ -34,15 +34,28 @@ var footprintFull = flag.Bool("footprint.full", false, "TestAgentFootprintAndPod
 // against a real hub, and measures what a node pays: the agent's RSS
 // (anonymous and file pages apart) idle, with many pods right after they
 // started, and with them once the agent released what the burst used
-// (package memtrim); containerd and the shims reported apart; pod start-up
-// from create to Running with a local image, one pod at a time and many at
-// once. It checks the agent's memory against bounds: the targets (20 MB
-// idle, 40 MB with 50 pods) in the full run, what the short run measured
-// with a margin in CI. The full run:
+// (package memtrim) and ran its periodic work again; containerd and the
+// shims reported apart; pod start-up from create to Running with a local
+// image, one pod at a time and many at once. It checks the agent's memory
+// against the targets (20 MB idle, 40 MB with 50 pods) and, in the short
+// run CI makes (20 pods), against tighter bounds. The full run:
 //
 //	go test ./edge/containerd -run TestAgentFootprintAndPodStartup -v -count=1 -args -footprint.full
 func TestAgentFootprintAndPodStartup(t *testing.T) {
-	requireContainerd(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run containers and attach eBPF programs")
+	}
+	// As root (CI) it runs: what it needs is installed by scripts/test.sh.
+	for _, bin := range []string{"containerd", "runc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("needs %s: %v", bin, err)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		if _, err2 := os.Stat("/opt/cni/bin/bridge"); err2 != nil {
+			t.Fatal("needs the CNI plugins (containernetworking-plugins)")
+		}
+	}
 	seq, burst, many := 5, 10, 20
 	if *footprintFull {
 		seq, burst, many = 20, 30, 50
@@ -238,6 +251,14 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		return footprint(t, agent.Process.Pid, dir)
 	}
 	idle := steady("idle")
+	// The full run idles longer, past the work with a period of five
+	// minutes (the node status report, the local state's flush of watch
+	// bookmarks, the image store's check).
+	longIdle := idle
+	if *footprintFull {
+		time.Sleep(6 * time.Minute)
+		longIdle = footprint(t, agent.Process.Pid, dir)
+	}
 
 	var one []time.Duration
 	for i := range seq {
@@ -315,6 +336,9 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		seq, pctile(one, 0.5), pctile(one, 0.99), burst, pctile(together, 0.5), pctile(together, 0.99),
 		seq, pctile(again, 0.5), pctile(again, 0.99), faultsAgain-faults)
 	t.Logf("idle: %s", idle)
+	if *footprintFull {
+		t.Logf("idle 6 minutes later: %s", longIdle)
+	}
 	t.Logf("%d pods, 10s after the last one runs: %s", many, loaded)
 	t.Logf("%d pods, 30s after the agent released memory once quiet, after a collection: %s", many, settled)
 	t.Logf("all %d pods Running at %s", many, allRunning.Format(time.RFC3339Nano))
@@ -332,10 +356,10 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	// in both runs (the short one has 20 pods, and a tighter bound with
 	// them); the anonymous memory is bounded apart, where the kernel
 	// maps nothing back. What the runs measured, on two cores shared
-	// with other work: idle 15.9-17.5 MiB, 8.8-9.0 anonymous; with 20
-	// pods 21.4 MiB, 12.8 anonymous; with 50 pods 22.1 MiB, 13.8
-	// anonymous. In the full run, one pod at a time starts within the
-	// target, p99 1s.
+	// with other work: idle 15.7-17.5 MiB, 8.8-9.0 anonymous; with 20
+	// pods 21.2-21.4 MiB, 12.6-12.8 anonymous; with 50 pods 22.1-24.5
+	// MiB, 13.8-16.1 anonymous. In the full run, one pod at a time starts
+	// within the target, p99 1s.
 	check := func(what string, got, limit int64) {
 		t.Helper()
 		if got > limit {
@@ -353,6 +377,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		return
 	}
 	check("agent RSS idle (target 20 MB)", idle.agent, 20e6)
+	check("agent RSS idle 6 minutes later (target 20 MB)", longIdle.agent, 20e6)
 	if *footprintFull {
 		check("agent RSS with 50 pods (target 40 MB)", settled.agent, 40e6)
 	} else {
