@@ -129,14 +129,9 @@ func (l *localState) recordLocalVolume(pv *corev1.PersistentVolume) {
 	l.volumes.mu.Lock()
 	defer l.volumes.mu.Unlock()
 	if l.volumes.recorded == nil {
-		l.volumes.recorded = map[string]string{}
-		if rows, err := l.db.List(keptLocalVolumes, "", ""); err == nil {
-			for _, r := range rows {
-				v := &corev1.PersistentVolume{}
-				if v.Unmarshal(r.Value) == nil {
-					l.volumes.recorded[r.Name] = v.ResourceVersion
-				}
-			}
+		_ = l.loadLocalVolumesLocked()
+		if l.volumes.recorded == nil {
+			l.volumes.recorded = map[string]string{}
 		}
 	}
 	if rv, ok := l.volumes.recorded[pv.Name]; ok && rv == pv.ResourceVersion {
@@ -162,6 +157,36 @@ func (l *localState) recordLocalVolume(pv *corev1.PersistentVolume) {
 		return
 	}
 	l.volumes.recorded[pv.Name] = pv.ResourceVersion
+}
+
+// loadLocalVolumesLocked reads which volumes the local state records; on
+// an error recorded stays nil. l.volumes.mu must be held.
+func (l *localState) loadLocalVolumesLocked() error {
+	rows, err := l.db.List(keptLocalVolumes, "", "")
+	if err != nil {
+		return err
+	}
+	l.volumes.recorded = map[string]string{}
+	for _, r := range rows {
+		v := &corev1.PersistentVolume{}
+		if v.Unmarshal(r.Value) == nil {
+			l.volumes.recorded[r.Name] = v.ResourceVersion
+		}
+	}
+	return nil
+}
+
+// hasLocalVolumes tells whether the local state records a local-path
+// volume, reading it only the first time: the periodic pass over the
+// records then costs nothing on a node without any (an idle agent would
+// otherwise keep the SQLite code of that query resident).
+func (l *localState) hasLocalVolumes() bool {
+	l.volumes.mu.Lock()
+	defer l.volumes.mu.Unlock()
+	if l.volumes.recorded == nil && l.loadLocalVolumesLocked() != nil {
+		return true // unknown: let the pass read the records
+	}
+	return len(l.volumes.recorded) > 0
 }
 
 // localVolumeRecords returns the recorded local-path volumes.
@@ -197,6 +222,8 @@ func (l *localState) forgetLocalVolume(pv *corev1.PersistentVolume) error {
 // localVolumeLoop removes the data of deleted local-path volumes, every
 // LocalVolumeCheckInterval and when the tunnel connects.
 func (a *Agent) localVolumeLoop(ctx context.Context, rm LocalVolumeRemover) {
+	// Read the records now, with the rest of the local state at start-up.
+	a.local.hasLocalVolumes()
 	t := time.NewTicker(a.cfg.LocalVolumeCheckInterval)
 	defer t.Stop()
 	for {
@@ -246,6 +273,9 @@ func (a *Agent) volumesInUse() (map[string]bool, bool) {
 
 // collectLocalVolumes makes one pass over the recorded local-path volumes.
 func (a *Agent) collectLocalVolumes(ctx context.Context, rm LocalVolumeRemover) error {
+	if !a.local.hasLocalVolumes() {
+		return nil
+	}
 	recs, err := a.local.localVolumeRecords()
 	if err != nil || len(recs) == 0 {
 		return err

@@ -155,3 +155,26 @@ func populate(t *testing.T) {
 		}
 	}
 }
+
+func TestLibraryMapping(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		ok   bool
+	}{
+		{"7f0a1000-7f0a2000 r-xp 00026000 fe:00 1234 /usr/lib/x86_64-linux-gnu/libc.so.6", true},
+		{"7f0a1000-7f0a2000 r--p 00000000 fe:00 1234 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", true},
+		{"7f0a1000-7f0a2000 r--p 00000000 fe:00 1234 /usr/lib/libfoo.so", true},
+		{"7f0a1000-7f0a2000 rw-p 00000000 fe:00 1234 /usr/lib/x86_64-linux-gnu/libc.so.6", false}, // writable
+		{"7f0a1000-7f0a2000 r--s 00000000 fe:00 1234 /usr/lib/libfoo.so", false},                  // shared
+		{"7f0a1000-7f0a2000 r--p 00000000 fe:00 1234 /var/lib/tether/state.sqlite", false},
+		{"7f0a1000-7f0a2000 r--p 00000000 fe:00 1234 /opt/x.sock", false},
+		{"7f0a1000-7f0a2000 r--p 00000000 fe:00 1234 /opt/a.sorted", false},
+		{"7f0a1000-7f0a2000 r--p 00000000 00:00 0 [vvar]", false},
+		{"7f0a1000-7f0a2000 r--p 00000000 00:00 0 ", false},
+	} {
+		start, end, ok := libraryMapping([]byte(c.line))
+		if ok != c.ok || (ok && (start != 0x7f0a1000 || end != 0x7f0a2000)) {
+			t.Errorf("%q: %x-%x %v, want %v", c.line, start, end, ok, c.ok)
+		}
+	}
+}

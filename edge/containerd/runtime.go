@@ -14,6 +14,8 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/platforms"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -325,12 +327,26 @@ func (r *Runtime) Info(ctx context.Context) (edge.RuntimeInfo, error) {
 	for k, v := range r.cfg.Capacity {
 		capacity[k] = v.DeepCopy()
 	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if ok, err := r.client.IsServing(sctx); !ok || err != nil {
-		return edge.RuntimeInfo{}, fmt.Errorf("containerd is not serving: %v", err)
+	if !r.connected() {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if ok, err := r.client.IsServing(sctx); !ok || err != nil {
+			return edge.RuntimeInfo{}, fmt.Errorf("containerd is not serving: %v", err)
+		}
 	}
 	return edge.RuntimeInfo{Name: Name, Version: r.version, Capacity: capacity}, nil
+}
+
+// connected tells whether the connection to containerd is up. Info, which
+// the agent calls every few seconds for the node status, asks containerd's
+// health service only when it is not: a call touches several megabytes of
+// the executable (gRPC, protobuf, HTTP/2), which an idle agent would keep
+// resident for that check alone. A containerd that exits closes the
+// connection; one idle for long (gRPC's idle timeout, 30 minutes) is asked
+// again.
+func (r *Runtime) connected() bool {
+	c, ok := r.client.Conn().(*grpc.ClientConn)
+	return ok && c.GetState() == connectivity.Ready
 }
 
 // Notify implements edge.Runtime.
