@@ -192,28 +192,48 @@ func (t *fastTable) stats() (resident, spilled int) {
 // count even again. Programs that read a line around a write see the count
 // odd or changed and take the frontend from lb_frontends. There is one
 // writer, the reconciler.
+//
+// The table is mapped only while a batch writes it (see mapped): the
+// kernel maps all of its pages at once, and megabytes of table kept mapped
+// would count in the agent's resident memory for nothing between changes.
 type fastMem struct {
-	mem []byte
+	m    *ebpf.Map
+	size int
+	mem  []byte // while mapped
 }
 
 const fastLineSize = int(unsafe.Sizeof(lbFeFast{}))
 
-// mapFast maps m, an mmapable lb_fe_fast.
+// mapFast prepares m, an mmapable lb_fe_fast, for writes, and checks once
+// that it can be mapped.
 func mapFast(m *ebpf.Map) (*fastMem, error) {
 	if int(m.ValueSize()) != fastLineSize {
 		return nil, fmt.Errorf("map lb_fe_fast: value size %d, want %d", m.ValueSize(), fastLineSize)
 	}
 	size := int(m.MaxEntries()) * fastLineSize
 	page := unix.Getpagesize()
-	size = (size + page - 1) / page * page
-	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("map lb_fe_fast into memory: %w", err)
-	}
-	return &fastMem{mem: mem}, nil
+	f := &fastMem{m: m, size: (size + page - 1) / page * page}
+	return f, f.mapped(func() error { return nil })
 }
 
-// write stores vals at lines idx.
+// mapped runs fn with the table mapped.
+func (f *fastMem) mapped(fn func() error) error {
+	if f.mem != nil {
+		return fn()
+	}
+	mem, err := unix.Mmap(f.m.FD(), 0, f.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map lb_fe_fast into memory: %w", err)
+	}
+	f.mem = mem
+	defer func() {
+		_ = unix.Munmap(mem)
+		f.mem = nil
+	}()
+	return fn()
+}
+
+// write stores vals at lines idx; the table must be mapped.
 func (f *fastMem) write(idx []uint32, vals []lbFeFast) error {
 	for i, n := range idx {
 		if err := f.writeLine(n, &vals[i]); err != nil {
@@ -247,7 +267,7 @@ func (f *fastMem) writeLine(n uint32, v *lbFeFast) error {
 }
 
 // clearExcept empties every line but those in keep (sorted), leaving lines
-// that are empty already alone.
+// that are empty already alone; the table must be mapped.
 func (f *fastMem) clearExcept(keep []uint32) {
 	var empty lbFeFast
 	n := uint32(len(f.mem) / fastLineSize)
@@ -263,12 +283,5 @@ func (f *fastMem) clearExcept(keep []uint32) {
 	}
 }
 
-// close unmaps the table.
-func (f *fastMem) close() error {
-	if f == nil || f.mem == nil {
-		return nil
-	}
-	err := unix.Munmap(f.mem)
-	f.mem = nil
-	return err
-}
+// close lets the table go; it is mapped only while written.
+func (f *fastMem) close() error { return nil }

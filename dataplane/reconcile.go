@@ -188,11 +188,18 @@ func (k *kmaps) apply(b *batch) error {
 	if err := k.put(k.slots, b.slotKeys, b.slotVals, len(b.slotKeys)); err != nil {
 		return err
 	}
-	if err := k.fast.write(b.fastKeys, b.fastVals); err != nil {
+	if len(b.fastKeys) == 0 && !b.fastClear {
+		// Nothing for lb_fe_fast: not even mapped.
+	} else if err := k.fast.mapped(func() error {
+		if err := k.fast.write(b.fastKeys, b.fastVals); err != nil {
+			return err
+		}
+		if b.fastClear {
+			k.fast.clearExcept(b.fastKeys)
+		}
+		return nil
+	}); err != nil {
 		return err
-	}
-	if b.fastClear {
-		k.fast.clearExcept(b.fastKeys)
 	}
 	if err := k.put(k.frontends, b.feKeys, b.feVals, len(b.feKeys)); err != nil {
 		return err
