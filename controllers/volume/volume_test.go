@@ -22,15 +22,7 @@ import (
 // deleted while a scheduled pod uses it stays until the pod is gone, one no
 // pod uses goes at once.
 func TestClaimProtection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a hub process")
-	}
-	h := hubtest.Start(t)
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := kubernetes.NewForConfigOrDie(rc)
+	kube := startHub(t)
 	ctx := context.Background()
 	claims := kube.CoreV1().PersistentVolumeClaims("default")
 	claim := func(name string) {
@@ -47,16 +39,6 @@ func TestClaimProtection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor := func(what string, f func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !f() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s", what)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	protected := func(name string) bool {
 		c, err := claims.Get(ctx, name, metav1.GetOptions{})
 		return err == nil && slices.Contains(c.Finalizers, volume.PVCProtectionFinalizer)
@@ -67,7 +49,7 @@ func TestClaimProtection(t *testing.T) {
 	}
 	claim("used")
 	claim("unused")
-	waitFor("finalizers on both claims", func() bool { return protected("used") && protected("unused") })
+	waitFor(t, "finalizers on both claims", func() bool { return protected("used") && protected("unused") })
 	// The claim in use is bound, as it would be.
 	if _, err := kube.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "shelf"},
@@ -81,7 +63,7 @@ func TestClaimProtection(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the claim in use bound", func() bool {
+	waitFor(t, "the claim in use bound", func() bool {
 		c, err := claims.Get(ctx, "used", metav1.GetOptions{})
 		return err == nil && c.Status.Phase == corev1.ClaimBound
 	})
@@ -103,7 +85,7 @@ func TestClaimProtection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor("the unused claim deleted", func() bool { return gone("unused") })
+	waitFor(t, "the unused claim deleted", func() bool { return gone("unused") })
 	time.Sleep(time.Second)
 	c, err := claims.Get(ctx, "used", metav1.GetOptions{})
 	if err != nil || c.DeletionTimestamp == nil {
@@ -112,34 +94,16 @@ func TestClaimProtection(t *testing.T) {
 	if err := kube.CoreV1().Pods("default").Delete(ctx, "user", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the claim deleted once its pod is gone", func() bool { return gone("used") })
+	waitFor(t, "the claim deleted once its pod is gone", func() bool { return gone("used") })
 }
 
 // TestVolumeProtection: a volume carries the pv-protection finalizer; one
 // deleted while a claim is bound to it stays until the claim is gone, one
 // no claim is bound to goes at once.
 func TestVolumeProtection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a hub process")
-	}
-	h := hubtest.Start(t)
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := kubernetes.NewForConfigOrDie(rc)
+	kube := startHub(t)
 	ctx := context.Background()
 	pvs := kube.CoreV1().PersistentVolumes()
-	waitFor := func(what string, f func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !f() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s", what)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	for _, name := range []string{"bound", "free"} {
 		if _, err := pvs.Create(ctx, &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -171,8 +135,8 @@ func TestVolumeProtection(t *testing.T) {
 		_, err := pvs.Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}
-	waitFor("finalizers on both volumes", func() bool { return protected("bound") && protected("free") })
-	waitFor("the claim bound", func() bool {
+	waitFor(t, "finalizers on both volumes", func() bool { return protected("bound") && protected("free") })
+	waitFor(t, "the claim bound", func() bool {
 		v, err := pvs.Get(ctx, "bound", metav1.GetOptions{})
 		return err == nil && v.Status.Phase == corev1.VolumeBound
 	})
@@ -181,7 +145,7 @@ func TestVolumeProtection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor("the free volume deleted", func() bool { return gone("free") })
+	waitFor(t, "the free volume deleted", func() bool { return gone("free") })
 	time.Sleep(time.Second)
 	v, err := pvs.Get(ctx, "bound", metav1.GetOptions{})
 	if err != nil || v.DeletionTimestamp == nil {
@@ -193,5 +157,31 @@ func TestVolumeProtection(t *testing.T) {
 	if err := kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the volume deleted once its claim is gone", func() bool { return gone("bound") })
+	waitFor(t, "the volume deleted once its claim is gone", func() bool { return gone("bound") })
+}
+
+// startHub starts a hub process with its controllers and returns a client.
+func startHub(t *testing.T) *kubernetes.Clientset {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a hub process")
+	}
+	h := hubtest.Start(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(rc)
+}
+
+// waitFor polls f for up to 20s.
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
