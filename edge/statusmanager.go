@@ -116,6 +116,11 @@ func (m *statusManager) set(ctx context.Context, pod *corev1.Pod, st corev1.PodS
 		old = m.acked(pod)
 	}
 	if apiequality.Semantic.DeepEqual(old, st) {
+		if p != nil && p.due && p.backoff > 0 && p.timer.Stop() {
+			// Waiting out a back-off after failed writes: the pod's
+			// worker looks again (the tunnel is back), so try now.
+			p.timer.Reset(0)
+		}
 		m.mu.Unlock()
 		return nil
 	}

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,6 +180,55 @@ func TestStatusManagerDoesNotWaitForTheHub(t *testing.T) {
 	}
 	if n := statusPatches(client); n > 2 {
 		t.Errorf("%d status writes, want the hung one and the newest", n)
+	}
+}
+
+// TestStatusManagerRetriesWhenAskedAgain: a status whose writes failed
+// waits out a back-off, but is tried again at once when its pod's worker
+// sets it again (as it does when the tunnel comes back).
+func TestStatusManagerRetriesWhenAskedAgain(t *testing.T) {
+	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
+	client := fake.NewClientset(pod)
+	var down atomic.Bool
+	down.Store(true)
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("hub unreachable")
+		}
+		return false, nil, nil
+	})
+	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	ctx := context.Background()
+	st := runningStatus(pod, true)
+	if err := m.set(ctx, pod, st, false); err != nil {
+		t.Fatal(err)
+	}
+	// Two failed writes: the next try is 2s away.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m.mu.Lock()
+		backoff := m.pending[pod.UID].backoff
+		m.mu.Unlock()
+		if backoff >= 2*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("back-off %v after 5s of failed writes", backoff)
+		}
+	}
+	down.Store(false)
+	asked := time.Now()
+	if err := m.set(ctx, pod, st, false); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got, _ := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if got.Status.Phase == corev1.PodRunning {
+			break
+		}
+		if time.Since(asked) > time.Second {
+			t.Fatalf("the status was not written within 1s of being set again")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
