@@ -53,8 +53,9 @@ func defaultPodSpec(spec *corev1.PodSpec) {
 
 // defaultPod sets the defaults upstream gives pods but not pod templates:
 // service links, host ports on the host network, requests from limits, the
-// default service account and the not-ready/unreachable tolerations the
-// DefaultTolerationSeconds admission plugin adds.
+// default service account (not for mirror pods) and the
+// not-ready/unreachable tolerations the DefaultTolerationSeconds admission
+// plugin adds.
 func defaultPod(pod *corev1.Pod) {
 	spec := &pod.Spec
 	defaultPodSpec(spec)
@@ -71,7 +72,10 @@ func defaultPod(pod *corev1.Pod) {
 			defaultRequestsFromLimits(&cs[i].Resources)
 		}
 	}
-	if spec.ServiceAccountName == "" {
+	// Mirror pods, the API's view of a node's static pods, name no
+	// service account: upstream's ServiceAccount admission leaves them
+	// alone, and their pods never run with a token.
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; spec.ServiceAccountName == "" && !mirror {
 		spec.ServiceAccountName = "default"
 		spec.DeprecatedServiceAccount = "default"
 	}

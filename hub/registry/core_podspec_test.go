@@ -85,6 +85,22 @@ func TestDefaultPodSpec(t *testing.T) {
 	}
 }
 
+// TestMirrorPodHasNoServiceAccount: a pod gets the default service
+// account, a mirror pod none, as upstream's ServiceAccount admission does.
+func TestMirrorPodHasNoServiceAccount(t *testing.T) {
+	if p := validPod(); p.Spec.ServiceAccountName != "default" {
+		t.Errorf("pod's service account %q, want default", p.Spec.ServiceAccountName)
+	}
+	p := &corev1.Pod{}
+	p.Name, p.Namespace = "etcd-n1", "default"
+	p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "hash"}
+	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "etcd"}}
+	defaultPod(p)
+	if p.Spec.ServiceAccountName != "" || p.Spec.DeprecatedServiceAccount != "" {
+		t.Errorf("mirror pod's service account %q, want none", p.Spec.ServiceAccountName)
+	}
+}
+
 func TestDefaultPodTemplateSpec(t *testing.T) {
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx",
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}}
