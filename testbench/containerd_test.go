@@ -91,6 +91,7 @@ func TestContainerdEdgeThroughNAT(t *testing.T) {
 		return
 	}
 	t.Run("streams", func(t *testing.T) { natStreams(t, l, h) })
+	t.Run("failures", func(t *testing.T) { natFailures(t, h, n) })
 	t.Run("images", func(t *testing.T) { natImages(t, l, h, n, reg) })
 	t.Run("partition", func(t *testing.T) { natPartition(t, l, h, n, *labPartition) })
 	t.Logf("whole scenario: %v", time.Since(began).Round(time.Second))
@@ -241,6 +242,110 @@ func natWorkloads(t *testing.T, h *labHub, n *ctrNode) {
 	if env := h.must(t, "exec", "conf", "--", "env"); !strings.Contains(env, "GREETING=hello\n") {
 		t.Errorf("a running container's environment changed with its configMap:\n%s", env)
 	}
+}
+
+const natFailureObjects = `
+apiVersion: v1
+kind: Pod
+metadata: {name: oom}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: app, image: %[1]s, imagePullPolicy: Never, command: [/testapp, memhog, "256"], resources: {limits: {memory: 32Mi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: crash}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: app, image: %[1]s, imagePullPolicy: Never, command: [/testapp, crash, "3"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: stop}
+spec:
+  terminationGracePeriodSeconds: 4
+  containers:
+  - name: app
+    image: %[1]s
+    imagePullPolicy: Never
+    command: [/bin/sh, -c, 'trap "echo term >> /log/events" TERM; echo start >> /log/events; while true; do sleep 1; done']
+    lifecycle: {preStop: {exec: {command: [/bin/sh, -c, "echo prestop >> /log/events"]}}}
+    volumeMounts: [{name: log, mountPath: /log}]
+  volumes: [{name: log, hostPath: {path: %[2]s, type: DirectoryOrCreate}}]
+`
+
+// natFailures: through the hub, on the NAT'd node, a container over its
+// memory limit is OOMKilled with exit code 137; a crashing container, and
+// one its liveness probe restarts, wait in CrashLoopBackOff; a container
+// that ignores SIGTERM gets its preStop hook, then SIGTERM, and is killed
+// once its grace period is over.
+func natFailures(t *testing.T, h *labHub, n *ctrNode) {
+	const logDir = "/var/lib/tether-test-stop"
+	h.applyManifest(t, fmt.Sprintf(natFailureObjects, images.Sleeper, logDir))
+	eventually(t, 60*time.Second, "oom OOMKilled with exit code 137", func() (bool, string) {
+		p, err := h.pod("oom")
+		if err != nil {
+			return false, err.Error()
+		}
+		cs, ok := containerState(p, "app")
+		if !ok || cs.State.Terminated == nil {
+			return false, fmt.Sprintf("%+v", p.Status)
+		}
+		term := cs.State.Terminated
+		return term.Reason == "OOMKilled" && term.ExitCode == 137 && p.Status.Phase == corev1.PodFailed,
+			fmt.Sprintf("phase %s, terminated %s exit %d", p.Status.Phase, term.Reason, term.ExitCode)
+	})
+	eventually(t, 60*time.Second, "crash waiting in CrashLoopBackOff after exiting with 3", func() (bool, string) {
+		p, err := h.pod("crash")
+		if err != nil {
+			return false, err.Error()
+		}
+		cs, ok := containerState(p, "app")
+		if !ok || cs.State.Waiting == nil || cs.LastTerminationState.Terminated == nil {
+			return false, fmt.Sprintf("%+v", cs)
+		}
+		return cs.State.Waiting.Reason == "CrashLoopBackOff" && cs.LastTerminationState.Terminated.ExitCode == 3 && cs.RestartCount >= 1,
+			fmt.Sprintf("waiting %s, last exit %d, restarts %d", cs.State.Waiting.Reason, cs.LastTerminationState.Terminated.ExitCode, cs.RestartCount)
+	})
+	// The pod whose liveness probe fails every few seconds waits out its
+	// back-off as CrashLoopBackOff too.
+	eventually(t, 90*time.Second, "live waiting in CrashLoopBackOff after its liveness probe failed", func() (bool, string) {
+		p, err := h.pod("live")
+		if err != nil {
+			return false, err.Error()
+		}
+		cs, _ := containerState(p, "app")
+		if cs.State.Waiting == nil {
+			return false, fmt.Sprintf("%+v, restarts %d", cs.State, cs.RestartCount)
+		}
+		return cs.State.Waiting.Reason == "CrashLoopBackOff" && cs.RestartCount >= 1, fmt.Sprintf("waiting %s, restarts %d", cs.State.Waiting.Reason, cs.RestartCount)
+	})
+	eventually(t, 60*time.Second, "stop Running", func() (bool, string) {
+		p, err := h.pod("stop")
+		if err != nil {
+			return false, err.Error()
+		}
+		out, _ := n.exec("cat", logDir+"/events")
+		return p.Status.Phase == corev1.PodRunning && out == "start\n", string(p.Status.Phase) + " " + out
+	})
+	start := time.Now()
+	h.must(t, "delete", "pod", "stop", "--wait=true", "--timeout=60s")
+	took := time.Since(start)
+	events, err := n.exec("cat", logDir+"/events")
+	if err != nil {
+		t.Fatalf("read the stop pod's events on the node: %v", err)
+	}
+	t.Logf("a container ignoring SIGTERM, grace period 4s: deleted in %v; it saw %q", took.Round(time.Millisecond), events)
+	if events != "start\nprestop\nterm\n" {
+		t.Errorf("the stop pod's events: %q, want start, then the preStop hook, then SIGTERM", events)
+	}
+	if took < 3500*time.Millisecond || took > 15*time.Second {
+		t.Errorf("deleting a pod whose container ignores SIGTERM took %v, want its grace period of 4s", took)
+	}
+	h.must(t, "delete", "pod", "oom", "crash", "--wait=true", "--timeout=60s")
+	_, _ = n.exec("rm", "-rf", logDir)
 }
 
 // natStreams drives logs, exec, port-forward and cp from the hub's side.

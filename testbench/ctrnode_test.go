@@ -550,6 +550,19 @@ func (h *labHub) podsByName() (map[string]*corev1.Pod, error) {
 	return m, nil
 }
 
+// pod gets one pod of the default namespace.
+func (h *labHub) pod(name string) (*corev1.Pod, error) {
+	out, err := h.run("get", "pod", name, "-o", "json")
+	if err != nil {
+		return nil, fmt.Errorf("kubectl get pod %s: %w: %s", name, err, out)
+	}
+	var p corev1.Pod
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		return nil, fmt.Errorf("decode pod %s: %w", name, err)
+	}
+	return &p, nil
+}
+
 // containerState returns the status of a pod's container or init
 // container.
 func containerState(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) {
