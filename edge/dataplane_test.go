@@ -277,7 +277,10 @@ func TestAgentDataplaneAndDNS(t *testing.T) {
 
 	t.Run("HubDown", func(t *testing.T) {
 		e.hub.Stop()
-		eventually(t, 20*time.Second, "the agent notices the hub is gone", func() (bool, string) {
+		// The hub drains and then closes the agent's session with a close
+		// frame before it exits: the agent knows at once, not after its
+		// idle timeout (45 s) or its reconnect's handshake timeout.
+		eventually(t, 10*time.Second, "the agent notices the hub is gone", func() (bool, string) {
 			return !a.Stats().Connected, "connected"
 		})
 		checkDNS(t, true)

@@ -327,7 +327,10 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		},
 		ErrorLog: srv.ErrorLog,
 	}
-	bgCtx, stopBackground := context.WithCancel(ctx)
+	// Background work, the tunnel's QUIC listener among it, outlives the
+	// signal that stops the hub: shutdown below drains the edges over it
+	// and closes their sessions with a close frame before it ends.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	go authz.Run(bgCtx)
 	go leases.Run(bgCtx)

@@ -262,7 +262,7 @@ func (c *Client) Run(ctx context.Context) error {
 			c.cfg.OnConnect(cs.peer)
 		}
 		start := time.Now()
-		replacement, err := c.hold(ctx, cs)
+		replacement, resumeAt, err := c.hold(ctx, cs)
 		if replacement == nil {
 			c.setCurrent(nil)
 		}
@@ -287,15 +287,22 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		c.log.Info("disconnected", "err", err)
 		// The first attempt after a detected loss is jittered as well, so a
-		// fleet that lost the hub together does not return together.
+		// fleet that lost the hub together does not return together. A hub
+		// that drained before it closed has spread the fleet already: the
+		// edge keeps the point in the window it drew.
 		wait = bo.next()
+		if !resumeAt.IsZero() {
+			wait = max(time.Until(resumeAt), 0)
+		}
 	}
 }
 
 // hold watches an established session. It returns a replacement session
 // when it moved to a new one without a gap (after a goaway or a successful
-// QUIC probe), and the reason the old one ended.
-func (c *Client) hold(ctx context.Context, cs *clientSession) (*clientSession, error) {
+// QUIC probe), and the reason the old one ended. When the hub closed the
+// session after a goaway and before the edge reconnected, resumeAt is the
+// time the edge drew in the goaway's window to come back.
+func (c *Client) hold(ctx context.Context, cs *clientSession) (replacement *clientSession, resumeAt time.Time, _ error) {
 	var probeC <-chan time.Time
 	if cs.m.transport() == TransportTCP && !c.cfg.ForceTCP {
 		t := time.NewTimer(c.cfg.QUICProbeInterval)
@@ -308,37 +315,40 @@ func (c *Client) hold(ctx context.Context, cs *clientSession) (*clientSession, e
 		select {
 		case <-ctx.Done():
 			cs.close(codeConnClosed, errClientStopped)
-			return nil, errClientStopped
+			return nil, time.Time{}, errClientStopped
 		case <-cs.done:
 			if probing {
 				// The hub drops the old session as soon as the probe's
 				// session registers, so the probe may be what ended it.
 				if ns := <-probe; ns != nil {
-					return ns, errMovedToQUIC
+					return ns, time.Time{}, errMovedToQUIC
 				}
 			}
-			return nil, cs.err
+			return nil, time.Time{}, cs.err
 		case w := <-cs.goAway:
 			d := time.Duration(0)
 			if w > 0 {
 				d = rand.N(w)
 			}
 			c.log.Info("hub draining", "window", w, "reconnect_in", d)
+			at := time.Now().Add(d)
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
 				cs.close(codeConnClosed, errClientStopped)
-				return nil, errClientStopped
+				return nil, time.Time{}, errClientStopped
 			case <-cs.done:
-				return nil, cs.err
+				// The hub let go first (it is shutting down): the
+				// session is gone, the reconnect stays where it was drawn.
+				return nil, at, fmt.Errorf("%w; then closed: %w", errGoAway, cs.err)
 			}
 			// Make before break: another hub replica may take us now.
 			ns, err := c.connect(ctx, cs.m.transport())
 			cs.close(codeConnClosed, errGoAway)
 			if err != nil {
-				return nil, fmt.Errorf("%w; reconnect: %w", errGoAway, err)
+				return nil, time.Time{}, fmt.Errorf("%w; reconnect: %w", errGoAway, err)
 			}
-			return ns, errGoAway
+			return ns, time.Time{}, errGoAway
 		case <-probeC:
 			probing = true
 			go func() {
@@ -359,7 +369,7 @@ func (c *Client) hold(ctx context.Context, cs *clientSession) (*clientSession, e
 			}
 			c.log.Info("quic reachable again, leaving the tcp fallback")
 			cs.close(codeConnClosed, errMovedToQUIC)
-			return ns, errMovedToQUIC
+			return ns, time.Time{}, errMovedToQUIC
 		}
 	}
 }

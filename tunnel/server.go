@@ -495,7 +495,6 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.closedCh)
 	sessions := make([]*Session, 0, len(s.sessions))
 	for _, ss := range s.sessions {
 		sessions = append(sessions, ss)
@@ -508,9 +507,14 @@ func (s *Server) Close() error {
 	for _, m := range pending {
 		m.close(codeShutdown, "hub shutting down")
 	}
+	// Sessions first, each with its close frame: closedCh stops the QUIC
+	// transports, which would drop their connections without one.
+	var wg sync.WaitGroup
 	for _, ss := range sessions {
-		ss.teardown(codeShutdown, ErrServerClosed)
+		wg.Go(func() { ss.teardown(codeShutdown, ErrServerClosed) })
 	}
+	wg.Wait()
+	close(s.closedCh)
 	s.ln.Close()
 	return nil
 }

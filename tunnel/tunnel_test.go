@@ -300,6 +300,55 @@ func TestDrainReconnectsWithinWindow(t *testing.T) {
 	waitFor(t, 10*time.Second, "edges reconnected", func() bool { return b.srv.Stats().Sessions == n })
 }
 
+// TestShutdownClosesDrainedSessions stops a hub the way tether hub does:
+// a drain whose wait ends before the edges' reconnect points, then Close.
+// Every edge learns at once from the close frame, not by its idle timeout,
+// and comes back to the restarted hub within the window it was given.
+func TestShutdownClosesDrainedSessions(t *testing.T) {
+	p := newPKI(t)
+	a := startHub(t, p, ServerConfig{}, 0, nil)
+	const n, window = 4, 3 * time.Second
+	var mu sync.Mutex
+	var gone []error
+	clients := make([]*testClient, n)
+	for i := range n {
+		clients[i] = startClient(t, p, a.addr, fmt.Sprint("s", i), func(c *ClientConfig) {
+			c.OnDisconnect = func(err error) {
+				mu.Lock()
+				gone = append(gone, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for _, c := range clients {
+		waitConnected(t, c, 5*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_ = a.srv.Drain(ctx, window)
+	port := a.port()
+	a.stop()
+	waitFor(t, time.Second, "every edge disconnected", func() bool {
+		for _, c := range clients {
+			if c.Connected() {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("all %d edges disconnected %v after the goaway", n, time.Since(start))
+	mu.Lock()
+	for _, err := range gone {
+		if !errors.Is(err, errGoAway) {
+			t.Errorf("an edge left with %v, want the goaway", err)
+		}
+	}
+	mu.Unlock()
+	b := startHub(t, p, ServerConfig{}, port, nil)
+	waitFor(t, window+3*time.Second, "edges reconnected", func() bool { return b.srv.Stats().Sessions == n })
+}
+
 func TestHubRestartReconnects(t *testing.T) {
 	p := newPKI(t)
 	key := new([32]byte)
