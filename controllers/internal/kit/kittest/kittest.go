@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ type Runner interface {
 }
 
 // Start runs a hub with hubArgs and joins nodes hollow nodes named
-// node-0, node-1, …; it waits until they are registered and Ready.
+// node-00000, node-00001, …; it waits until they are registered and Ready.
 func Start(t testing.TB, hubArgs []string, nodes int) *Env {
 	t.Helper()
 	if testing.Short() {
@@ -76,14 +77,52 @@ func Start(t testing.TB, hubArgs []string, nodes int) *Env {
 	return e
 }
 
-// AddNodes joins n more hollow nodes named prefix0, prefix1, … and waits
-// until they are registered.
+// AddNodes joins n more hollow nodes named prefix00000, prefix00001, …
+// and waits until they are registered.
 func (e *Env) AddNodes(t testing.TB, prefix string, n int) *hollow.Fleet {
 	t.Helper()
+	return e.JoinNodes(t, Nodes{Prefix: prefix, N: n}).Fleet
+}
+
+// Nodes describes hollow nodes to join.
+type Nodes struct {
+	// Prefix starts the node names; N nodes are named Prefix00000, ….
+	Prefix string
+	N      int
+	// Sim configures their runtimes; a zero StartDelay means 50ms.
+	Sim sim.Config
+	// HeartbeatInterval is their tunnels' heartbeat period, which the hub
+	// turns into Lease renewals; zero means the tunnel's default.
+	HeartbeatInterval time.Duration
+	// StatusCheckInterval is how often they compute their node status;
+	// zero means the agent's default.
+	StatusCheckInterval time.Duration
+}
+
+// Fleet is a set of joined hollow nodes.
+type Fleet struct {
+	*hollow.Fleet
+	stop func()
+}
+
+// Stop stops the fleet's agents, as if their machines went off: their
+// tunnels close and nothing of theirs is deleted. Safe to call twice.
+func (f *Fleet) Stop() { f.stop() }
+
+// JoinNodes joins the hollow nodes nodes describes and waits until they
+// are registered. They stop at the end of the test, if not before.
+func (e *Env) JoinNodes(t testing.TB, nodes Nodes) *Fleet {
+	t.Helper()
+	n := nodes.N
+	sc := nodes.Sim
+	if sc.StartDelay == 0 {
+		sc.StartDelay = 50 * time.Millisecond
+	}
 	f, err := hollow.New(hollow.Config{
 		HubURL: "https://" + e.Hub.Addr, Token: e.token, N: n, DataDir: t.TempDir(),
-		NamePrefix: prefix, Sim: sim.Config{StartDelay: 50 * time.Millisecond},
-		StartWindow: time.Duration(n) * 10 * time.Millisecond,
+		NamePrefix: nodes.Prefix, Sim: sc,
+		StartWindow:       time.Duration(n) * 10 * time.Millisecond,
+		HeartbeatInterval: nodes.HeartbeatInterval, StatusCheckInterval: nodes.StatusCheckInterval,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,14 +130,18 @@ func (e *Env) AddNodes(t testing.TB, prefix string, n int) *hollow.Fleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("hollow nodes did not stop within 30s")
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("hollow nodes did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(2*time.Minute + time.Duration(n)*50*time.Millisecond)
 	for {
 		s := f.Stats()
@@ -111,7 +154,7 @@ func (e *Env) AddNodes(t testing.TB, prefix string, n int) *hollow.Fleet {
 		time.Sleep(100 * time.Millisecond)
 	}
 	e.fleets = append(e.fleets, f)
-	return f
+	return &Fleet{Fleet: f, stop: stop}
 }
 
 // AgentWrites are the API writes of every hollow node so far.
@@ -173,6 +216,17 @@ func (e *Env) Run(t testing.TB, factory informers.SharedInformerFactory, ctrls .
 func (e *Env) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	return e.Hub.MustRun(args...)
+}
+
+// Apply runs `kubectl apply -f -` with manifest on its standard input and
+// fails the test on error.
+func (e *Env) Apply(t testing.TB, manifest string) string {
+	t.Helper()
+	out, err := e.Hub.RunInput(context.Background(), manifest, nil, "apply", "-f", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // WaitFor polls cond every 100ms until it holds or timeout passes.
