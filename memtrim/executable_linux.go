@@ -149,3 +149,21 @@ func mappingBounds(field []byte) (start, end uintptr, ok bool) {
 	}
 	return uintptr(s), uintptr(e), true
 }
+
+// residentSize is the process's resident set size, from /proc/self/statm;
+// 0 if it cannot be read.
+func residentSize() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseUint(string(f[1]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * uint64(os.Getpagesize())
+}

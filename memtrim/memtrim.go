@@ -55,6 +55,21 @@ const (
 	// release (two collections and a pass over the executable's
 	// mappings, a few milliseconds) runs at most this often.
 	burstMinInterval = 30 * time.Second
+
+	// growthSettle is how long after a release the process's resident
+	// size is watched to learn what its periodic work keeps resident (a
+	// node status every 10 s, a forced garbage collection every 2
+	// minutes): the largest size seen in that window is the baseline.
+	growthSettle = 150 * time.Second
+	// growthRSS is how far above the baseline the resident size of a
+	// quiet process may grow before it releases again: work with a
+	// longer period (an agent's five-minute node report, bookmark flush
+	// and image check) touches pages that a release hands back, while it
+	// allocates far less than a burst.
+	growthRSS = 2 << 20
+	// growthPolls is how many polls pass between two reads of the
+	// resident size while quiet.
+	growthPolls = 5
 )
 
 // Config says when a Trimmer releases memory. The zero value releases once,
@@ -72,7 +87,9 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// AfterBursts releases again each time the process has gone quiet
 	// after a burst of work (an agent starting or stopping many pods),
-	// at most once per 30 seconds. These releases page the executable
+	// at most once per 30 seconds, and each time a quiet process has
+	// grown 2 MiB resident beyond what it kept in the minutes after the
+	// last release (work with a long period). These releases page the executable
 	// out too (PageOut, not Unmap): the code the next burst runs again
 	// costs a read of each page from the disk, while pages left in the
 	// page cache would come back sixteen at a time (see Unmap) and leave
@@ -86,8 +103,10 @@ type Trimmer struct {
 	cfg Config
 	log *slog.Logger
 	// The constants of the same names; tests shorten them.
-	burstPoll, burstQuiet, burstMinInterval time.Duration
-	burstAlloc                              uint64
+	burstPoll, burstQuiet, burstMinInterval, growthSettle time.Duration
+	burstAlloc, growthRSS                                 uint64
+	// rss reads the resident size; 0 where it cannot be read.
+	rss func() uint64
 	// released, when set (by tests), is called after each release.
 	released func(after string, r Result)
 	// base is what the process had allocated at the last release.
@@ -101,7 +120,8 @@ func New(cfg Config) *Trimmer {
 		log = slog.Default()
 	}
 	return &Trimmer{cfg: cfg, log: log, burstPoll: burstPoll, burstQuiet: burstQuiet,
-		burstMinInterval: burstMinInterval, burstAlloc: burstAlloc}
+		burstMinInterval: burstMinInterval, burstAlloc: burstAlloc,
+		growthSettle: growthSettle, growthRSS: growthRSS, rss: residentSize}
 }
 
 // Run releases memory once start-up is done and, with AfterBursts, after
@@ -133,15 +153,20 @@ func (t *Trimmer) Run(ctx context.Context) {
 }
 
 // afterBursts releases once the process allocated burstAlloc since the
-// last release and then stayed quiet for burstQuiet, at most once per
-// burstMinInterval.
+// last release and then stayed quiet for burstQuiet, or once it stayed
+// quiet that long with a resident size growthRSS above its baseline; at
+// most once per burstMinInterval.
 func (t *Trimmer) afterBursts(ctx context.Context) {
 	// Quiet is the same allocation rate as when settling.
 	quietAlloc := uint64(settleAlloc) * uint64(t.burstPoll) / uint64(settlePoll)
 	tick := time.NewTicker(t.burstPoll)
 	defer tick.Stop()
 	last, lastAt := t.base, time.Now()
-	var quietSince time.Time
+	var (
+		quietSince time.Time
+		baseline   uint64 // largest resident size in growthSettle after the last release
+		polls      int
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -155,11 +180,27 @@ func (t *Trimmer) afterBursts(ctx context.Context) {
 			quietSince = time.Now()
 		}
 		last = now
-		if now-t.base < t.burstAlloc || quietSince.IsZero() || time.Since(quietSince) < t.burstQuiet || time.Since(lastAt) < t.burstMinInterval {
+		if quietSince.IsZero() || time.Since(quietSince) < t.burstQuiet || time.Since(lastAt) < t.burstMinInterval {
 			continue
 		}
-		t.release("burst", PageOut)
-		last, lastAt = t.base, time.Now()
+		after := ""
+		if now-t.base >= t.burstAlloc {
+			after = "burst"
+		} else if polls++; polls >= growthPolls || time.Since(lastAt) < t.growthSettle {
+			polls = 0
+			rss := t.rss()
+			switch {
+			case time.Since(lastAt) < t.growthSettle:
+				baseline = max(baseline, rss)
+			case baseline > 0 && rss > baseline+t.growthRSS:
+				after = "growth"
+			}
+		}
+		if after == "" {
+			continue
+		}
+		t.release(after, PageOut)
+		last, lastAt, baseline, polls = t.base, time.Now(), 0, 0
 	}
 }
 
