@@ -2,89 +2,48 @@ package disruption
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/tether-edge/tether/controllers/internal/kit"
 	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
+	"github.com/tether-edge/tether/edge/sim"
 )
 
 // hubArgs turn off the hub's own copy of the controller under test, which
 // runs in the test process instead.
 var hubArgs = []string{"--controllers=*,-disruption"}
 
+// TestBudgetsAgainstHub keeps the status of budgets over pods that hollow
+// nodes run, made and disrupted with kubectl and the eviction API: bare
+// pods with a numeric minAvailable, a ReplicaSet's pods with
+// maxUnavailable measured against its scale, a percentage that cannot be
+// computed, and a kubectl drain that waits on the budget.
 func TestBudgetsAgainstHub(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a hub process")
-	}
-	h, _, kube := kittest.Hub(t, hubArgs)
-	factory := informers.NewSharedInformerFactory(kube, 0)
-	c, err := New(Config{Client: kube, Informers: factory, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	e := kittest.Start(t, hubArgs, 2)
+	f := e.Factory()
+	c, err := New(Config{Client: e.Client, Informers: f, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		factory.Shutdown()
-	}()
+	e.Run(t, f, c)
+	ctx := context.Background()
 	ns := "default"
-	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// pod creates a pod bound to a node no agent runs, with the status a
-	// kubelet would report.
-	pod := func(name, app string, ready bool, owner *metav1.OwnerReference) {
-		t.Helper()
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": app}},
-			Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "app:1"}}},
-		}
-		if owner != nil {
-			p.OwnerReferences = []metav1.OwnerReference{*owner}
-		}
-		p, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := corev1.ConditionFalse
-		if ready {
-			st = corev1.ConditionTrue
-		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.5", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}}
-		if _, err := kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	budget := func(name, app string, minAvail, maxUnavail *intstr.IntOrString) {
-		t.Helper()
-		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: policyv1.PodDisruptionBudgetSpec{
-				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
-				MinAvailable: minAvail, MaxUnavailable: maxUnavail,
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	kube := e.Client
+
 	status := func(name string, want policyv1.PodDisruptionBudgetStatus, cond metav1.ConditionStatus) {
 		t.Helper()
-		kittest.WaitFor(t, "status of "+name, 10*time.Second, func() (bool, error) {
+		kittest.WaitFor(t, "status of "+name, 30*time.Second, func() (bool, error) {
 			p, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err
@@ -101,65 +60,80 @@ func TestBudgetsAgainstHub(t *testing.T) {
 			return ok, fmt.Errorf("status %+v", s)
 		})
 	}
-
-	// Pods with no controller: minAvailable as a number needs no scale.
-	for i, ready := range []bool{true, true, true, false} {
-		pod(fmt.Sprintf("bare-%d", i), "bare", ready, nil)
+	podsReady := func(selector string, want int) {
+		t.Helper()
+		kittest.WaitFor(t, fmt.Sprintf("%d ready pods %s", want, selector), 60*time.Second, func() (bool, error) {
+			l, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err != nil {
+				return false, err
+			}
+			ready := 0
+			for _, p := range l.Items {
+				if kit.IsPodReady(&p) {
+					ready++
+				}
+			}
+			return ready == want, fmt.Errorf("%d ready", ready)
+		})
 	}
-	budget("bare", "bare", new(intstr.FromInt32(2)), nil)
+
+	// Pods with no controller, one of them never ready: minAvailable as
+	// a number needs no scale.
+	for i := range 3 {
+		e.Kubectl(t, "run", fmt.Sprintf("bare-%d", i), "--image=app:1", "--labels=app=bare")
+	}
+	e.Kubectl(t, "run", "bare-3", "--image=app:1", "--labels=app=bare", "--annotations="+sim.NotReady+"=true")
+	podsReady("app=bare", 3)
+	e.Kubectl(t, "create", "pdb", "bare", "--selector=app=bare", "--min-available=2")
 	status("bare", policyv1.PodDisruptionBudgetStatus{ExpectedPods: 4, DesiredHealthy: 2, CurrentHealthy: 3, DisruptionsAllowed: 1}, metav1.ConditionTrue)
-	out := h.MustRun("get", "pdb", "bare", "--no-headers")
+	out := e.Kubectl(t, "get", "pdb", "bare", "--no-headers")
 	if f := strings.Fields(out); len(f) < 4 || f[1] != "2" || f[3] != "1" {
 		t.Errorf("kubectl get pdb: %s", out)
 	}
 
-	// A pod goes unready: no disruption allowed any more.
-	p, err := kube.CoreV1().Pods(ns).Get(ctx, "bare-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// One eviction is allowed; it uses the budget up, and the next one is
+	// refused.
+	evict := func(name string) error {
+		return kube.CoreV1().Pods(ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
 	}
-	p.Status.Conditions[0].Status = corev1.ConditionFalse
-	if _, err := kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	if err := evict("bare-0"); err != nil {
+		t.Fatalf("eviction the budget allows: %v", err)
 	}
-	status("bare", policyv1.PodDisruptionBudgetStatus{ExpectedPods: 4, DesiredHealthy: 2, CurrentHealthy: 2, DisruptionsAllowed: 0}, metav1.ConditionFalse)
+	status("bare", policyv1.PodDisruptionBudgetStatus{ExpectedPods: 3, DesiredHealthy: 2, CurrentHealthy: 2, DisruptionsAllowed: 0}, metav1.ConditionFalse)
+	if err := evict("bare-1"); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("eviction past the budget: %v, want 429 Too Many Requests", err)
+	}
+	kittest.WaitFor(t, "evicted pod gone", 30*time.Second, func() (bool, error) {
+		_, err := kube.CoreV1().Pods(ns).Get(ctx, "bare-0", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+	if _, err := kube.CoreV1().Pods(ns).Get(ctx, "bare-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("pod whose eviction was refused: %v", err)
+	}
 
 	// maxUnavailable on a ReplicaSet's pods uses the ReplicaSet's scale:
-	// 3 wanted, 2 exist and are ready.
-	rs, err := kube.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.ReplicaSetSpec{
-			Replicas: new(int32(3)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec:       corev1.PodSpec{NodeSelector: map[string]string{"nowhere": "x"}, Containers: []corev1.Container{{Name: "c", Image: "app:1"}}},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: new(true)}
-	pod("web-a", "web", true, &ref)
-	pod("web-b", "web", true, &ref)
-	budget("web", "web", nil, new(intstr.FromInt32(1)))
-	kittest.WaitFor(t, "web budget computed", 10*time.Second, func() (bool, error) {
-		p, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		// A running ReplicaSet controller may add the third pod; it stays
-		// unready, as its node does not exist.
-		s := p.Status
-		return s.ExpectedPods == 3 && s.DesiredHealthy == 2 && s.CurrentHealthy == 2 && s.DisruptionsAllowed == 0, fmt.Errorf("%+v", s)
-	})
-	h.MustRun("scale", "replicaset", "web", "--replicas=2")
+	// 3 wanted, each needs 3 of a node's 4 CPUs, so 2 run and are ready.
+	e.Apply(t, `apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - {name: c, image: app:1, resources: {requests: {cpu: "3"}}}
+`)
+	podsReady("app=web", 2)
+	e.Kubectl(t, "create", "pdb", "web", "--selector=app=web", "--max-unavailable=1")
+	status("web", policyv1.PodDisruptionBudgetStatus{ExpectedPods: 3, DesiredHealthy: 2, CurrentHealthy: 2, DisruptionsAllowed: 0}, metav1.ConditionFalse)
+	e.Kubectl(t, "scale", "replicaset", "web", "--replicas=2")
 	status("web", policyv1.PodDisruptionBudgetStatus{ExpectedPods: 2, DesiredHealthy: 1, CurrentHealthy: 2, DisruptionsAllowed: 1}, metav1.ConditionTrue)
 
 	// minAvailable as a percentage of unmanaged pods cannot be computed.
-	budget("pct", "bare", new(intstr.FromString("50%")), nil)
-	kittest.WaitFor(t, "pct budget computed", 10*time.Second, func() (bool, error) {
+	e.Kubectl(t, "create", "pdb", "pct", "--selector=app=bare", "--min-available=50%")
+	kittest.WaitFor(t, "pct budget computed", 30*time.Second, func() (bool, error) {
 		p, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "pct", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -167,4 +141,131 @@ func TestBudgetsAgainstHub(t *testing.T) {
 		s := p.Status
 		return s.ObservedGeneration == p.Generation && s.ExpectedPods == 0 && s.DisruptionsAllowed == 0, fmt.Errorf("%+v", s)
 	})
+
+	t.Run("Drain", func(t *testing.T) { drain(t, e) })
+}
+
+// drain empties a node with kubectl drain while a budget asks for 3 of a
+// Deployment's 4 pods: the drain evicts, is refused while the budget
+// allows nothing, and ends with every pod on the other node and never
+// fewer than 3 ready.
+func drain(t *testing.T, e *kittest.Env) {
+	ctx := context.Background()
+	e.Kubectl(t, "create", "deployment", "drained", "--image=app:1", "--replicas=4")
+	e.Kubectl(t, "rollout", "status", "deployment/drained", "--timeout=60s")
+	e.Kubectl(t, "create", "pdb", "drained", "--selector=app=drained", "--min-available=3")
+	kittest.WaitFor(t, "the budget allows one disruption", 30*time.Second, func() (bool, error) {
+		p, err := e.Client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "drained", metav1.GetOptions{})
+		return err == nil && p.Status.DisruptionsAllowed == 1 && p.Status.CurrentHealthy == 4, err
+	})
+
+	// The node with the most of its pods is drained.
+	list, err := e.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drained"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[string]int{}
+	for _, p := range list.Items {
+		on[p.Spec.NodeName]++
+	}
+	node, most := "", 0
+	for n, c := range on {
+		if c > most {
+			node, most = n, c
+		}
+	}
+	if len(on) < 2 {
+		// All on one node: the other gets nothing until this one drains.
+		t.Logf("all 4 pods on %s", node)
+	}
+
+	// Readiness, as the informer sees every change; the handler may
+	// hear of the pods listed above after its cache synced.
+	var mu sync.Mutex
+	ready := map[string]bool{}
+	for _, p := range list.Items {
+		ready[p.Name] = kit.IsPodReady(&p)
+	}
+	minReady, armed := 4, false
+	f := e.Factory()
+	update := func(obj any) {
+		p, ok := kit.Tombstone(obj).(*corev1.Pod)
+		if !ok || p.Labels["app"] != "drained" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		_, deleted := obj.(cache.DeletedFinalStateUnknown)
+		ready[p.Name] = !deleted && p.DeletionTimestamp == nil && kit.IsPodReady(p)
+		n := 0
+		for _, r := range ready {
+			if r {
+				n++
+			}
+		}
+		if armed {
+			minReady = min(minReady, n)
+		}
+	}
+	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    update,
+		UpdateFunc: func(_, cur any) { update(cur) },
+		DeleteFunc: func(obj any) {
+			if p, ok := kit.Tombstone(obj).(*corev1.Pod); ok {
+				mu.Lock()
+				ready[p.Name] = false
+				mu.Unlock()
+			}
+		},
+	})
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f.Start(wctx.Done())
+	f.WaitForCacheSync(wctx.Done())
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+
+	out, err := e.Hub.Run("drain", node, "--pod-selector=app=drained", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s")
+	if err != nil {
+		t.Fatalf("kubectl drain: %v\n%s", err, out)
+	}
+	t.Logf("kubectl drain %s:\n%s", node, out)
+	if strings.Count(out, "evicted") < most {
+		t.Errorf("drain evicted fewer than the %d pods on %s:\n%s", most, node, out)
+	}
+	// kubectl tries again when an eviction is refused: with two pods to
+	// evict and one disruption allowed, one must have been.
+	retried := false
+	for _, p := range list.Items {
+		retried = retried || strings.Count(out, "evicting pod default/"+p.Name+"\n") > 1
+	}
+	if most > 1 && !retried {
+		t.Errorf("no eviction was refused while %d pods left %s under a budget allowing 1:\n%s", most, node, out)
+	}
+	kittest.WaitFor(t, "all 4 pods ready elsewhere", 60*time.Second, func() (bool, error) {
+		l, err := e.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drained"})
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for _, p := range l.Items {
+			if p.Spec.NodeName == node {
+				return false, fmt.Errorf("pod %s still on %s", p.Name, node)
+			}
+			if kit.IsPodReady(&p) {
+				n++
+			}
+		}
+		return n == 4, errors.New("not all ready")
+	})
+	mu.Lock()
+	m := minReady
+	mu.Unlock()
+	if m < 3 {
+		t.Errorf("ready pods fell to %d during the drain; the budget asks for 3", m)
+	}
+	if s := e.Kubectl(t, "get", "node", node, "-o", "jsonpath={.spec.unschedulable}"); s != "true" {
+		t.Errorf("drained node is not cordoned: %q", s)
+	}
 }
