@@ -181,6 +181,15 @@ func (e *Env) AgentWrites() AgentWrites {
 	return w
 }
 
+// AgentPods is the number of pods the hollow nodes' agents run.
+func (e *Env) AgentPods() int {
+	n := 0
+	for _, f := range e.fleets {
+		n += f.Stats().Pods
+	}
+	return n
+}
+
 // Factory returns a new informer factory on the hub.
 func (e *Env) Factory() informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactory(e.Client, 0)
