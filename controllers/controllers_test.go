@@ -23,6 +23,13 @@ import (
 	"github.com/tether-edge/tether/hub/hubtest"
 )
 
+// underTest are the controllers of this package; hubArgs turn off the
+// hub's own copies of them, which run in the test process instead.
+var (
+	underTest = []string{"garbagecollector", "namespace"}
+	hubArgs   = []string{"--controllers=*,-garbagecollector,-namespace"}
+)
+
 // env is a hub with the controllers running against it.
 type env struct {
 	h    *hubtest.Hub
@@ -34,7 +41,7 @@ func start(t *testing.T) *env {
 	if testing.Short() {
 		t.Skip("starts a hub process")
 	}
-	h := hubtest.Start(t)
+	h := hubtest.Start(t, hubArgs...)
 	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +51,7 @@ func start(t *testing.T) *env {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
-	m, err := New(Config{RestConfig: rc, Logger: log, Workers: 2, DiscoveryPeriod: 2 * time.Second})
+	m, err := New(Config{RestConfig: rc, Logger: log, Workers: 2, DiscoveryPeriod: 2 * time.Second, Controllers: underTest})
 	if err != nil {
 		t.Fatal(err)
 	}
