@@ -34,28 +34,7 @@ func startRS(t *testing.T, nodes int) *kittest.Env {
 	return e
 }
 
-func frontend(name string, n int32, app string) *appsv1.ReplicaSet {
-	return &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.ReplicaSetSpec{
-			Replicas: ptr.To(n),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": app}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"tier": app}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "php", Image: "php-redis:1"}}},
-			},
-		},
-	}
-}
-
-func bare(name, app string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"tier": app}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "hello", Image: "hello:1"}}},
-	}
-}
-
-// pods lists the pods of ns that rs controls and are not being deleted.
+// ownedPods lists the pods of ns that uid controls and are not being deleted.
 func ownedPods(t *testing.T, e *kittest.Env, ns string, uid types.UID) []corev1.Pod {
 	t.Helper()
 	list, err := e.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
@@ -83,11 +62,20 @@ func TestReplicaSet(t *testing.T) {
 	// Two bare pods exist before the ReplicaSet: it adopts them and
 	// creates only one more.
 	for i := range 2 {
-		if _, err := e.Client.CoreV1().Pods(ns).Create(ctx, bare(fmt.Sprintf("pod%d", i+1), "frontend"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		e.Kubectl(t, "run", fmt.Sprintf("pod%d", i+1), "--image=hello:1", "--labels=tier=frontend")
 	}
-	rs, err := rsAPI.Create(ctx, frontend("frontend", 3, "frontend"), metav1.CreateOptions{})
+	e.Apply(t, `apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: frontend, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {tier: frontend}}
+  template:
+    metadata: {labels: {tier: frontend}}
+    spec:
+      containers: [{name: php, image: php-redis:1}]
+`)
+	rs, err := rsAPI.Get(ctx, "frontend", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,9 +109,7 @@ func TestReplicaSet(t *testing.T) {
 
 	// A matching bare pod created now is adopted and, being surplus (and
 	// the cheapest to lose: not yet running), deleted.
-	if _, err := e.Client.CoreV1().Pods(ns).Create(ctx, bare("pod3", "frontend"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.Kubectl(t, "run", "pod3", "--image=hello:1", "--labels=tier=frontend")
 	kittest.WaitFor(t, "surplus pod deleted", 30*time.Second, func() (bool, error) {
 		p, err := e.Client.CoreV1().Pods(ns).Get(ctx, "pod3", metav1.GetOptions{})
 		gone := apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
@@ -132,10 +118,7 @@ func TestReplicaSet(t *testing.T) {
 
 	// Relabelling a pod releases it and a replacement is made.
 	victim := ownedPods(t, e, ns, rs.UID)[0]
-	patch := []byte(`{"metadata":{"labels":{"tier":"debug"}}}`)
-	if _, err := e.Client.CoreV1().Pods(ns).Patch(ctx, victim.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.Kubectl(t, "label", "pod", victim.Name, "tier=debug", "--overwrite")
 	kittest.WaitFor(t, "relabelled pod released and replaced", 30*time.Second, func() (bool, error) {
 		p, err := e.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
@@ -166,3 +149,83 @@ func TestReplicaSet(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestReplicaSetQuotaAndLimits runs a ReplicaSet, made with kubectl, in a
+// namespace whose quota admits fewer pods than it wants: the refused pod
+// shows as a FailedCreate event and the ReplicaFailure condition, the pods
+// that were admitted carry the LimitRange's defaults, and raising the
+// quota lets the ReplicaSet finish and clears the condition.
+func TestReplicaSetQuotaAndLimits(t *testing.T) {
+	e := startRS(t, 2)
+	ctx := context.Background()
+	ns := "quota"
+	e.Kubectl(t, "create", "namespace", ns)
+	e.Apply(t, `apiVersion: v1
+kind: LimitRange
+metadata: {name: limits, namespace: quota}
+spec:
+  limits:
+  - type: Container
+    default: {cpu: 200m, memory: 128Mi}
+    defaultRequest: {cpu: 100m, memory: 64Mi}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: pods, namespace: quota}
+spec: {hard: {pods: "2"}}
+`)
+	e.Apply(t, `apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: frontend, namespace: quota}
+spec:
+  replicas: 3
+  selector: {matchLabels: {tier: frontend}}
+  template:
+    metadata: {labels: {tier: frontend}}
+    spec:
+      containers: [{name: php, image: php-redis:1}]
+`)
+	rsAPI := e.Client.AppsV1().ReplicaSets(ns)
+	failure := func(rs *appsv1.ReplicaSet) *appsv1.ReplicaSetCondition {
+		for i := range rs.Status.Conditions {
+			if rs.Status.Conditions[i].Type == appsv1.ReplicaSetReplicaFailure {
+				return &rs.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	kittest.WaitFor(t, "2 ready replicas and a ReplicaFailure condition", 60*time.Second, func() (bool, error) {
+		rs, err := rsAPI.Get(ctx, "frontend", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := failure(rs)
+		return rs.Status.ReadyReplicas == 2 && rs.Status.Replicas == 2 && c != nil && c.Status == corev1.ConditionTrue &&
+			c.Reason == "FailedCreate" && strings.Contains(c.Message, "exceeded quota: pods"), fmt.Errorf("status %+v", rs.Status)
+	})
+	out := e.Kubectl(t, "-n", ns, "describe", "rs/frontend")
+	for _, want := range []string{"FailedCreate", "exceeded quota: pods, requested: pods=1, used: pods=2, limited: pods=2", "ReplicaFailure"} {
+		if !contains(out, want) {
+			t.Errorf("describe rs lacks %q:\n%s", want, out)
+		}
+	}
+	pods, err := e.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "tier=frontend"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		r := p.Spec.Containers[0].Resources
+		if r.Requests.Cpu().String() != "100m" || r.Limits.Cpu().String() != "200m" || r.Limits.Memory().String() != "128Mi" {
+			t.Errorf("pod %s: resources %+v, want the LimitRange's defaults", p.Name, r)
+		}
+	}
+
+	e.Kubectl(t, "-n", ns, "patch", "resourcequota", "pods", "--type=merge", "-p", `{"spec":{"hard":{"pods":"3"}}}`)
+	kittest.WaitFor(t, "3 ready replicas and no ReplicaFailure condition", 60*time.Second, func() (bool, error) {
+		rs, err := rsAPI.Get(ctx, "frontend", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return rs.Status.ReadyReplicas == 3 && failure(rs) == nil, fmt.Errorf("status %+v", rs.Status)
+	})
+}
