@@ -102,12 +102,24 @@ type Nodes struct {
 // Fleet is a set of joined hollow nodes.
 type Fleet struct {
 	*hollow.Fleet
+	e    *Env
+	cfg  hollow.Config
 	stop func()
 }
 
 // Stop stops the fleet's agents, as if their machines went off: their
 // tunnels close and nothing of theirs is deleted. Safe to call twice.
 func (f *Fleet) Stop() { f.stop() }
+
+// Restart stops the fleet's agents if they run and starts new ones on the
+// same data directories, as if their machines came back: they reconnect
+// with the certificates they have, and their runtimes start empty. It
+// waits until they are registered.
+func (f *Fleet) Restart(t testing.TB) {
+	t.Helper()
+	f.stop()
+	f.run(t)
+}
 
 // JoinNodes joins the hollow nodes nodes describes and waits until they
 // are registered. They stop at the end of the test, if not before.
@@ -118,20 +130,30 @@ func (e *Env) JoinNodes(t testing.TB, nodes Nodes) *Fleet {
 	if sc.StartDelay == 0 {
 		sc.StartDelay = 50 * time.Millisecond
 	}
-	f, err := hollow.New(hollow.Config{
+	f := &Fleet{e: e, cfg: hollow.Config{
 		HubURL: "https://" + e.Hub.Addr, Token: e.token, N: n, DataDir: t.TempDir(),
 		NamePrefix: nodes.Prefix, Sim: sc,
 		StartWindow:       time.Duration(n) * 10 * time.Millisecond,
 		HeartbeatInterval: nodes.HeartbeatInterval, StatusCheckInterval: nodes.StatusCheckInterval,
-	})
+	}}
+	f.run(t)
+	return f
+}
+
+// run starts new agents for the fleet and waits until they are
+// registered.
+func (f *Fleet) run(t testing.TB) {
+	t.Helper()
+	n := f.cfg.N
+	hf, err := hollow.New(f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
+	go func() { done <- hf.Run(ctx) }()
 	var once sync.Once
-	stop := func() {
+	f.stop = func() {
 		once.Do(func() {
 			cancel()
 			select {
@@ -141,10 +163,11 @@ func (e *Env) JoinNodes(t testing.TB, nodes Nodes) *Fleet {
 			}
 		})
 	}
-	t.Cleanup(stop)
+	t.Cleanup(f.stop)
+	f.Fleet = hf
 	deadline := time.Now().Add(2*time.Minute + time.Duration(n)*50*time.Millisecond)
 	for {
-		s := f.Stats()
+		s := hf.Stats()
 		if s.Registered == n {
 			break
 		}
@@ -153,8 +176,7 @@ func (e *Env) JoinNodes(t testing.TB, nodes Nodes) *Fleet {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	e.fleets = append(e.fleets, f)
-	return &Fleet{Fleet: f, stop: stop}
+	f.e.fleets = append(f.e.fleets, hf)
 }
 
 // AgentWrites are the API writes of every hollow node so far.
