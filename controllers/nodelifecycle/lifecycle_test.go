@@ -3,19 +3,15 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/tether-edge/tether/controllers/internal/kit"
 	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
 )
 
@@ -23,145 +19,74 @@ import (
 // runs in the test process instead.
 var hubArgs = []string{"--controllers=*,-nodelifecycle"}
 
-// kubeletStandIn plays the kubelets of Node objects no agent runs: it
-// registers them Ready and renews their Leases until told to stop, as a
-// node that loses its link would.
-type kubeletStandIn struct {
-	t    *testing.T
-	kube kubernetes.Interface
-	mu   sync.Mutex
-	live map[string]bool
-}
-
-func (k *kubeletStandIn) register(name, zone string) {
-	k.t.Helper()
-	ctx := context.Background()
-	n, err := k.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone, corev1.LabelHostname: name},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	k.postReady(n)
-	_, err = k.kube.CoordinationV1().Leases(LeaseNamespace).Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: new(int32(40)),
-			RenewTime: &metav1.MicroTime{Time: time.Now()}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	k.mu.Lock()
-	k.live[name] = true
-	k.mu.Unlock()
-}
-
-func (k *kubeletStandIn) postReady(n *corev1.Node) {
-	k.t.Helper()
-	now := metav1.Now()
-	n = n.DeepCopy()
-	n.Status.Conditions = []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
-		LastHeartbeatTime: now, LastTransitionTime: now,
-	}}
-	if _, err := k.kube.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		k.t.Fatal(err)
-	}
-}
-
-func (k *kubeletStandIn) setLive(name string, live bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.live[name] = live
-}
-
-// run renews the live nodes' Leases every 500ms.
-func (k *kubeletStandIn) run(ctx context.Context) {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		k.mu.Lock()
-		var names []string
-		for n, live := range k.live {
-			if live {
-				names = append(names, n)
-			}
-		}
-		k.mu.Unlock()
-		for _, n := range names {
-			l, err := k.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, n, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-			_, _ = k.kube.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{})
-		}
-	}
-}
-
+// TestNodeLifecycleAgainstHub runs pods on hollow nodes, stops the agents
+// of two of them as if the machines went off, and follows what the
+// controller does: the silent node goes Unknown and gets the unreachable
+// taints once its Lease is older than the grace period, its pods go
+// unready and those whose toleration runs out are evicted, while a node
+// its site peers still see keeps its pods. A NoExecute taint from kubectl
+// evicts at once, and the node that comes back loses its taints.
 func TestNodeLifecycleAgainstHub(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a hub process")
-	}
-	h, _, kube := kittest.Hub(t, hubArgs)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	kl := &kubeletStandIn{t: t, kube: kube, live: map[string]bool{}}
+	e := kittest.Start(t, hubArgs, 0)
+	ctx := context.Background()
+	kube := e.Client
 	// Four nodes of one site: one going silent is no zone disruption.
-	for _, n := range []string{"n-dead", "n-part", "n-ok1", "n-ok2"} {
-		kl.register(n, "site-a")
+	fleets := map[string]*kittest.Fleet{}
+	for _, n := range []string{"dead", "part", "ok1", "ok2"} {
+		fleets[n] = e.JoinNodes(t, kittest.Nodes{Prefix: n + "-", N: 1})
 	}
-	go kl.run(ctx)
+	node := func(n string) string { return n + "-00000" }
 
-	const grace = 3 * time.Second
-	factory := informers.NewSharedInformerFactory(kube, 0)
+	// The hub renews a connected node's Lease every 7s: the grace period
+	// must outlast that.
+	const grace = 12 * time.Second
+	f := e.Factory()
 	c, err := New(Config{
-		Client: kube, Informers: factory, Workers: 2, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Client: kube, Informers: f, Workers: 2, Logger: e.Log,
 		GracePeriod: grace, MonitorPeriod: 250 * time.Millisecond,
-		PeersSeeAlive: func(node string) bool { return node == "n-part" },
+		PeersSeeAlive: func(n string) bool { return n == node("part") },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory.Start(ctx.Done())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-		factory.Shutdown()
-	}()
+	e.Run(t, f, c)
 
 	secs := func(s int64) *int64 { return &s }
 	unreachableFor := func(s *int64) []corev1.Toleration {
 		return []corev1.Toleration{{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: s}}
 	}
-	pod := func(name, node string, tols []corev1.Toleration) *corev1.Pod {
+	pod := func(name, on string, tols []corev1.Toleration) *corev1.Pod {
 		t.Helper()
 		p, err := kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       corev1.PodSpec{NodeName: node, Tolerations: tols, Containers: []corev1.Container{{Name: "c", Image: "app:1"}}},
+			Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{corev1.LabelHostname: node(on)},
+				Tolerations:  tols, Containers: []corev1.Container{{Name: "c", Image: "app:1"}},
+			},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-		if p, err = kube.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
 		return p
 	}
-	pod("short", "n-dead", unreachableFor(secs(2)))
-	pod("forever", "n-dead", unreachableFor(nil))
-	dflt := pod("default", "n-dead", nil)
-	pod("partitioned", "n-part", unreachableFor(secs(2)))
-	pod("plain", "n-ok1", nil)
+	pod("short", "dead", unreachableFor(secs(2)))
+	pod("forever", "dead", unreachableFor(nil))
+	dflt := pod("default", "dead", nil)
+	pod("partitioned", "part", unreachableFor(secs(2)))
+	pod("plain", "ok1", nil)
+	kittest.WaitFor(t, "pods running and ready on their nodes", 60*time.Second, func() (bool, error) {
+		l, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, p := range l.Items {
+			if kit.IsPodReady(&p) {
+				ready++
+			}
+		}
+		return ready == 5, fmt.Errorf("%d of 5 ready", ready)
+	})
 
 	// The hub's admission gives pods without one the 300s toleration.
 	hasDefault := false
@@ -176,8 +101,8 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 
 	// Healthy nodes stay untouched well past the grace period.
 	time.Sleep(grace + time.Second)
-	for _, n := range []string{"n-dead", "n-part", "n-ok1"} {
-		node, err := kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+	for _, n := range []string{"dead", "part", "ok1"} {
+		node, err := kube.CoreV1().Nodes().Get(ctx, node(n), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,9 +111,17 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		}
 	}
 
-	stopped := time.Now()
-	kl.setLive("n-dead", false)
-	kl.setLive("n-part", false)
+	fleets["dead"].Stop()
+	fleets["part"].Stop()
+	// lastRenewal is when the hub last renewed a stopped node's Lease.
+	lastRenewal := func(n string) time.Time {
+		t.Helper()
+		l, err := kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, node(n), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Spec.RenewTime.Time
+	}
 
 	taintsOf := func(name string) map[string]bool {
 		node, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -202,23 +135,23 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		return out
 	}
 	var tainted time.Duration
-	kittest.WaitFor(t, "silent node Unknown with unreachable taints", grace+10*time.Second, func() (bool, error) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, "n-dead", metav1.GetOptions{})
+	kittest.WaitFor(t, "silent node Unknown with unreachable taints", grace+20*time.Second, func() (bool, error) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, node("dead"), metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		r := readyCondition(node)
-		tn := taintsOf("n-dead")
+		r := readyCondition(n)
+		tn := taintsOf(node("dead"))
 		ok := r.Status == corev1.ConditionUnknown && r.Reason == ReasonStatusUnknown && r.Message == MessageStatusUnknown &&
 			tn[TaintUnreachable+":NoSchedule"] && tn[TaintUnreachable+":NoExecute"]
-		tainted = time.Since(stopped)
+		tainted = time.Since(lastRenewal("dead"))
 		return ok, fmt.Errorf("ready %+v taints %v", r, tn)
 	})
 	t.Logf("silent node marked Unknown and tainted %v after its last renewal (grace %v)", tainted, grace)
 	if tainted < grace {
 		t.Errorf("node tainted after %v, before the %v grace period", tainted, grace)
 	}
-	out := h.MustRun("get", "node", "n-dead", "--no-headers")
+	out := e.Kubectl(t, "get", "node", node("dead"), "--no-headers")
 	if !strings.Contains(out, "NotReady") {
 		t.Errorf("kubectl get node: %s", out)
 	}
@@ -247,7 +180,7 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		return p.DeletionTimestamp != nil, nil
 	}
 	kittest.WaitFor(t, "pod with a 2s toleration evicted", 10*time.Second, func() (bool, error) { return evicted("short") })
-	evictedAfter := time.Since(stopped)
+	evictedAfter := time.Since(lastRenewal("dead"))
 	t.Logf("pod with tolerationSeconds=2 evicted %v after the last renewal", evictedAfter)
 	if evictedAfter < grace+2*time.Second {
 		t.Errorf("evicted after %v, before grace + tolerationSeconds", evictedAfter)
@@ -264,7 +197,7 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 
 	// The partitioned node: Unknown, NoSchedule only, pods kept and ready.
 	time.Sleep(2 * time.Second)
-	tn := taintsOf("n-part")
+	tn := taintsOf(node("part"))
 	if !tn[TaintUnreachable+":NoSchedule"] || tn[TaintUnreachable+":NoExecute"] {
 		t.Errorf("partitioned node taints %v, want unreachable NoSchedule only", tn)
 	}
@@ -284,18 +217,13 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 	}
 
 	// A NoExecute taint the pod does not tolerate evicts it at once.
-	h.MustRun("taint", "nodes", "n-ok1", "dedicated=x:NoExecute")
+	e.Kubectl(t, "taint", "nodes", node("ok1"), "dedicated=x:NoExecute")
 	kittest.WaitFor(t, "untolerating pod evicted by kubectl taint", 5*time.Second, func() (bool, error) { return evicted("plain") })
 
 	// The silent node comes back: its taints go.
-	kl.setLive("n-dead", true)
-	node, err := kube.CoreV1().Nodes().Get(ctx, "n-dead", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kl.postReady(node)
+	fleets["dead"].Restart(t)
 	kittest.WaitFor(t, "taints removed from the node that came back", 10*time.Second, func() (bool, error) {
-		tn := taintsOf("n-dead")
+		tn := taintsOf(node("dead"))
 		return len(tn) == 0, fmt.Errorf("taints %v", tn)
 	})
 	if gone, _ := evicted("forever"); gone {
