@@ -110,6 +110,14 @@ func template(ann map[string]string) corev1.PodTemplateSpec {
 	}
 }
 
+// apply runs kubectl apply with manifest.
+func (e *env) apply(t *testing.T, manifest string) {
+	t.Helper()
+	if out, err := e.h.RunInput(context.Background(), manifest, nil, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
 func (e *env) createJob(t *testing.T, ns string, j *batchv1.Job) *batchv1.Job {
 	t.Helper()
 	got, err := e.kube.BatchV1().Jobs(ns).Create(context.Background(), j, metav1.CreateOptions{})
@@ -160,11 +168,20 @@ func TestJobsAgainstHub(t *testing.T) {
 
 	t.Run("CompletionsAndParallelism", func(t *testing.T) {
 		t.Parallel()
-		j := e.createJob(t, ns, &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: "pi"},
-			Spec:       batchv1.JobSpec{Completions: new(int32(3)), Parallelism: new(int32(2)), Template: template(ok)},
-		})
-		j = e.waitCondition(t, ns, "pi", batchv1.JobComplete, reasonCompletionsReached, 60*time.Second)
+		e.apply(t, `apiVersion: batch/v1
+kind: Job
+metadata: {name: pi, namespace: default}
+spec:
+  completions: 3
+  parallelism: 2
+  template:
+    metadata:
+      annotations: {`+sim.ExitCode+`: "0", `+sim.CrashAfter+`: 500ms}
+    spec:
+      restartPolicy: Never
+      containers: [{name: main, image: "busybox:1"}]
+`)
+		j := e.waitCondition(t, ns, "pi", batchv1.JobComplete, reasonCompletionsReached, 60*time.Second)
 		if j.Status.Succeeded != 3 || j.Status.Failed != 0 || j.Status.Active != 0 || j.Status.CompletionTime == nil || j.Status.StartTime == nil {
 			t.Errorf("status %+v", j.Status)
 		}
@@ -321,16 +338,20 @@ func TestJobsAgainstHub(t *testing.T) {
 
 	t.Run("CronJobFiresOnSchedule", func(t *testing.T) {
 		t.Parallel()
-		_, err := e.kube.BatchV1().CronJobs(ns).Create(context.Background(), &batchv1.CronJob{
-			ObjectMeta: metav1.ObjectMeta{Name: "hello"},
-			Spec: batchv1.CronJobSpec{
-				Schedule:    "*/1 * * * *",
-				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template(ok)}},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e.apply(t, `apiVersion: batch/v1
+kind: CronJob
+metadata: {name: hello, namespace: default}
+spec:
+  schedule: "*/1 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        metadata:
+          annotations: {`+sim.ExitCode+`: "0", `+sim.CrashAfter+`: 500ms}
+        spec:
+          restartPolicy: Never
+          containers: [{name: main, image: "busybox:1"}]
+`)
 		// Client-side instantiation works at once.
 		e.h.MustRun("create", "job", "--from=cronjob/hello", "hello-manual")
 		e.waitCondition(t, ns, "hello-manual", batchv1.JobComplete, "", 60*time.Second)
