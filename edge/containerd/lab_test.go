@@ -340,6 +340,60 @@ func TestLabPodsOnContainerd(t *testing.T) {
 			buf = append(buf, tmp[:n]...)
 		}
 	})
+	t.Run("logs options", func(t *testing.T) {
+		// An init container that prints, and a container whose first
+		// run prints and fails, and whose second prints and stays.
+		l.apply(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: chatty}
+spec:
+  initContainers:
+  - {name: prep, image: %[1]s, imagePullPolicy: Never, command: [/bin/sh, -c, "echo prep-ran"]}
+  containers:
+  - name: talk
+    image: %[1]s
+    imagePullPolicy: Never
+    command: [/bin/sh, -c, "for i in 1 2 3; do echo line-$i; done; if [ ! -f /work/once ]; then touch /work/once; echo first-run; exit 1; fi; echo second-run; exec sleep 3600"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  volumes: [{name: work, emptyDir: {}}]
+`, images.Sleeper))
+		defer l.kubectl(t, "delete", "pod", "chatty", "--now", "--wait=true", "--timeout=60s")
+		l.waitFor(t, 60*time.Second, "chatty restarted once and running", func() (bool, string) {
+			out, err := l.hub.Run("get", "pod", "chatty", "-o", `jsonpath={.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.running.startedAt}`)
+			return strings.HasPrefix(out, "1 ") && len(out) > 2, out + errString(err)
+		})
+		lines := func(out string) []string { return strings.Split(strings.TrimSpace(out), "\n") }
+		if got := lines(l.kubectl(t, "logs", "chatty", "-c", "talk")); strings.Join(got, ",") != "line-1,line-2,line-3,second-run" {
+			t.Errorf("logs: %q", got)
+		}
+		if got := lines(l.kubectl(t, "logs", "chatty", "-c", "talk", "--previous")); strings.Join(got, ",") != "line-1,line-2,line-3,first-run" {
+			t.Errorf("logs --previous: %q", got)
+		}
+		if got := lines(l.kubectl(t, "logs", "chatty", "-c", "talk", "--tail=2")); strings.Join(got, ",") != "line-3,second-run" {
+			t.Errorf("logs --tail=2: %q", got)
+		}
+		got := lines(l.kubectl(t, "logs", "chatty", "-c", "talk", "--tail=1", "--timestamps"))
+		if ts, line, ok := strings.Cut(got[0], " "); len(got) != 1 || !ok || line != "second-run" {
+			t.Errorf("logs --tail=1 --timestamps: %q", got)
+		} else if at, err := time.Parse(time.RFC3339Nano, ts); err != nil || time.Since(at) > 5*time.Minute || time.Since(at) < 0 {
+			t.Errorf("logs --timestamps: timestamp %q: %v", ts, err)
+		}
+		if out := l.kubectl(t, "logs", "chatty", "-c", "talk", "--since=1h"); !strings.Contains(out, "second-run") {
+			t.Errorf("logs --since=1h: %q", out)
+		}
+		// Nothing was written in the last second: the container has
+		// been quiet since its second start.
+		time.Sleep(2 * time.Second)
+		if out := l.kubectl(t, "logs", "chatty", "-c", "talk", "--since=1s"); out != "" {
+			t.Errorf("logs --since=1s: %q, want nothing", out)
+		}
+		// kubectl asks for each container's log apart, in no set order.
+		all := l.kubectl(t, "logs", "chatty", "--all-containers")
+		if !strings.Contains(all, "prep-ran") || !strings.Contains(all, "second-run") {
+			t.Errorf("logs --all-containers: %q", all)
+		}
+	})
 	t.Run("port-forward with parallel transfers", func(t *testing.T) {
 		port := freePort(t)
 		ctx, cancel := context.WithCancel(context.Background())
