@@ -1,6 +1,7 @@
 // Package admission is the hub's admission that applies across kinds, run
 // by hub/storage on every create: LimitRange defaults and limits for pods
-// and claims, and ResourceQuota enforcement with its usage accounting.
+// and claims, ResourceQuota enforcement with its usage accounting, and the
+// protection finalizers of claims and volumes.
 //
 // Both read the namespace's LimitRanges and ResourceQuotas from storage at
 // each create, so a change to them takes effect on the next request.
@@ -59,7 +60,7 @@ func (a *Admission) storage() storage.API {
 // Admitters returns the chain in the order it must run: limit ranges set
 // defaults that quota then counts.
 func (a *Admission) Admitters() []storage.Admitter {
-	return []storage.Admitter{a.limits, a.quota}
+	return []storage.Admitter{a.limits, a.quota, protection{}}
 }
 
 // Run keeps the status of every ResourceQuota current until ctx ends.
@@ -73,6 +74,7 @@ var (
 	podsKind        = kindOf("pods", "")
 	servicesKind    = kindOf("services", "")
 	pvcKind         = kindOf("persistentvolumeclaims", "")
+	pvKind          = kindOf("persistentvolumes", "")
 	quotasKind      = kindOf("resourcequotas", "")
 	limitRangesKind = kindOf("limitranges", "")
 )

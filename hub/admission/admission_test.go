@@ -133,3 +133,38 @@ spec: {hard: {limits.memory: 1Gi}}
 		t.Fatalf("pod without a memory limit: %v", err)
 	}
 }
+
+// TestStorageProtectionFinalizers checks that claims and volumes carry
+// their protection finalizers from creation, before any controller has
+// seen them: with no volume controller running, a deleted claim stays.
+func TestStorageProtectionFinalizers(t *testing.T) {
+	h := hubtest.Start(t, "--controllers=garbagecollector,namespace", "--disable-scheduler")
+	if out, err := apply(t, h, `apiVersion: v1
+kind: PersistentVolume
+metadata: {name: disk}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /srv/disk}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+`); err != nil {
+		t.Fatalf("create: %v\n%s", err, out)
+	}
+	if got := h.MustRun("get", "pv", "disk", "-o", "jsonpath={.metadata.finalizers}"); got != `["kubernetes.io/pv-protection"]` {
+		t.Errorf("volume finalizers %s", got)
+	}
+	if got := h.MustRun("get", "pvc", "data", "-o", "jsonpath={.metadata.finalizers}"); got != `["kubernetes.io/pvc-protection"]` {
+		t.Errorf("claim finalizers %s", got)
+	}
+	h.MustRun("delete", "pvc", "data", "--wait=false")
+	time.Sleep(time.Second)
+	if got := h.MustRun("get", "pvc", "data", "-o", "jsonpath={.status.phase} {.metadata.deletionTimestamp}"); !strings.HasPrefix(got, "Pending 20") {
+		t.Errorf("deleted claim: %q, want it kept with a deletion timestamp", got)
+	}
+}
