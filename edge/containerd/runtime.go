@@ -46,6 +46,9 @@ type Config struct {
 	// ImageDir holds image archives imported at start; empty means
 	// DataDir/images.
 	ImageDir string
+	// SkipImport imports nothing at start, for a runtime that only
+	// cleans up (Reset).
+	SkipImport bool
 	// ImageGCHighThresholdPercent and ImageGCLowThresholdPercent are the
 	// kubelet's image garbage collection thresholds: when the disk of
 	// ImageGCPath is fuller than the high one, unused images are removed,
@@ -212,7 +215,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("read containerd version: %w", err)
 	}
 	r.version = v.Version
-	r.importDir(ctx)
+	if !cfg.SkipImport {
+		r.importDir(ctx)
+	}
 	// Adopted tasks keep their IO for as long as they run, beyond the
 	// caller's context.
 	if err := r.recover(context.WithoutCancel(ctx)); err != nil {
