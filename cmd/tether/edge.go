@@ -68,6 +68,13 @@ working while the hub is out of reach.`,
 			}
 			cfg.Logger = logger
 			cfg.Version = version
+			if cfg.DataDir != "" {
+				unlock, err := lockDataDir(cfg.DataDir)
+				if err != nil {
+					return err
+				}
+				defer unlock()
+			}
 			noHeapSampling()
 			if err := agentGC(cmd, gcPercent, memoryLimit); err != nil {
 				return err
@@ -176,7 +183,7 @@ working while the hub is out of reach.`,
 	f.StringVar(&simCPU, "sim-cpu", "", "sim runtime: cpu capacity (default 4)")
 	f.StringVar(&simMemory, "sim-memory", "", "sim runtime: memory capacity (default 8Gi)")
 	f.StringVar(&simPods, "sim-pods", "", "sim runtime: pod capacity (default 110)")
-	cmd.AddCommand(newEdgeImagesCmd())
+	cmd.AddCommand(newEdgeImagesCmd(), newEdgeResetCmd())
 	_ = cmd.MarkFlagRequired("hub")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
