@@ -19,7 +19,9 @@
 // deleted while a scheduled pod that has not finished uses it stays (with
 // its deletion timestamp) until no such pod is left. Volumes carry
 // kubernetes.io/pv-protection: a volume deleted while a claim is bound to
-// it stays until that claim is gone.
+// it stays until that claim is gone. The hub's admission puts both on at
+// creation; the controller adds them to objects stored before it did, and
+// removes them once nothing holds the object.
 package volume
 
 import (
