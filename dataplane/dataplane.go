@@ -33,7 +33,6 @@ type Dataplane struct {
 
 	mu       sync.Mutex
 	objs     *lbObjects
-	fast     *fastMem // lb_fe_fast mapped for the reconciler's writes
 	cgLinks  []link.Link
 	tc       []tcAttachment
 	rec      *reconciler
@@ -93,16 +92,10 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	d.objs = objs
-	fast, err := mapFast(objs.LbFeFast)
-	if err != nil {
-		objs.Close()
-		return nil, err
-	}
-	d.fast = fast
+	fast := newFastWriter(objs.FastWrite, objs.LbFeFast.MaxEntries())
 	d.rec = newReconciler(&kmaps{frontends: objs.LbFrontends, fast: fast, slots: objs.LbSlots, backends: objs.LbBackends},
 		objs.LbSlots.MaxEntries(), uint32(bits.TrailingZeros32(objs.LbFeFast.MaxEntries())))
 	if err := d.rec.adopt(); err != nil {
-		fast.close()
 		objs.Close()
 		return nil, err
 	}
@@ -110,12 +103,10 @@ func New(cfg Config) (*Dataplane, error) {
 	// that reads it is attached (it is new after an upgrade from a build
 	// without it, and rebuilt in any case).
 	if err := d.rec.commit(&batch{}); err != nil {
-		fast.close()
 		objs.Close()
 		return nil, fmt.Errorf("write frontend fast table: %w", err)
 	}
 	if err := d.writeNodeConfig(); err != nil {
-		fast.close()
 		objs.Close()
 		return nil, err
 	}
@@ -508,7 +499,7 @@ func (d *Dataplane) closeLocked() error {
 	for _, a := range d.tc {
 		closeLinks(a.links)
 	}
-	return errors.Join(d.fast.close(), d.objs.Close())
+	return d.objs.Close()
 }
 
 // Uninstall detaches every program, deletes tc filters and removes the pins:
@@ -571,7 +562,7 @@ func (d *Dataplane) frontendCount() int {
 
 // maps lists every map of the object, in the order of lb.c.
 func (o *lbObjects) maps() []*ebpf.Map {
-	return []*ebpf.Map{o.LbFrontends, o.LbFeFast, o.LbSlots, o.LbBackends, o.LbSkRev, o.LbSkRnat, o.LbAffinity,
+	return []*ebpf.Map{o.LbFrontends, o.LbFeFast, o.LbFeGen, o.LbSlots, o.LbBackends, o.LbSkRev, o.LbSkRnat, o.LbAffinity,
 		o.LbSockRnat, o.LbNodeIps, o.LbCt4, o.LbRct4, o.LbConfig, o.LbStats}
 }
 

@@ -23,19 +23,21 @@
 // range is reused only commits later.
 //
 // The connect path touches few cache lines and allocates nothing. The
-// frontend is looked up in lb_fe_fast, an array indexed by a hash of address,
-// port and protocol whose 128-byte entries also hold the backends of Services
-// with up to ten IPv4 backends; larger sets are one array access into
-// lb_slots away. The reverse translation goes to the socket's entry in
-// lb_sk_rev, a preallocated table indexed by socket cookie that a
-// sock_release program empties; a socket whose entry a live older socket
-// holds uses socket-local storage instead. Neither table has locks: the
-// agent rewrites fast entries in place under a sequence count that readers
-// check, and sockets claim lb_sk_rev entries with a compare-and-exchange.
-// The backend follows from the socket cookie, so a connect calls no helper
-// for a random number. lb_frontends, a hash map, stays
-// the authoritative frontend table: tc and bind checks read it, and the
-// socket hooks fall back to it for keys whose fast entry another key holds.
+// frontend is looked up in lb_fe_fast, an array of lines indexed by a hash
+// of address, port and protocol (a key may take any of three lines), whose
+// 128-byte entries also hold the backends of Services with up to ten IPv4
+// backends; larger sets are one array access into lb_slots away. The
+// reverse translation goes to the socket's entry in lb_sk_rev, a
+// preallocated table indexed by socket cookie that a sock_release program
+// empties; a socket whose entry a live older socket holds uses socket-local
+// storage instead. Neither table has locks: the agent rewrites fast lines in
+// place under a sequence count that readers check (through fast_write, a
+// program it runs with BPF_PROG_TEST_RUN), and sockets claim lb_sk_rev
+// entries with a compare-and-exchange. The backend follows from the socket
+// cookie, so a connect calls no helper for a random number. lb_frontends, a
+// hash map, stays the authoritative frontend table: tc and bind checks read
+// it, and the socket hooks fall back to it for keys whose lines other keys
+// hold.
 // Unconnected UDP, where one socket may talk to several Services, keeps its
 // reverse translations in an LRU map keyed by socket and backend.
 //

@@ -1,15 +1,12 @@
 package dataplane
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // Values mirrored from bpf/lb.h.
@@ -19,7 +16,7 @@ const (
 	fastInline       = 10
 )
 
-// fastIndex is fe_fast_index of bpf/lb.h: the line of lb_fe_fast that key k
+// fastIndex is fe_fast_index of bpf/lb.h: the line of the fast table that key k
 // belongs to in a table of 1<<bits lines.
 func fastIndex(k feKey, bits uint32) uint32 {
 	b := k.IP.As16()
@@ -29,15 +26,33 @@ func fastIndex(k feKey, bits uint32) uint32 {
 	return (x + (y*0x9e3779b1)>>(32-bits)) & (1<<bits - 1)
 }
 
-// fastTable mirrors lb_fe_fast, the frontend table the socket hooks read
-// before lb_frontends (see bpf/lb.h). Each line holds at most one key (the
-// first that came); keys of an index that is taken spill: they are found in
-// lb_frontends only, and their line carries FAST_SPILL so that readers look
-// there. Only socket-scope frontends are in it.
+// fastChoices is FAST_CHOICES of bpf/lb.h: the lines a key may sit in.
+const fastChoices = 3
+
+// fastChoice is fast_choice of bpf/lb.c: choice n of a key whose first line
+// is first, in a table of 1<<bits lines.
+func fastChoice(first uint32, n int, bits uint32) uint32 {
+	if n == 0 {
+		return first
+	}
+	return (first + 1<<(bits-uint32(n))) & (1<<bits - 1)
+}
+
+// fastTable mirrors the fast frontend table (lb_fe_fast), which the socket
+// hooks read before lb_frontends (see bpf/lb.h). A key sits in the first of
+// its choices that was free when it came; the lines it passed over carry
+// FAST_SPILL so that readers look further, and a key whose choices were all
+// taken is found in lb_frontends only. A line that a key leaves goes to the
+// first key that passed over it and is in lb_frontends only. Only
+// socket-scope frontends are in it.
 type fastTable struct {
 	bits  uint32
-	lines map[uint32]*fastLine // lines in use
+	lines map[uint32]*fastLine // lines in use or passed over
+	pos   map[feKey]int        // the choice a key sits in; -1: lb_frontends only
 	dirty map[uint32]bool      // lines to write with the next commit
+	// moved: a key moved to another line since the last commit, whose
+	// writes are therefore bracketed by lb_fe_gen.
+	moved bool
 	// clear asks the next commit to empty every line it does not write:
 	// after rebuild, whatever the table held before is stale.
 	clear bool
@@ -46,73 +61,134 @@ type fastTable struct {
 type fastLine struct {
 	resident feKey
 	used     bool
-	spilled  []feKey
+	passed   []feKey // keys that have this line among their choices and sit further on
 }
 
 func newFastTable(bits uint32) fastTable {
-	return fastTable{bits: bits, lines: map[uint32]*fastLine{}, dirty: map[uint32]bool{}}
+	return fastTable{bits: bits, lines: map[uint32]*fastLine{}, pos: map[feKey]int{}, dirty: map[uint32]bool{}}
 }
 
-// add places a new frontend.
-func (t *fastTable) add(k feKey) {
-	i := fastIndex(k, t.bits)
+// choices returns the lines of key k, in the order readers try them.
+func (t *fastTable) choices(k feKey) [fastChoices]uint32 {
+	var cs [fastChoices]uint32
+	first := fastIndex(k, t.bits)
+	for n := range cs {
+		cs[n] = fastChoice(first, n, t.bits)
+	}
+	return cs
+}
+
+func (t *fastTable) line(i uint32) *fastLine {
 	l := t.lines[i]
 	if l == nil {
 		l = &fastLine{}
 		t.lines[i] = l
 	}
-	if l.used {
-		l.spilled = append(l.spilled, k)
-	} else {
-		l.resident, l.used = k, true
+	return l
+}
+
+// add places a new frontend.
+func (t *fastTable) add(k feKey) {
+	if _, ok := t.pos[k]; ok {
+		return
 	}
-	t.dirty[i] = true
+	t.pos[k] = -1
+	for n, i := range t.choices(k) {
+		l := t.line(i)
+		t.dirty[i] = true
+		if !l.used {
+			l.resident, l.used = k, true
+			t.pos[k] = n
+			return
+		}
+		l.passed = append(l.passed, k)
+	}
 }
 
 // changed notes that the value of frontend k changed.
 func (t *fastTable) changed(k feKey) {
-	i := fastIndex(k, t.bits)
-	if l := t.lines[i]; l != nil && l.used && l.resident == k {
-		t.dirty[i] = true
+	if n, ok := t.pos[k]; ok && n >= 0 {
+		t.dirty[t.choices(k)[n]] = true
 	}
 }
 
-// remove takes frontend k out; a spilled key of its line moves in.
+// remove takes frontend k out; a key that passed over its line and is in
+// lb_frontends only moves in.
 func (t *fastTable) remove(k feKey) {
-	i := fastIndex(k, t.bits)
+	p, ok := t.pos[k]
+	if !ok {
+		return
+	}
+	delete(t.pos, k)
+	cs := t.choices(k)
+	end := p
+	if p < 0 {
+		end = fastChoices
+	}
+	for n := range end {
+		t.unpass(cs[n], k)
+	}
+	if p >= 0 {
+		l := t.lines[cs[p]]
+		l.resident, l.used = feKey{}, false
+		t.dirty[cs[p]] = true
+		t.fill(cs[p])
+		t.tidy(cs[p])
+	}
+}
+
+// fill gives free line i to the first key that passed over it and is in
+// lb_frontends only.
+func (t *fastTable) fill(i uint32) {
+	l := t.lines[i]
+	for _, k := range l.passed {
+		if t.pos[k] >= 0 {
+			continue
+		}
+		cs := t.choices(k)
+		q := slices.Index(cs[:], i)
+		l.resident, l.used = k, true
+		t.pos[k] = q
+		for n := q; n < fastChoices; n++ {
+			t.unpass(cs[n], k)
+		}
+		t.moved = true
+		return
+	}
+}
+
+// unpass removes k from the keys that passed over line i.
+func (t *fastTable) unpass(i uint32, k feKey) {
 	l := t.lines[i]
 	if l == nil {
 		return
 	}
-	if l.used && l.resident == k {
-		l.used = false
-		if len(l.spilled) > 0 {
-			l.resident, l.used = l.spilled[0], true
-			l.spilled = slices.Delete(l.spilled, 0, 1)
-		}
-	} else if j := slices.Index(l.spilled, k); j >= 0 {
-		l.spilled = slices.Delete(l.spilled, j, j+1)
-	} else {
-		return
+	if j := slices.Index(l.passed, k); j >= 0 {
+		l.passed = slices.Delete(l.passed, j, j+1)
+		t.dirty[i] = true
 	}
-	if !l.used && len(l.spilled) == 0 {
+	t.tidy(i)
+}
+
+// tidy forgets line i when nothing uses it.
+func (t *fastTable) tidy(i uint32) {
+	if l := t.lines[i]; l != nil && !l.used && len(l.passed) == 0 {
 		delete(t.lines, i)
 	}
-	t.dirty[i] = true
 }
 
 // rebuild places every socket-scope frontend of fes anew, so that the next
 // commit writes their lines and empties all others.
 func (t *fastTable) rebuild(fes map[feKey]*feState) {
-	t.lines = map[uint32]*fastLine{}
+	t.lines, t.pos = map[uint32]*fastLine{}, map[feKey]int{}
 	keys := make([]feKey, 0, len(fes))
 	for k := range fes {
 		if k.Scope == scopeInternal {
 			keys = append(keys, k)
 		}
 	}
-	// In frontend id order: which key of a shared index holds the line
-	// then does not depend on map iteration.
+	// In frontend id order: which key of a shared line holds it then
+	// does not depend on map iteration.
 	slices.SortFunc(keys, func(a, b feKey) int { return int(int64(fes[a].id) - int64(fes[b].id)) })
 	t.dirty = map[uint32]bool{}
 	for _, k := range keys {
@@ -124,7 +200,8 @@ func (t *fastTable) rebuild(fes map[feKey]*feState) {
 // flush adds the writes of the dirty lines to b, values as in fes.
 func (t *fastTable) flush(fes map[feKey]*feState, b *batch) {
 	b.fastClear = b.fastClear || t.clear
-	t.clear = false
+	b.fastGen = b.fastGen || t.clear || t.moved
+	t.clear, t.moved = false, false
 	if len(t.dirty) == 0 {
 		return
 	}
@@ -144,7 +221,7 @@ func (t *fastTable) flush(fes map[feKey]*feState, b *batch) {
 					inlineBackends(st, &v)
 				}
 			}
-			if len(l.spilled) > 0 {
+			if len(l.passed) > 0 {
 				v.State |= fastSpill
 			}
 		}
@@ -174,114 +251,116 @@ func inlineBackends(st *feState, v *lbFeFast) {
 }
 
 // stats reports how many socket-scope frontends the table serves from
-// their line and how many spilled to lb_frontends.
+// their lines and how many are in lb_frontends only.
 func (t *fastTable) stats() (resident, spilled int) {
-	for _, l := range t.lines {
-		if l.used {
+	for _, p := range t.pos {
+		if p >= 0 {
 			resident++
+		} else {
+			spilled++
 		}
-		spilled += len(l.spilled)
 	}
 	return resident, spilled
 }
 
-// fastMem is lb_fe_fast mapped into the agent, which writes its lines in
-// place under their sequence counts (see bpf/lb.h): the count is made odd
-// with an atomic swap (a full fence, so no write of the line becomes
-// visible before it), the line is copied, and a release store makes the
-// count even again. Programs that read a line around a write see the count
-// odd or changed and take the frontend from lb_frontends. There is one
-// writer, the reconciler.
-//
-// The table is mapped only while a batch writes it (see mapped): the
-// kernel maps all of its pages at once, and megabytes of table kept mapped
-// would count in the agent's resident memory for nothing between changes.
-type fastMem struct {
-	m    *ebpf.Map
-	size int
-	mem  []byte // while mapped
+// fastWriter writes lines of the fast table through fast_write, a program
+// the agent runs with BPF_PROG_TEST_RUN (see bpf/lb.c): a map update from
+// user space would copy a line in no particular order under its sequence
+// count. The program rewrites
+// a line only when it changes, with the count odd meanwhile; programs that
+// read a line around a write see the count odd or changed and take the
+// frontend from lb_frontends. There is one writer, the reconciler.
+type fastWriter struct {
+	prog  *ebpf.Program
+	lines uint32
+	buf   []byte
 }
 
-const fastLineSize = int(unsafe.Sizeof(lbFeFast{}))
+// fastRecSize is the size of struct fast_rec of bpf/lb.h: the line number,
+// padding, and the line.
+const (
+	fastLineSize = int(unsafe.Sizeof(lbFeFast{}))
+	fastRecSize  = 8 + fastLineSize
+	fastRecs     = 24 // FAST_RECS
+)
 
-// mapFast prepares m, an mmapable lb_fe_fast, for writes, and checks once
-// that it can be mapped.
-func mapFast(m *ebpf.Map) (*fastMem, error) {
-	if int(m.ValueSize()) != fastLineSize {
-		return nil, fmt.Errorf("map lb_fe_fast: value size %d, want %d", m.ValueSize(), fastLineSize)
-	}
-	size := int(m.MaxEntries()) * fastLineSize
-	page := unix.Getpagesize()
-	f := &fastMem{m: m, size: (size + page - 1) / page * page}
-	return f, f.mapped(func() error { return nil })
+func newFastWriter(prog *ebpf.Program, lines uint32) *fastWriter {
+	return &fastWriter{prog: prog, lines: lines, buf: make([]byte, 0, fastRecs*fastRecSize)}
 }
 
-// mapped runs fn with the table mapped.
-func (f *fastMem) mapped(fn func() error) error {
-	if f.mem != nil {
-		return fn()
-	}
-	mem, err := unix.Mmap(f.m.FD(), 0, f.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("map lb_fe_fast into memory: %w", err)
-	}
-	f.mem = mem
-	defer func() {
-		_ = unix.Munmap(mem)
-		f.mem = nil
-	}()
-	return fn()
-}
-
-// write stores vals at lines idx; the table must be mapped.
-func (f *fastMem) write(idx []uint32, vals []lbFeFast) error {
-	for i, n := range idx {
-		if err := f.writeLine(n, &vals[i]); err != nil {
+// apply writes the fast lines of b: its lines, then, when b asks for it,
+// empties all others; bracketed by lb_fe_gen when keys moved.
+func (f *fastWriter) apply(b *batch) error {
+	var mark lbFeFast
+	if b.fastGen {
+		if err := f.add(fastGenBegin, &mark); err != nil {
 			return err
 		}
 	}
+	for i, n := range b.fastKeys {
+		if err := f.add(n, &b.fastVals[i]); err != nil {
+			return err
+		}
+	}
+	if b.fastClear {
+		// Every line but those just written; the program leaves lines
+		// that are empty already alone.
+		var empty lbFeFast
+		keep := b.fastKeys
+		for i, k := uint32(0), 0; i < f.lines; i++ {
+			for k < len(keep) && keep[k] < i {
+				k++
+			}
+			if k < len(keep) && keep[k] == i {
+				continue
+			}
+			if err := f.add(i, &empty); err != nil {
+				return err
+			}
+		}
+	}
+	if b.fastGen {
+		if err := f.add(fastGenEnd, &mark); err != nil {
+			return err
+		}
+	}
+	return f.flush()
+}
+
+// Record lines of fast_write that are no line (FAST_GEN_BEGIN/END).
+const (
+	fastGenBegin uint32 = 0xffffffff
+	fastGenEnd   uint32 = 0xfffffffe
+)
+
+// add queues v for line n, running the program when a run is full.
+func (f *fastWriter) add(n uint32, v *lbFeFast) error {
+	if n >= f.lines && n != fastGenBegin && n != fastGenEnd {
+		return fmt.Errorf("write fast frontend table: line %d out of range", n)
+	}
+	f.buf = binary.LittleEndian.AppendUint32(f.buf, n)
+	f.buf = binary.LittleEndian.AppendUint32(f.buf, 0)
+	f.buf = append(f.buf, unsafe.Slice((*byte)(unsafe.Pointer(v)), fastLineSize)...)
+	if len(f.buf) == cap(f.buf) {
+		return f.flush()
+	}
 	return nil
 }
 
-// writeLine stores v at line n.
-func (f *fastMem) writeLine(n uint32, v *lbFeFast) error {
-	off := int(n) * fastLineSize
-	if off < 0 || off+fastLineSize > len(f.mem) {
-		return fmt.Errorf("write lb_fe_fast: line %d out of range", n)
-	}
-	line := f.mem[off : off+fastLineSize : off+fastLineSize]
-	seq := (*uint32)(unsafe.Pointer(&line[0]))
-	src := unsafe.Slice((*byte)(unsafe.Pointer(v)), fastLineSize)
-	cur := atomic.LoadUint32(seq)
-	if cur&1 == 0 && bytes.Equal(line[4:], src[4:]) {
-		// Unchanged (most lines when an agent restarts, or when a new
-		// table's empty lines are written): readers are left alone.
+// flush runs the program over the queued lines.
+func (f *fastWriter) flush() error {
+	if len(f.buf) == 0 {
 		return nil
 	}
-	// A count left odd by an agent that died mid-write stays odd.
-	s := cur | 1
-	atomic.SwapUint32(seq, s)
-	copy(line[4:], src[4:])
-	atomic.StoreUint32(seq, s+1)
+	ret, err := f.prog.Run(&ebpf.RunOptions{Data: f.buf})
+	f.buf = f.buf[:0]
+	if err != nil {
+		return fmt.Errorf("write fast frontend table: %w", err)
+	}
+	if ret != xdpPass {
+		return fmt.Errorf("write fast frontend table: writer returned %d", ret)
+	}
 	return nil
 }
 
-// clearExcept empties every line but those in keep (sorted), leaving lines
-// that are empty already alone; the table must be mapped.
-func (f *fastMem) clearExcept(keep []uint32) {
-	var empty lbFeFast
-	n := uint32(len(f.mem) / fastLineSize)
-	for i, k := uint32(0), 0; i < n; i++ {
-		for k < len(keep) && keep[k] < i {
-			k++
-		}
-		if k < len(keep) && keep[k] == i {
-			continue
-		}
-		// writeLine skips lines that are empty already.
-		f.writeLine(i, &empty)
-	}
-}
-
-// close lets the table go; it is mapped only while written.
-func (f *fastMem) close() error { return nil }
+const xdpPass = 2

@@ -33,62 +33,104 @@ func TestFastIndexDense(t *testing.T) {
 	}
 }
 
-// TestFastTableSpill follows the entries of keys that share an index.
-func TestFastTableSpill(t *testing.T) {
+// TestFastTableChoices follows the lines of keys that share their first
+// line: they take its other choices, then spill to lb_frontends; a line a
+// key leaves goes to a key that spilled, and lines keep FAST_SPILL while a
+// key that passed over them sits further on.
+func TestFastTableChoices(t *testing.T) {
 	const bits = 10
-	// Two keys with the same index: the same address, ports whose
+	// Keys with the same first line: the same address, ports whose
 	// Fibonacci hashes differ by a multiple of the table size are rare,
-	// so search for one.
-	a := fastKey("10.96.0.1", 80)
-	var b feKey
-	for p := uint16(81); ; p++ {
-		if k := fastKey("10.96.0.1", p); fastIndex(k, bits) == fastIndex(a, bits) {
-			b = k
-			break
+	// so search for them.
+	first := fastKey("10.96.0.1", 80)
+	idx := fastIndex(first, bits)
+	keys := []feKey{first}
+	for p := uint16(81); len(keys) < fastChoices+1; p++ {
+		if k := fastKey("10.96.0.1", p); fastIndex(k, bits) == idx {
+			keys = append(keys, k)
 		}
 	}
-	idx := fastIndex(a, bits)
-	fes := map[feKey]*feState{
-		a: {id: 1, val: lbFeVal{Id: 1, Count: 1}, bes: []beEntry{{key: beKey{IP: as16(netip.MustParseAddr("10.1.0.1")), Port: 8080}, id: 1}}},
-		b: {id: 2, val: lbFeVal{Id: 2, Count: 0}},
+	fes := map[feKey]*feState{}
+	for i, k := range keys {
+		id := uint32(i + 1)
+		fes[k] = &feState{id: id, val: lbFeVal{Id: id, Count: 1},
+			bes: []beEntry{{key: beKey{IP: as16(netip.MustParseAddr("10.1.0.1")), Port: 8080}, id: id}}}
+	}
+	lines := [fastChoices]uint32{}
+	for n := range lines {
+		lines[n] = fastChoice(idx, n, bits)
 	}
 	tab := newFastTable(bits)
-	entry := func() lbFeFast {
+	written := map[uint32]lbFeFast{}
+	commit := func() batch {
 		t.Helper()
-		var bt batch
-		tab.flush(fes, &bt)
-		for i, k := range bt.fastKeys {
-			if k == idx {
-				return bt.fastVals[i]
-			}
+		var b batch
+		tab.flush(fes, &b)
+		for i, k := range b.fastKeys {
+			written[k] = b.fastVals[i]
 		}
-		t.Fatalf("entry %d not written", idx)
-		return lbFeFast{}
+		return b
 	}
-	tab.add(a)
-	e := entry()
-	if e.State != fastUsed || fromFeKey(e.Key) != a || e.Val.Flags&feInline == 0 || e.Be[0].Port != htons(8080) {
-		t.Fatalf("first key: %+v", e)
+	expect := func(n int, key *feKey, spill bool) {
+		t.Helper()
+		e := written[lines[n]]
+		if key == nil {
+			if e.State&fastUsed != 0 {
+				t.Fatalf("choice %d holds %v, want no key", n, fromFeKey(e.Key))
+			}
+		} else if e.State&fastUsed == 0 || fromFeKey(e.Key) != *key || e.Val.Id != fes[*key].id {
+			t.Fatalf("choice %d: %+v, want key %v", n, e, *key)
+		}
+		if got := e.State&fastSpill != 0; got != spill {
+			t.Fatalf("choice %d: spill %v, want %v", n, got, spill)
+		}
 	}
-	tab.add(b)
-	if e := entry(); e.State != fastUsed|fastSpill || fromFeKey(e.Key) != a {
-		t.Fatalf("second key of the index: %+v", e)
+	for _, k := range keys {
+		tab.add(k)
 	}
-	if r, s := tab.stats(); r != 1 || s != 1 {
+	if b := commit(); b.fastGen {
+		t.Fatal("adding keys moved none, yet the writes are bracketed")
+	}
+	expect(0, &keys[0], true)
+	expect(1, &keys[1], true)
+	expect(2, &keys[2], true)
+	if written[lines[0]].Val.Flags&feInline == 0 || written[lines[0]].Be[0].Port != htons(8080) {
+		t.Fatalf("backends not inline: %+v", written[lines[0]])
+	}
+	if r, s := tab.stats(); r != fastChoices || s != 1 {
 		t.Fatalf("stats %d/%d", r, s)
 	}
-	// The resident leaves: the spilled key moves in.
-	tab.remove(a)
-	delete(fes, a)
-	if e := entry(); e.State != fastUsed || fromFeKey(e.Key) != b || e.Val.Id != 2 || e.Val.Flags&feInline != 0 {
-		t.Fatalf("after the resident left: %+v", e)
+	// The second leaves: the key in lb_frontends only moves in, and the
+	// third choice no longer has a key beyond it.
+	tab.remove(keys[1])
+	delete(fes, keys[1])
+	if b := commit(); !b.fastGen {
+		t.Fatal("a key moved without lb_fe_gen around the writes")
 	}
-	tab.remove(b)
-	if e := entry(); e != (lbFeFast{}) {
-		t.Fatalf("after both left: %+v", e)
+	expect(0, &keys[0], true)
+	expect(1, &keys[3], true)
+	expect(2, &keys[2], false)
+	if r, s := tab.stats(); r != fastChoices || s != 0 {
+		t.Fatalf("stats %d/%d", r, s)
 	}
-	if len(tab.lines) != 0 {
-		t.Fatalf("lines left: %v", tab.lines)
+	// The first leaves: nobody is in lb_frontends only, so its line
+	// stays free, but keys further on passed over it.
+	tab.remove(keys[0])
+	delete(fes, keys[0])
+	commit()
+	expect(0, nil, true)
+	for _, k := range []feKey{keys[2], keys[3]} {
+		tab.remove(k)
+		delete(fes, k)
+	}
+	commit()
+	for n := range lines {
+		if e := written[lines[n]]; e != (lbFeFast{}) {
+			t.Fatalf("choice %d after all left: %+v", n, e)
+		}
+	}
+	if len(tab.lines) != 0 || len(tab.pos) != 0 {
+		t.Fatalf("left: lines %v, keys %v", tab.lines, tab.pos)
 	}
 }
 

@@ -171,6 +171,7 @@ const (
 	lbMapLbConfig          = "lb_config"
 	lbMapLbCt4             = "lb_ct4"
 	lbMapLbFeFast          = "lb_fe_fast"
+	lbMapLbFeGen           = "lb_fe_gen"
 	lbMapLbFrontends       = "lb_frontends"
 	lbMapLbNodeIps         = "lb_node_ips"
 	lbMapLbRct4            = "lb_rct4"
@@ -179,6 +180,7 @@ const (
 	lbMapLbSlots           = "lb_slots"
 	lbMapLbSockRnat        = "lb_sock_rnat"
 	lbMapLbStats           = "lb_stats"
+	lbProgFastWrite        = "fast_write"
 	lbProgNodeportEgress   = "nodeport_egress"
 	lbProgNodeportIngress  = "nodeport_ingress"
 	lbProgSock4Connect     = "sock4_connect"
@@ -242,6 +244,7 @@ type lbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbProgramSpecs struct {
+	FastWrite        *ebpf.ProgramSpec `ebpf:"fast_write"`
 	NodeportEgress   *ebpf.ProgramSpec `ebpf:"nodeport_egress"`
 	NodeportIngress  *ebpf.ProgramSpec `ebpf:"nodeport_ingress"`
 	Sock4Connect     *ebpf.ProgramSpec `ebpf:"sock4_connect"`
@@ -266,6 +269,7 @@ type lbMapSpecs struct {
 	LbConfig    *ebpf.MapSpec `ebpf:"lb_config"`
 	LbCt4       *ebpf.MapSpec `ebpf:"lb_ct4"`
 	LbFeFast    *ebpf.MapSpec `ebpf:"lb_fe_fast"`
+	LbFeGen     *ebpf.MapSpec `ebpf:"lb_fe_gen"`
 	LbFrontends *ebpf.MapSpec `ebpf:"lb_frontends"`
 	LbNodeIps   *ebpf.MapSpec `ebpf:"lb_node_ips"`
 	LbRct4      *ebpf.MapSpec `ebpf:"lb_rct4"`
@@ -313,6 +317,7 @@ type lbMaps struct {
 	LbConfig    *ebpf.Map `ebpf:"lb_config"`
 	LbCt4       *ebpf.Map `ebpf:"lb_ct4"`
 	LbFeFast    *ebpf.Map `ebpf:"lb_fe_fast"`
+	LbFeGen     *ebpf.Map `ebpf:"lb_fe_gen"`
 	LbFrontends *ebpf.Map `ebpf:"lb_frontends"`
 	LbNodeIps   *ebpf.Map `ebpf:"lb_node_ips"`
 	LbRct4      *ebpf.Map `ebpf:"lb_rct4"`
@@ -330,6 +335,7 @@ func (m *lbMaps) Close() error {
 		m.LbConfig,
 		m.LbCt4,
 		m.LbFeFast,
+		m.LbFeGen,
 		m.LbFrontends,
 		m.LbNodeIps,
 		m.LbRct4,
@@ -357,6 +363,7 @@ type lbVariables struct {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbPrograms struct {
+	FastWrite        *ebpf.Program `ebpf:"fast_write"`
 	NodeportEgress   *ebpf.Program `ebpf:"nodeport_egress"`
 	NodeportIngress  *ebpf.Program `ebpf:"nodeport_ingress"`
 	Sock4Connect     *ebpf.Program `ebpf:"sock4_connect"`
@@ -374,6 +381,7 @@ type lbPrograms struct {
 
 func (p *lbPrograms) Close() error {
 	return _LbClose(
+		p.FastWrite,
 		p.NodeportEgress,
 		p.NodeportIngress,
 		p.Sock4Connect,

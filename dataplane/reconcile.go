@@ -89,7 +89,8 @@ type batch struct {
 	feVals    []lbFeVal
 	fastKeys  []uint32
 	fastVals  []lbFeFast
-	fastClear bool // empty the lines of lb_fe_fast not in fastKeys
+	fastClear bool // empty the fast lines not in fastKeys
+	fastGen   bool // keys move between lines: bracket the writes by lb_fe_gen
 	delFE     []lbFeKey
 	delBE     []uint32
 	freeFE    []uint32
@@ -98,14 +99,14 @@ type batch struct {
 }
 
 func (b *batch) empty() bool {
-	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.fastKeys)+len(b.delFE)+len(b.delBE) == 0 && !b.fastClear
+	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.fastKeys)+len(b.delFE)+len(b.delBE) == 0 && !b.fastClear && !b.fastGen
 }
 
 // kmaps are the kernel maps the reconciler writes.
 type kmaps struct {
 	frontends, slots, backends *ebpf.Map
-	fast                       *fastMem // lb_fe_fast, written through its shared mapping
-	noBatch                    bool     // the kernel lacks batch operations (< 5.6)
+	fast                       *fastWriter // the fast frontend table
+	noBatch                    bool        // the kernel lacks batch operations (< 5.6)
 }
 
 // batchMin is the size from which a batch syscall beats element updates.
@@ -180,7 +181,7 @@ func mapName(m *ebpf.Map) string {
 // apply writes a batch: make (backends, slots), switch (fast lines, then
 // frontends), break (deletes). Fast lines go first so that a new frontend
 // whose line is taken has FAST_SPILL set before it is in lb_frontends;
-// readers never use a line while it is being written (see fastMem).
+// readers never use a line while it is being written (see fastWriter).
 func (k *kmaps) apply(b *batch) error {
 	if err := k.put(k.backends, b.beKeys, b.beVals, len(b.beKeys)); err != nil {
 		return err
@@ -188,17 +189,7 @@ func (k *kmaps) apply(b *batch) error {
 	if err := k.put(k.slots, b.slotKeys, b.slotVals, len(b.slotKeys)); err != nil {
 		return err
 	}
-	if len(b.fastKeys) == 0 && !b.fastClear {
-		// Nothing for lb_fe_fast: not even mapped.
-	} else if err := k.fast.mapped(func() error {
-		if err := k.fast.write(b.fastKeys, b.fastVals); err != nil {
-			return err
-		}
-		if b.fastClear {
-			k.fast.clearExcept(b.fastKeys)
-		}
-		return nil
-	}); err != nil {
+	if err := k.fast.apply(b); err != nil {
 		return err
 	}
 	if err := k.put(k.frontends, b.feKeys, b.feVals, len(b.feKeys)); err != nil {

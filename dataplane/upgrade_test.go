@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -317,4 +318,194 @@ func TestUpgradeFromABI2(t *testing.T) {
 		t.Fatalf("%d of %d connections failed across the upgrade; last: %v", fail, ok+fail, lastErr)
 	}
 	t.Logf("%d connections across the upgrade from ABI 2, 0 failed", ok)
+}
+
+// abi3Object is the BPF object of the build whose fast frontend table was
+// one mmapable array, lb_fe_fast (ABI 3).
+const abi3Object = "testdata/lb_abi3_bpfel.o"
+
+// installABI3 sets up what an agent of the ABI 3 build leaves behind: its
+// maps pinned under l.pins (sized as that build sized them from l.cfg), its
+// socket programs attached to l.cgroup through pinned links, and one
+// Service vip:port → backends:bport in lb_frontends, lb_slots and its line
+// of lb_fe_fast.
+func installABI3(t *testing.T, l *sockLab, vip string, port uint16, backends []string, bport uint16) {
+	t.Helper()
+	spec, err := ebpf.LoadCollectionSpec(abi3Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := l.cfg
+	cfg.setDefaults()
+	fastBits, sockBits := pow2Bits(cfg.Maps.Frontends, 10), pow2Bits(cfg.Maps.Sockets, 10)
+	for name, n := range map[string]int{
+		"lb_frontends": cfg.Maps.Frontends, "lb_fe_fast": 1 << fastBits, "lb_sk_rev": 1 << sockBits,
+		"lb_backends": cfg.Maps.Backends, "lb_slots": 2 * cfg.Maps.Backends, "lb_affinity": cfg.Maps.Affinity,
+		"lb_sock_rnat": cfg.Maps.SockRevNAT, "lb_ct4": cfg.Maps.Conntrack, "lb_rct4": cfg.Maps.Conntrack,
+	} {
+		spec.Maps[name].MaxEntries = uint32(n)
+	}
+	var retval uint8
+	if haveSetRetval() {
+		retval = 1
+	}
+	for name, v := range map[string]any{
+		"have_set_retval": retval, "strong_order": strongOrder(), "fe_fast_bits": fastBits,
+		"sk_rev_mask": uint32(1)<<sockBits - 1, "sk_rev_hot_mask": uint32(1)<<min(sockBits, sockHotBits) - 1,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			t.Fatalf("set %s: %v", name, err)
+		}
+	}
+	mapsDir, linksDir := filepath.Join(l.pins, "maps"), filepath.Join(l.pins, "links")
+	for _, d := range []string{mapsDir, linksDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
+	if err != nil {
+		t.Fatalf("load the ABI 3 object: %v", err)
+	}
+	defer coll.Close()
+
+	slices.Sort(backends)
+	for i, b := range backends {
+		s := lbSlot{Ip: toLbAddr(as16(netip.MustParseAddr(b))), Port: htons(bport), BackendId: uint32(i + 1), FeId: 1}
+		if err := coll.Maps["lb_slots"].Put(uint32(i), &s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := feKey{IP: as16(netip.MustParseAddr(vip)), Port: port, Proto: protoTCP, Scope: scopeInternal}
+	k := toFeKey(key)
+	v := lbFeVal{Id: 1, Count: uint16(len(backends))}
+	if err := coll.Maps["lb_frontends"].Put(&k, &v); err != nil {
+		t.Fatal(err)
+	}
+	// The frontend's line, as that build wrote it through a shared
+	// mapping of the array (without inline backends: the programs then
+	// read lb_slots).
+	fast := coll.Maps["lb_fe_fast"]
+	mem, err := unix.Mmap(fast.FD(), 0, int(fast.MaxEntries())*fastLineSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := lbFeFast{State: fastUsed, Key: k, Val: v}
+	off := int(fastIndex(key, fastBits)) * fastLineSize
+	copy(mem[off:off+fastLineSize], unsafe.Slice((*byte)(unsafe.Pointer(&line)), fastLineSize))
+	unix.Munmap(mem)
+
+	for _, p := range []struct {
+		name, prog string
+		attach     ebpf.AttachType
+	}{
+		{"sock_release", "sock_release", ebpf.AttachCgroupInetSockRelease},
+		{"connect4", "sock4_connect", ebpf.AttachCGroupInet4Connect},
+		{"connect6", "sock6_connect", ebpf.AttachCGroupInet6Connect},
+		{"sendmsg4", "sock4_sendmsg", ebpf.AttachCGroupUDP4Sendmsg},
+		{"sendmsg6", "sock6_sendmsg", ebpf.AttachCGroupUDP6Sendmsg},
+		{"recvmsg4", "sock4_recvmsg", ebpf.AttachCGroupUDP4Recvmsg},
+		{"recvmsg6", "sock6_recvmsg", ebpf.AttachCGroupUDP6Recvmsg},
+		{"getpeername4", "sock4_getpeername", ebpf.AttachCgroupInet4GetPeername},
+		{"getpeername6", "sock6_getpeername", ebpf.AttachCgroupInet6GetPeername},
+		{"post_bind4", "sock4_post_bind", ebpf.AttachCGroupInet4PostBind},
+		{"post_bind6", "sock6_post_bind", ebpf.AttachCGroupInet6PostBind},
+	} {
+		lk, err := link.AttachCgroup(link.CgroupOptions{Path: l.cgroup, Attach: p.attach, Program: coll.Programs[p.prog]})
+		if err != nil {
+			t.Fatalf("attach ABI 3 %s: %v", p.name, err)
+		}
+		if err := lk.Pin(filepath.Join(linksDir, "cgroup_"+p.name)); err != nil {
+			t.Fatal(err)
+		}
+		lk.Close()
+	}
+}
+
+// TestUpgradeFromABI3 upgrades a node that the ABI 3 build serves, whose
+// fast frontend table gave a key one line only and had no lb_fe_gen. The
+// new agent adopts every map as it is, rewrites the fast table in place
+// (the old programs read it meanwhile: a key not in its first line is still
+// found through FAST_SPILL and lb_frontends) and moves the links to its
+// programs before it returns from New. No connection fails on the way, and
+// connections opened under the old programs (their reverse translations in
+// lb_sk_rev, which is kept) still show the ClusterIP as their peer.
+func TestUpgradeFromABI3(t *testing.T) {
+	l := newSockNet(t)
+	serveTCP(t, l.be, 8080)
+	installABI3(t, l, "10.214.100.1", 80, labBackends[:2], 8080)
+	testnet.JoinCgroup(t, l.cgroup)
+	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
+
+	var old net.Conn
+	if err := l.cli.Do(func() error {
+		var err error
+		old, err = net.DialTimeout("tcp", "10.214.100.1:80", 2*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if p := peerOf(t, old); p != "10.214.100.1:80" {
+		t.Fatalf("getpeername under the ABI 3 programs = %s", p)
+	}
+
+	stop := make(chan struct{})
+	h := startHammer(t, l.cli, "10.214.100.1:80", stop)
+	time.Sleep(50 * time.Millisecond)
+	dp, err := New(l.cfg)
+	if err != nil {
+		t.Fatalf("New over ABI 3 pins: %v", err)
+	}
+	l.dp = dp
+	if dp.deferAttach {
+		t.Fatal("replaced maps on an upgrade that kept their layouts")
+	}
+	if n := dp.frontendCount(); n != 1 {
+		t.Fatalf("adopted %d frontends, want 1", n)
+	}
+	for i, p := range cgroupProgs(dp.objs) {
+		li, err := dp.cgLinks[i].Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pi, err := p.prog.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, _ := pi.ID(); li.Program != id {
+			t.Fatalf("%s link runs program %d, not the new %d", p.name, li.Program, id)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	rs := dialN(l.cli, "10.214.100.1:80", 20)
+	countBackends(t, rs)
+	for _, r := range rs {
+		if r.peer != "10.214.100.1:80" {
+			t.Fatalf("getpeername = %s after the upgrade", r.peer)
+		}
+	}
+	if p := peerOf(t, old); p != "10.214.100.1:80" {
+		t.Fatalf("getpeername of a connection opened under the ABI 3 programs = %s after the upgrade", p)
+	}
+
+	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
+	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
+	dp.UpsertService(web)
+	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
+	if err := dp.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A change now goes through the new writer.
+	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[2], "node-a")))
+	if got := countBackends(t, dialN(l.cli, "10.214.100.1:80", 10)); got[labBackends[2]] != 10 {
+		t.Fatalf("change after the upgrade not applied: %v", got)
+	}
+	close(stop)
+	<-h.done
+	ok, fail, lastErr := h.counts()
+	if fail != 0 {
+		t.Fatalf("%d of %d connections failed across the upgrade; last: %v", fail, ok+fail, lastErr)
+	}
+	t.Logf("%d connections across the upgrade from ABI 3, 0 failed", ok)
 }

@@ -49,8 +49,9 @@ volatile const __u8 have_set_retval = 0;
 /* Cookie of the node's own network namespace: NodePorts are protected from
  * bind() there only; pods may bind any port in their own namespaces. */
 volatile const __u64 host_netns_cookie = 0;
-/* Sizes of the tables indexed by the programs themselves: lb_fe_fast has
- * 1 << fe_fast_bits entries, lb_sk_rev sk_rev_mask + 1. */
+/* Sizes of the tables indexed by the programs themselves: the fast
+ * frontend table has 1 << fe_fast_bits lines, lb_sk_rev sk_rev_mask + 1
+ * entries. */
 volatile const __u32 fe_fast_bits = 10;
 volatile const __u32 sk_rev_mask = 1023;
 /* The first entries of lb_sk_rev that a socket tries before its entry in
@@ -77,16 +78,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_frontends SEC(".maps");
 
+/* The fast frontend table (see lb.h). Mmapable for page-aligned lines:
+ * each starts a pair of cache lines. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct fe_fast);
 	__uint(max_entries, 1024);
-	__uint(map_flags, BPF_F_MMAPABLE);	/* page-aligned entries, see lb.h */
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_fe_fast SEC(".maps");
 
-/* Mmapable for the same reason: 32-byte slots that never straddle a
+/* Generation of the fast table's layout: odd while the agent moves keys
+ * between lines (see fe_find). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_fe_gen SEC(".maps");
+
+/* Mmapable for page-aligned entries: 32-byte slots that never straddle a
  * cache line. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -218,68 +231,113 @@ static __always_inline int key_eq(const struct fe_key *a, const struct fe_key *b
 	return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4])) == 0;
 }
 
-/* Reads the sequence count of fast entry f, ordered before (begin) or
- * after (end) the reads of the entry it guards. */
-static __always_inline __u32 fast_seq(struct fe_fast *f)
+/* Reads sequence count *p, ordered before (begin) or after (end) the
+ * reads it guards. */
+static __always_inline __u32 seq_read(__u32 *p)
 {
 	__u32 v;
 
 	if (!strong_order)
-		return __sync_fetch_and_add(&f->seq, 0);
+		return __sync_fetch_and_add(p, 0);
 	barrier();
-	v = *(volatile __u32 *)&f->seq;
+	v = *(volatile __u32 *)p;
 	barrier();
 	return v;
 }
 
+/* Line idx of the fast table. */
+static __always_inline struct fe_fast *fast_line(__u32 idx)
+{
+	return bpf_map_lookup_elem(&lb_fe_fast, &idx);
+}
+
+/* Line of choice n (< FAST_CHOICES) of a key whose first line is idx. */
+static __always_inline __u32 fast_choice(__u32 idx, __u32 n)
+{
+	if (n == 0)
+		return idx;
+	return (idx + (1u << (fe_fast_bits - n))) & ((1u << fe_fast_bits) - 1);
+}
+
+enum {
+	PROBE_HIT,	/* the key's line: value (and backend) copied */
+	PROBE_NEXT,	/* another key, but FAST_SPILL: look further */
+	PROBE_NONE,	/* another key and no FAST_SPILL: no Service */
+	PROBE_TORN,	/* rewritten while read, or no line: ask lb_frontends */
+};
+
+/* Reads fast line f for key. On a hit the value goes to *out and, when the
+ * line holds the frontend's backends, the one that hash picks to *be with
+ * *inl set. */
+static __always_inline int fast_probe(struct fe_fast *f, const struct fe_key *key, __u32 hash,
+				      struct fe_val *out, struct slot *be, int *inl)
+{
+	__u32 seq, i, ip = 0;
+	__u16 port = 0;
+	__u8 state;
+	int hit, in = 0;
+
+	if (!f)
+		return PROBE_TORN;
+	seq = seq_read(&f->seq);
+	state = f->state;
+	hit = (state & FAST_USED) && key_eq(&f->key, key);
+	if (hit) {
+		*out = f->val;
+		if (out->flags & FE_INLINE) {
+			/* hash scaled to [0, count) */
+			i = (__u32)(((__u64)hash * out->count) >> 32);
+			if (i < FAST_INLINE) {
+				ip = f->be[i].ip;
+				port = f->be[i].port;
+				in = 1;
+			}
+		}
+	}
+	if ((seq & 1) || seq_read(&f->seq) != seq)
+		return PROBE_TORN;
+	if (!hit)
+		return (state & FAST_SPILL) ? PROBE_NEXT : PROBE_NONE;
+	if (in) {
+		addr_from_v4(&be->ip, ip);
+		be->port = port;
+	}
+	*inl = in;
+	return PROBE_HIT;
+}
+
 /*
- * Looks up a frontend of the socket hooks: in its lb_fe_fast entry first,
- * in lb_frontends when the entry holds another key and says that keys of
- * its index spilled there, or when the entry was being rewritten. Returns 1
- * and the value in *out for a frontend, 0 for an address that is no
- * Service. When the entry holds the frontend's backends, the one that hash
- * picks is copied to *be and *inl is set: the caller needs nothing else.
+ * Looks up a frontend of the socket hooks: in its fast lines first (see
+ * lb.h), in lb_frontends when they hold other keys and the last says that
+ * keys spilled, or when a line was being rewritten. Returns 1 and the value
+ * in *out for a frontend, 0 for an address that is no Service. When the
+ * line holds the frontend's backends, the one that hash picks is copied to
+ * *be and *inl is set: the caller needs nothing else. "No Service" is only
+ * believed when no key moved between lines meanwhile (lb_fe_gen): a key
+ * that moved may have left a line that said "look further" before the
+ * line it moved to was written.
  */
 static __always_inline int fe_find(const struct fe_key *key, __u32 hash, struct fe_val *out, struct slot *be,
 				   int *inl)
 {
-	__u32 idx = fe_fast_index(key, fe_fast_bits);
-	struct fe_fast *f = bpf_map_lookup_elem(&lb_fe_fast, &idx);
+	__u32 idx = fe_fast_index(key, fe_fast_bits), zero = 0, gen = 1, n;
+	__u32 *g = bpf_map_lookup_elem(&lb_fe_gen, &zero);
 	struct fe_val *fep;
-	__u32 seq, i, ip = 0;
-	__u16 port = 0;
-	__u8 state = 0;
-	int hit, in = 0;
+	int r = PROBE_TORN;
 
-	if (f) {
-		seq = fast_seq(f);
-		state = f->state;
-		hit = (state & FAST_USED) && key_eq(&f->key, key);
-		if (hit) {
-			*out = f->val;
-			if (out->flags & FE_INLINE) {
-				/* hash scaled to [0, count) */
-				i = (__u32)(((__u64)hash * out->count) >> 32);
-				if (i < FAST_INLINE) {
-					ip = f->be[i].ip;
-					port = f->be[i].port;
-					in = 1;
-				}
-			}
-		}
-		if (!(seq & 1) && fast_seq(f) == seq) {
-			if (hit) {
-				if (in) {
-					addr_from_v4(&be->ip, ip);
-					be->port = port;
-				}
-				*inl = in;
-				return 1;
-			}
-			if (!(state & FAST_SPILL))
-				return 0;
-		}
+	*inl = 0;
+	if (g)
+		gen = seq_read(g);
+#pragma unroll
+	for (n = 0; n < FAST_CHOICES; n++) {
+		r = fast_probe(fast_line(fast_choice(idx, n)), key, hash, out, be, inl);
+		if (r != PROBE_NEXT)
+			break;
 	}
+	if (r == PROBE_HIT)
+		return 1;
+	if (r == PROBE_NONE && !(gen & 1) && g && seq_read(g) == gen)
+		return 0;
 	*inl = 0;
 	fep = bpf_map_lookup_elem(&lb_frontends, key);
 	if (!fep)
@@ -684,6 +742,76 @@ int sock_release(struct bpf_sock *ctx)
 	rev_free((__u32)cookie & sk_rev_hot_mask, cookie);
 	rev_free((__u32)cookie & sk_rev_mask, cookie);
 	return 1;
+}
+
+/* Rewrites fast line f to v under its sequence count, unless it holds v
+ * already (most lines when an agent restarts): readers of an unchanged
+ * line are left alone. A count left odd by a write that never finished
+ * stays odd until this one completes. */
+static __always_inline void fast_put(struct fe_fast *f, const struct fe_fast *v)
+{
+	const __u64 *src = (const __u64 *)v, *dst = (const __u64 *)f;
+	__u64 diff = (f->seq & 1) | (*(const __u32 *)&f->state ^ *(const __u32 *)&v->state);
+	__u32 seq, i;
+
+	for (i = 1; i < sizeof(*f) / 8; i++)
+		diff |= dst[i] ^ src[i];
+	if (!diff)
+		return;
+	seq = f->seq | 1;
+	/* An exchange is a full fence: the count is odd before any byte of
+	 * the line changes. */
+	__sync_lock_test_and_set(&f->seq, seq);
+	__builtin_memcpy(&f->state, &v->state, sizeof(*f) - offsetof(struct fe_fast, state));
+	if (strong_order) {
+		barrier();
+		*(volatile __u32 *)&f->seq = seq + 1;
+	} else {
+		__sync_lock_test_and_set(&f->seq, seq + 1);
+	}
+}
+
+/*
+ * The agent's writer of the fast table, run with BPF_PROG_TEST_RUN: the
+ * "packet" is a run of struct fast_rec. A map update from user space would
+ * copy a line in no particular order, which the sequence count cannot
+ * guard; a program writes with the same atomic operations and fences as the
+ * readers read, on every architecture, and the table needs no mapping in
+ * the agent's memory. Returns XDP_PASS
+ * when every record was written, XDP_ABORTED at a line out of range.
+ */
+SEC("xdp")
+int fast_write(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 i, zero = 0, *g;
+	struct fe_fast *f;
+	struct fast_rec *r;
+
+	for (i = 0; i < FAST_RECS; i++) {
+		r = data + i * sizeof(*r);
+		if ((void *)(r + 1) > end)
+			break;
+		if (r->line == FAST_GEN_BEGIN || r->line == FAST_GEN_END) {
+			g = bpf_map_lookup_elem(&lb_fe_gen, &zero);
+			if (!g)
+				return XDP_ABORTED;
+			/* Odd from the begin record on (also when a writer
+			 * that died left it odd), even again at the end. An
+			 * exchange is a full fence. */
+			if (r->line == FAST_GEN_BEGIN)
+				__sync_lock_test_and_set(g, *g | 1);
+			else
+				__sync_lock_test_and_set(g, (*g | 1) + 1);
+			continue;
+		}
+		f = fast_line(r->line);
+		if (!f)
+			return XDP_ABORTED;
+		fast_put(f, &r->v);
+	}
+	return XDP_PASS;
 }
 
 /* Keeps host processes from binding a port that a NodePort owns: the bind

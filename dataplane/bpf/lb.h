@@ -12,7 +12,7 @@
 
 #include <linux/types.h>
 
-#define LB_ABI 3
+#define LB_ABI 4
 
 /* Scope of a frontend. Socket-level hooks see what a local socket asked for
  * (ClusterIP, externalIPs, load-balancer IPs reached from inside the node);
@@ -99,27 +99,34 @@ struct aff_val {
 };
 
 /*
- * The frontend table the socket hooks read first: one 128-byte entry (two
- * adjacent cache lines, which the CPU fetches as a pair) per index
- * fe_fast_index() of the key, holding the key, a copy of its lb_frontends
- * value and, for a frontend of up to FAST_INLINE IPv4 backends without
- * session affinity, the backends themselves (FE_INLINE in val.flags): such
- * a connect then reads nothing else of the Service. lb_frontends stays the
- * authoritative table (and the only one of tc and post_bind); a key whose
- * entry is taken by another key is found there, and FAST_SPILL says that
- * such keys exist. An entry without FAST_SPILL whose key differs therefore
- * proves that the address is no Service, which is the answer for most
- * connects.
+ * The frontend table the socket hooks read first: 128-byte lines, each
+ * holding a key, a copy of its lb_frontends value and, for a frontend of up
+ * to FAST_INLINE IPv4 backends without session affinity, the backends
+ * themselves (FE_INLINE in val.flags): such a connect then reads nothing
+ * else of the Service. A key may sit in any of FAST_CHOICES lines: its
+ * first, fe_fast_index(), and the lines half and a quarter of the table
+ * further on, which keep neighbouring ClusterIPs on neighbouring lines as
+ * the first does. A key takes the first of them that is free; every line it
+ * passes over gets FAST_SPILL, and a key for which all are taken is found
+ * in lb_frontends only. lb_frontends stays the authoritative table (and the
+ * only one of tc and post_bind). A line without FAST_SPILL whose key
+ * differs therefore proves that the address is no Service, which is the
+ * answer for most connects.
  *
- * Readers take no lock: seq is a sequence count. The writer (the
- * reconciler, through a shared mapping of the array) makes it odd, rewrites
- * the entry, and makes it even again; a reader that saw an odd count, or
- * two different counts before and after its reads, read a half-written
- * entry and asks lb_frontends instead. The array is mmapable for that
- * mapping, which also starts every entry page-aligned.
+ * Readers take no lock: seq is a sequence count. The writer (fast_write,
+ * which the agent runs with BPF_PROG_TEST_RUN) makes it odd, rewrites the
+ * line, and makes it even again; a reader that saw an odd count, or two
+ * different counts before and after its reads, read a half-written line and
+ * asks lb_frontends instead. Writes that move keys between lines (a line
+ * freed and taken by a key from further on, the table rebuilt) are
+ * bracketed by lb_fe_gen, a sequence count of the whole table: a reader
+ * does not take "no Service" for an answer while it was odd or changed,
+ * since a line may then have lost FAST_SPILL before the line a key moved to
+ * was written.
  */
 #define FAST_USED 0x01		/* key and val are valid */
-#define FAST_SPILL 0x02		/* some key of this index lives in lb_frontends only */
+#define FAST_SPILL 0x02		/* a key with this line among its choices lives further on */
+#define FAST_CHOICES 3
 #define FAST_INLINE 10
 
 struct be4 {
@@ -137,6 +144,20 @@ struct fe_fast {
 	__u32 pad2;
 	struct be4 be[FAST_INLINE];	/* val.count of them when FE_INLINE */
 };
+
+/* One line for fast_write: its number and its new contents (whose seq is
+ * ignored). A run of fast_write takes up to FAST_RECS of them. */
+struct fast_rec {
+	__u32 line;
+	__u32 pad;
+	struct fe_fast v;
+};
+
+#define FAST_RECS 24
+/* Record lines that are no line: fast_write makes lb_fe_gen odd (begin)
+ * and even again (end) around writes that move keys between lines. */
+#define FAST_GEN_BEGIN 0xffffffffu
+#define FAST_GEN_END 0xfffffffeu
 
 /* Index of key k in a fast table of 1 << bits entries. The IPv4 (or last
  * IPv6) word is added as a number, so neighbouring ClusterIPs get
