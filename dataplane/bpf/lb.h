@@ -177,7 +177,7 @@ static __inline __u32 fe_fast_index(const struct fe_key *k, __u32 bits)
  * sent to. It lives in lb_sk_rev, a preallocated table indexed by the
  * socket cookie and emptied by the sock_release program, so a connect
  * allocates nothing. A socket has two entries: its hot one among the first
- * few thousand (cookie & sk_rev_hot_mask), which short-lived sockets keep
+ * few hundred (cookie & sk_rev_hot_mask), which short-lived sockets keep
  * reusing while they are in the CPU caches, and, when a live socket holds
  * that, its entry in the whole table (cookie & sk_rev_mask). A socket
  * claims a free entry with an atomic compare-and-exchange of cookie, marked
