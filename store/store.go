@@ -173,6 +173,12 @@ type WatchOptions struct {
 	// compacted revision Watch fails with ErrCompacted; above the current
 	// revision with ErrFutureRevision.
 	Revision int64
+	// ReadOnly promises that the consumer neither modifies the values,
+	// labels and fields of the events it receives nor keeps them beyond
+	// handling each event. A backend may then hand out its own immutable
+	// copies instead of copying every event for every watch; it may also
+	// ignore the flag.
+	ReadOnly bool
 }
 
 // Watcher is a running watch.

@@ -243,7 +243,7 @@ func (w *watcher) run(ctx context.Context) {
 		w.queue = nil
 		w.mu.Unlock()
 		for _, ev := range q {
-			if !w.send(ctx, *ev) {
+			if !w.send(ctx, *ev, w.opts.ReadOnly) {
 				return
 			}
 		}
@@ -261,16 +261,21 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-// send filters and delivers one event; false when the watch ended.
-func (w *watcher) send(ctx context.Context, ev store.Event) bool {
+// send filters and delivers one event; false when the watch ended. An
+// event that shares the store's state is copied unless shared says the
+// consumer may have it as it is: it was read for this watch alone, or the
+// watch is read-only.
+func (w *watcher) send(ctx context.Context, ev store.Event, shared bool) bool {
 	ev, ok := store.FilterEvent(w.opts.Label, w.opts.Field, ev)
 	if !ok {
 		return true
 	}
-	ev.Object = cloneObject(ev.Object)
-	if ev.Prev != nil {
-		p := cloneObject(*ev.Prev)
-		ev.Prev = &p
+	if !shared {
+		ev.Object = cloneObject(ev.Object)
+		if ev.Prev != nil {
+			p := cloneObject(*ev.Prev)
+			ev.Prev = &p
+		}
 	}
 	select {
 	case <-w.ended:
@@ -364,7 +369,7 @@ func (w *watcher) replay(ctx context.Context) error {
 				ev.Prev = pobj
 			}
 		}
-		if !w.send(ctx, ev) {
+		if !w.send(ctx, ev, true) {
 			return w.errOr(nil)
 		}
 	}

@@ -659,15 +659,34 @@ func testWatch(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
+	// A read-only watch sees the same events; only who owns them differs.
+	ro, err := s.Watch(ctx, store.WatchOptions{Resource: "pods", Revision: s.Revision(), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Stop()
 	want := history(t, s)
-	evs := collect(t, w, len(want))
-	if d := cmp.Diff(want, summarize(evs)); d != "" {
-		t.Fatalf("events (-want +got):\n%s", d)
+	for _, w := range []store.Watcher{w, ro} {
+		evs := collect(t, w, len(want))
+		if d := cmp.Diff(want, summarize(evs)); d != "" {
+			t.Fatalf("events (-want +got):\n%s", d)
+		}
+		if evs[1].Prev == nil || string(evs[1].Prev.Value) != "a1" {
+			t.Fatalf("Modified event Prev: %+v", evs[1].Prev)
+		}
+		expectQuiet(t, w)
 	}
-	if evs[1].Prev == nil || string(evs[1].Prev.Value) != "a1" {
-		t.Fatalf("Modified event Prev: %+v", evs[1].Prev)
+	// Replayed, read-only or not.
+	for _, readOnly := range []bool{false, true} {
+		w, err := s.Watch(ctx, store.WatchOptions{Resource: "pods", Revision: want[0].Revision - 1, ReadOnly: readOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, summarize(collect(t, w, len(want)))); d != "" {
+			t.Fatalf("replayed events, read-only %v (-want +got):\n%s", readOnly, d)
+		}
+		w.Stop()
 	}
-	expectQuiet(t, w)
 }
 
 func testWatchReplay(t *testing.T, open Opener) {
