@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -243,7 +244,19 @@ func (s *Storage) Bind(ctx context.Context, namespace string, b *corev1.Binding,
 	if b.Target.Name == "" {
 		return apierrors.NewBadRequest("binding target node name is required")
 	}
-	_, err := s.update(ctx, pk, namespace, b.Name, opts, raw, func(cur runtime.Object) (runtime.Object, error) {
+	// What the binding sets encodes and decodes unchanged, unless a string
+	// is not valid UTF-8 (encoding replaces those bytes): the bound pod
+	// is then the new state's decoded form, and no watch decodes it again.
+	mode := rawDecoded
+	if !utf8.ValidString(b.Target.Name) {
+		mode = raw
+	}
+	for k, v := range b.Annotations {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			mode = raw
+		}
+	}
+	_, err := s.update(ctx, pk, namespace, b.Name, opts, mode, func(cur runtime.Object) (runtime.Object, error) {
 		pod := cur.(*corev1.Pod)
 		if pod.DeletionTimestamp != nil {
 			return nil, apierrors.NewConflict(corev1.Resource("pods/binding"), b.Name, fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", b.Name))

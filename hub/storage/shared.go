@@ -1,8 +1,12 @@
 package storage
 
 import (
+	"bytes"
+	"strconv"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -45,10 +49,24 @@ type decoded struct {
 type decodeCache struct {
 	mu sync.Mutex
 	// guards the following fields
-	byKey map[decodedKey]*decoded
-	ring  [sharedEvents]decodedKey
-	next  int
-	sweep *time.Timer // runs while the cache holds entries
+	byKey   map[decodedKey]*decoded
+	ring    [sharedEvents]decodedKey
+	next    int
+	sweep   *time.Timer // runs while the cache holds entries
+	pending map[pendingKey]*pendingState
+}
+
+// pendingKey names an object as one kind sees it.
+type pendingKey struct {
+	gvk schema.GroupVersionKind
+	key store.Key
+}
+
+// pendingState is a state a write is about to store, already in the typed
+// form decoding its value gives (see expectWrite).
+type pendingState struct {
+	value []byte
+	obj   runtime.Object
 }
 
 // decodeShared returns the typed object of a change, decoding it only if
@@ -59,23 +77,86 @@ func (s *Storage) decodeShared(k *registry.Kind, o store.Object) (runtime.Object
 	c.mu.Lock()
 	d := c.byKey[key]
 	if d == nil {
-		if c.byKey == nil {
-			c.byKey = make(map[decodedKey]*decoded)
-		}
-		if old := c.ring[c.next]; old.rev != 0 {
-			delete(c.byKey, old)
-		}
-		d = &decoded{at: time.Now()}
-		c.byKey[key] = d
-		c.ring[c.next] = key
-		c.next = (c.next + 1) % sharedEvents
-		if c.sweep == nil {
-			c.sweep = time.AfterFunc(sharedTTL, c.expire)
+		d = c.insertLocked(key)
+		pk := pendingKey{gvk: k.GVK, key: o.Key}
+		if p := c.pending[pk]; p != nil && bytes.Equal(p.value, o.Value) {
+			// The write that stored this state made its typed form; no
+			// one has seen it yet, so it gets its resourceVersion here.
+			delete(c.pending, pk)
+			if m, err := meta.Accessor(p.obj); err == nil {
+				m.SetResourceVersion(strconv.FormatInt(o.Revision, 10))
+				d.once.Do(func() { d.obj = p.obj })
+			}
 		}
 	}
 	c.mu.Unlock()
 	d.once.Do(func() { d.obj, d.err = s.decode(k, o) })
 	return d.obj, d.err
+}
+
+// insertLocked adds an empty entry for key, evicting the oldest if the
+// cache is full.
+func (c *decodeCache) insertLocked(key decodedKey) *decoded {
+	if c.byKey == nil {
+		c.byKey = make(map[decodedKey]*decoded)
+	}
+	if old := c.ring[c.next]; old.rev != 0 {
+		delete(c.byKey, old)
+	}
+	d := &decoded{at: time.Now()}
+	c.byKey[key] = d
+	c.ring[c.next] = key
+	c.next = (c.next + 1) % sharedEvents
+	if c.sweep == nil {
+		c.sweep = time.AfterFunc(sharedTTL, c.expire)
+	}
+	return d
+}
+
+// expectWrite tells the cache that a write is about to store enc, whose
+// value decodes to obj (resourceVersion aside): the first watch or write
+// that needs the stored state, at whatever revision the store gives it,
+// takes obj instead of decoding the value. obj must not be modified by
+// anyone from now on. The returned function ends the expectation; call it
+// once the write returned, whether it stored anything or not.
+func (s *Storage) expectWrite(k *registry.Kind, enc store.Object, obj runtime.Object) (forget func()) {
+	c := &s.shared
+	pk := pendingKey{gvk: k.GVK, key: enc.Key}
+	p := &pendingState{value: enc.Value, obj: obj}
+	c.mu.Lock()
+	if c.pending == nil {
+		c.pending = make(map[pendingKey]*pendingState)
+	}
+	c.pending[pk] = p
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.pending[pk] == p {
+			delete(c.pending, pk)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// decodeStored decodes the stored state a write starts from, for the
+// write to modify. The state the previous write stored is usually still
+// decoded (the watches of the kind decoded it too) and is copied; a state
+// no longer in the cache is decoded for this write alone: the next write
+// starts from the state this one stores, so keeping the old one would only
+// push out states that watches still need.
+func (s *Storage) decodeStored(k *registry.Kind, o store.Object) (runtime.Object, error) {
+	c := &s.shared
+	c.mu.Lock()
+	d := c.byKey[decodedKey{gvk: k.GVK, key: o.Key, rev: o.Revision}]
+	c.mu.Unlock()
+	if d == nil {
+		return s.decode(k, o)
+	}
+	d.once.Do(func() { d.obj, d.err = s.decode(k, o) })
+	if d.err != nil {
+		return nil, d.err
+	}
+	return d.obj.DeepCopyObject(), nil
 }
 
 // expire drops the entries older than sharedTTL, oldest first, and comes

@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -680,5 +683,79 @@ func TestDeleteCollectionDryRun(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"keep"}, names); diff != "" {
 		t.Errorf("left after delete collection (-want +got):\n%s", diff)
+	}
+}
+
+// A binding hands the watches the pod it bound instead of decoding the
+// stored state again: that pod must be what decoding the stored state
+// gives, in both encodings clients read.
+func TestBindWatchObjectIsStoredState(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	k := kind(t, "", "v1", "pods")
+	p := pod("rich")
+	p.Annotations = map[string]string{"note": "<tags> & ünïcode"}
+	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("0.1"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+	p.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](30)}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: "no nodes", LastTransitionTime: metav1.NewTime(time.Unix(1700000000, 5))}}
+	created, err := f.s.Create(ctx, k, "default", p, Options{FieldManager: "kubectl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Create(ctx, k, "default", pod("plain"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Create(ctx, k, "default", pod("odd"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := f.s.Watch(ctx, k, "default", WatchOptions{ResourceVersion: created.(*corev1.Pod).ResourceVersion, Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for range 2 {
+		nextNonBookmark(t, w) // the other creates
+	}
+	binds := []*corev1.Binding{
+		{ObjectMeta: metav1.ObjectMeta{Name: "rich", Annotations: map[string]string{"by": "a <scheduler>"}}, Target: corev1.ObjectReference{Name: "n1"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Target: corev1.ObjectReference{Name: "n2"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "odd"}, Target: corev1.ObjectReference{Name: "n\xff3"}},
+	}
+	for _, b := range binds {
+		if err := f.s.Bind(ctx, "default", b, Options{}); err != nil {
+			t.Fatalf("bind %s: %v", b.Name, err)
+		}
+		ev := nextNonBookmark(t, w)
+		got := ev.Object.(*corev1.Pod)
+		o, err := f.st.Get(ctx, f.s.key(k, "default", b.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.s.decode(k, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.NodeName == "" || got.ResourceVersion != strconv.FormatInt(o.Revision, 10) {
+			t.Fatalf("%s: watch event node %q at %s, stored at %d", b.Name, got.Spec.NodeName, got.ResourceVersion, o.Revision)
+		}
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if string(gj) != string(wj) {
+			t.Errorf("%s: JSON of the watch event's pod\n%s\nwant\n%s", b.Name, gj, wj)
+		}
+		gp, err1 := got.Marshal()
+		wp, err2 := want.(*corev1.Pod).Marshal()
+		if err1 != nil || err2 != nil || !bytes.Equal(gp, wp) {
+			t.Errorf("%s: protobuf of the watch event's pod differs from the stored state's (%v, %v)", b.Name, err1, err2)
+		}
+	}
+	c := &f.s.shared
+	c.mu.Lock()
+	n := len(c.pending)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d writes still expected after they returned", n)
 	}
 }

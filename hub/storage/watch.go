@@ -56,8 +56,9 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 			return nil, err
 		}
 	}
+	// Events are decoded and let go: the store need not copy them.
 	sw, err := s.st.Watch(ctx, store.WatchOptions{Resource: s.resource(k), Namespace: namespace,
-		Label: opts.Label, Field: fsel, Revision: rv})
+		Label: opts.Label, Field: fsel, Revision: rv, ReadOnly: true})
 	if errors.Is(err, store.ErrCompacted) {
 		// Past authentication and admission: report as an ERROR event.
 		st := expired(rv, s.st.CompactedRevision()).ErrStatus
@@ -82,7 +83,9 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 
 // run forwards store events as typed watch events.
 func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw store.Watcher, initial []watch.Event, rv int64, bookmarks, shared bool) {
-	decode := s.decode
+	// A watch that owns its objects gets a copy of the shared decoding:
+	// copying is cheaper than decoding the change once more.
+	decode := s.decodeOwned
 	if shared {
 		decode = s.decodeShared
 	}

@@ -435,6 +435,12 @@ const (
 	// (pods/binding, which upstream writes straight to storage, without
 	// the pod's update validation and without a field manager).
 	raw
+	// rawDecoded: raw, and what tryUpdate returns is already the object
+	// decoding its encoding gives (it only sets fields of the current
+	// object to values that encode and decode unchanged): that object is
+	// handed to the watches as the decoded new state, and update returns
+	// it shared, for the caller to read only.
+	rawDecoded
 )
 
 // update is the read-modify-write loop behind every update.
@@ -445,7 +451,7 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		if err != nil {
 			return nil, storeError(err, k.GroupResource(), name)
 		}
-		cur, err := s.decodeOwned(k, o)
+		cur, err := s.decodeStored(k, o)
 		if err != nil {
 			return nil, err
 		}
@@ -462,7 +468,7 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 			return nil, conflictError(k.GroupResource(), name)
 		}
 		out := obj
-		if mode != raw {
+		if mode != raw && mode != rawDecoded {
 			if out, err = s.prepareUpdate(ctx, k, cur, obj, opts, mode == record); err != nil {
 				return nil, err
 			}
@@ -499,16 +505,27 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 			}
 			return s.decode(k, gone)
 		}
+		forget := func() {}
+		if mode == rawDecoded {
+			forget = s.expectWrite(k, enc, out)
+		}
 		rev, err := s.st.Update(ctx, enc, o.Revision)
 		if errors.Is(err, store.ErrConflict) && attempt < maxRetries {
+			forget()
 			s.releaseNew(k, out, cur)
 			continue
 		}
 		if err != nil {
+			forget()
 			s.releaseNew(k, out, cur)
 			return nil, storeError(err, k.GroupResource(), name)
 		}
 		enc.Revision = rev
+		if mode == rawDecoded {
+			out, err := s.decodeShared(k, enc)
+			forget()
+			return out, err
+		}
 		return s.decodeOwned(k, enc)
 	}
 }
