@@ -135,6 +135,7 @@ func (s *Scheduler) drain() {
 // Run starts the informers, waits for them to sync and schedules until
 // ctx is done.
 func (s *Scheduler) Run(ctx context.Context) error {
+	begin := time.Now()
 	factory := informers.NewSharedInformerFactory(s.cs, 0)
 	stripManagedFields := func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
@@ -201,7 +202,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return fmt.Errorf("sync %v informer: not synced", typ)
 		}
 	}
-	s.log.Info("scheduler started", "name", s.name, "parallelism", s.cfg.Parallelism)
+	s.log.Info("scheduler started", "name", s.name, "parallelism", s.cfg.Parallelism,
+		"synced", time.Since(begin).Round(time.Millisecond))
 
 	var wg sync.WaitGroup
 	for range s.cfg.Parallelism {
