@@ -39,7 +39,8 @@ var requiredFeatures = []feature{
 	{"BPF_MAP_TYPE_LRU_HASH maps", "4.10", func() error { return features.HaveMapType(ebpf.LRUHash) }},
 	{"BPF_MAP_TYPE_PERCPU_ARRAY maps", "4.6", func() error { return features.HaveMapType(ebpf.PerCPUArray) }},
 	{"BPF_MAP_TYPE_SK_STORAGE maps", "5.2", func() error { return features.HaveMapType(ebpf.SkStorage) }},
-	{"mmapable array maps (frontend table written in place, page-aligned tables)", "5.5", func() error { return features.HaveMapFlag(features.BPF_F_MMAPABLE) }},
+	{"mmapable array maps (page-aligned tables)", "5.5", func() error { return features.HaveMapFlag(features.BPF_F_MMAPABLE) }},
+	{"BPF_PROG_TYPE_XDP programs, run with BPF_PROG_TEST_RUN (the frontend fast table's writer)", "4.12", func() error { return features.HaveProgramType(ebpf.XDP) }},
 	{"BPF atomic compare-and-exchange (lock-free socket table)", "5.12", haveCmpXchg},
 	{"cgroup sock_release programs (frees per-socket reverse translations)", "5.9", haveSockRelease},
 	{"bpf_get_socket_cookie in sock programs (sock_release)", "5.10", func() error {

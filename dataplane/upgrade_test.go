@@ -320,8 +320,8 @@ func TestUpgradeFromABI2(t *testing.T) {
 	t.Logf("%d connections across the upgrade from ABI 2, 0 failed", ok)
 }
 
-// abi3Object is the BPF object of the build whose fast frontend table was
-// one mmapable array, lb_fe_fast (ABI 3).
+// abi3Object is the BPF object of the build whose fast frontend table gave
+// a key one line and was written through a shared mapping (ABI 3).
 const abi3Object = "testdata/lb_abi3_bpfel.o"
 
 // installABI3 sets up what an agent of the ABI 3 build leaves behind: its
