@@ -241,7 +241,7 @@ var strongOrder = func() uint8 {
 // sockets try first: small enough to stay in a CPU's caches while
 // short-lived connections keep reusing it, since the work of a TCP connect
 // and close between two uses of an entry evicts a larger one (4,096 entries
-// cost 30-40 ns more per connect), and large enough that a few hundred
+// cost 20-40 ns more per connect), and large enough that a few hundred
 // long-lived sockets leave most of it free.
 const sockHotBits = 8
 
