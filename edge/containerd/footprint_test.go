@@ -74,37 +74,9 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	cfg.QPS, cfg.Burst = 1000, 1000
 	client := kubernetes.NewForConfigOrDie(cfg)
 
-	// A short path: containerd's socket path must fit in sun_path.
-	dir, err := os.MkdirTemp("", "tf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "images"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(testImages(t), filepath.Join(dir, "images", "test.tar")); err != nil {
-		t.Fatal(err)
-	}
-	cgroup := filepath.Join(cgroup2Root(t), fmt.Sprintf("tether-footprint-%d", os.Getpid()))
-	if err := os.Mkdir(cgroup, 0o755); err != nil {
-		t.Fatalf("test cgroup: %v", err)
-	}
-	pins := fmt.Sprintf("/sys/fs/bpf/tether-footprint-%d", os.Getpid())
 	const bridge = "ttfoot"
-	t.Cleanup(func() {
-		// The pods outlive the agent by design: adopt them with a runtime
-		// of the test's own and remove them, then containerd.
-		daemon := 0
-		if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
-			daemon, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		env := &testEnv{dir: dir, bridge: bridge, src: newFakeSources(), daemon: daemon}
-		env.rt = env.start(t)
-		env.cleanup(t) // stops the daemon too, then removes dir
-		_ = os.RemoveAll(dir)
-		_ = os.RemoveAll(pins) // unpinning the links detaches the programs
-		_ = os.Remove(cgroup)
-	})
+	host := newAgentHost(t, "footprint", bridge)
+	dir, cgroup, pins := host.dir, host.cgroup, host.pins
 
 	// The agent runs from a copy of the executable, as on a node where no
 	// hub runs: the kernel does not release pages another process (the
@@ -618,4 +590,51 @@ func copyFile(src, dst string) error {
 		return fmt.Errorf("sync %s: %w", dst, err)
 	}
 	return out.Close()
+}
+
+// agentHost is what a test needs to run `tether edge` with the containerd
+// runtime and the dataplane on this machine: a data directory with the
+// test images to import, a cgroup of the test's own for the dataplane,
+// and a pin directory.
+type agentHost struct{ dir, cgroup, pins string }
+
+// newAgentHost makes them, and removes them when the test ends, with the
+// pods the agent left running (they outlive the agent by design: a
+// runtime of the test's own adopts and removes them, then containerd).
+func newAgentHost(t *testing.T, tag, bridge string) *agentHost {
+	t.Helper()
+	// A short path: containerd's socket path must fit in sun_path.
+	dir, err := os.MkdirTemp("", "t"+tag[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(testImages(t), filepath.Join(dir, "images", "test.tar")); err != nil {
+		t.Fatal(err)
+	}
+	h := &agentHost{
+		dir:    dir,
+		cgroup: filepath.Join(cgroup2Root(t), fmt.Sprintf("tether-%s-%d", tag, os.Getpid())),
+		pins:   fmt.Sprintf("/sys/fs/bpf/tether-%s-%d", tag, os.Getpid()),
+	}
+	if err := os.Mkdir(h.cgroup, 0o755); err != nil {
+		t.Fatalf("test cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(dir); err == nil {
+			daemon := 0
+			if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
+				daemon, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			}
+			env := &testEnv{dir: dir, bridge: bridge, src: newFakeSources(), daemon: daemon}
+			env.rt = env.start(t)
+			env.cleanup(t) // stops the daemon too, then removes dir
+		}
+		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(h.pins) // unpinning the links detaches the programs
+		_ = os.Remove(h.cgroup)
+	})
+	return h
 }

@@ -46,37 +46,11 @@ func TestEdgeReset(t *testing.T) {
 	}
 	client := kubernetes.NewForConfigOrDie(rc)
 
-	dir, err := os.MkdirTemp("", "tr") // short: containerd's socket path must fit in sun_path
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "images"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(testImages(t), filepath.Join(dir, "images", "test.tar")); err != nil {
-		t.Fatal(err)
-	}
-	cgroup := filepath.Join(cgroup2Root(t), fmt.Sprintf("tether-reset-%d", os.Getpid()))
-	if err := os.Mkdir(cgroup, 0o755); err != nil {
-		t.Fatalf("test cgroup: %v", err)
-	}
-	pins := fmt.Sprintf("/sys/fs/bpf/tether-reset-%d", os.Getpid())
 	const bridge, dnsIf = "ttreset", "ttresetdns"
+	host := newAgentHost(t, "reset", bridge)
+	dir, cgroup, pins := host.dir, host.cgroup, host.pins
 	dnsAddr := fmt.Sprintf("169.254.%d.%d", 100+os.Getpid()%100, 2+os.Getpid()%250)
 	t.Cleanup(func() {
-		// What a failed reset left behind.
-		daemon := 0
-		if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
-			daemon, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if _, err := os.Stat(dir); err == nil {
-			env := &testEnv{dir: dir, bridge: bridge, src: newFakeSources(), daemon: daemon}
-			env.rt = env.start(t)
-			env.cleanup(t)
-		}
-		_ = os.RemoveAll(dir)
-		_ = os.RemoveAll(pins)
-		_ = os.Remove(cgroup)
 		if l, err := netlink.LinkByName(dnsIf); err == nil {
 			_ = netlink.LinkDel(l)
 		}
