@@ -233,7 +233,9 @@ func (c *streamConn) flush(p []byte) error {
 	}
 	pre := c.pending
 	c.pending = nil
-	c.lazy.Store(false)
+	// Writers that find lazy unset write straight to the stream: only
+	// once the preamble is out, or their bytes could go before it.
+	defer c.lazy.Store(false)
 	return mapErr(c.raw.writeWithPreamble(pre, p))
 }
 
