@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os/exec"
@@ -118,9 +119,17 @@ func (e *env) apply(t *testing.T, manifest string) {
 	}
 }
 
+// createJob creates j in ns with kubectl apply, as a user would.
 func (e *env) createJob(t *testing.T, ns string, j *batchv1.Job) *batchv1.Job {
 	t.Helper()
-	got, err := e.kube.BatchV1().Jobs(ns).Create(context.Background(), j, metav1.CreateOptions{})
+	j = j.DeepCopy()
+	j.Namespace, j.APIVersion, j.Kind = ns, "batch/v1", "Job"
+	manifest, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.apply(t, string(manifest))
+	got, err := e.kube.BatchV1().Jobs(ns).Get(context.Background(), j.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

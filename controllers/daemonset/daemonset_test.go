@@ -69,7 +69,8 @@ func TestDaemonSet(t *testing.T) {
 	tainted := nodes.Items[0].Name
 	e.Kubectl(t, "taint", "nodes", tainted, "dedicated=infra:NoSchedule")
 
-	ds := must(e.Client.AppsV1().DaemonSets("kube-system").Create(ctx, agent(), metav1.CreateOptions{}))
+	e.ApplyObject(t, agent())
+	ds := must(e.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "agent", metav1.GetOptions{}))
 	e.Kubectl(t, "-n", "kube-system", "rollout", "status", "daemonset/agent", "--timeout=60s")
 	got := podsOnNodes(t, e)
 	if len(got) != 2 || got[tainted] != "" {

@@ -322,7 +322,8 @@ func TestDeploymentProportionalScaling(t *testing.T) {
 	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{
 		MaxSurge: ptr.To(intstr.FromInt32(3)), MaxUnavailable: ptr.To(intstr.FromInt32(2)),
 	}
-	d = must(api.Create(ctx, d, metav1.CreateOptions{}))
+	e.ApplyObject(t, d)
+	d = must(api.Get(ctx, "web", metav1.GetOptions{}))
 	e.Kubectl(t, "rollout", "status", "deployment/web", "--timeout=60s")
 	e.Kubectl(t, "patch", "deployment/web", "-p", `{"spec":{"template":{"metadata":{"annotations":{"`+sim.NotReady+`":"true"}},"spec":{"containers":[{"name":"nginx","image":"nginx:bad"}]}}}}`)
 	sizes := func() map[string]int32 {
@@ -346,11 +347,10 @@ func TestDeploymentProportionalScaling(t *testing.T) {
 // TestDeploymentRecreate checks that old and new pods never overlap.
 func TestDeploymentRecreate(t *testing.T) {
 	e := start(t, 2)
-	ctx := context.Background()
 	b := watchBounds(t, e, "rec")
 	d := nginx("rec", 3)
 	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
-	must(e.Client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}))
+	e.ApplyObject(t, d)
 	e.Kubectl(t, "rollout", "status", "deployment/rec", "--timeout=60s")
 	b.arm()
 	e.Kubectl(t, "set", "image", "deployment/rec", "nginx=nginx:1.16.1")

@@ -193,7 +193,7 @@ func TestStatefulSet(t *testing.T) {
 	api := e.Client.AppsV1().StatefulSets("default")
 	r := record(t, e)
 
-	must(api.Create(ctx, web(3), metav1.CreateOptions{}))
+	e.ApplyObject(t, web(3))
 	e.Kubectl(t, "rollout", "status", "statefulset/web", "--timeout=60s")
 	created, _, readyAt := r.snapshot()
 	if want := []string{"web-0", "web-1", "web-2"}; !slices.Equal(created, want) {
@@ -324,7 +324,7 @@ func TestStatefulSetParallelAndRetention(t *testing.T) {
 		WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 		WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
 	}
-	must(e.Client.AppsV1().StatefulSets("default").Create(ctx, s, metav1.CreateOptions{}))
+	e.ApplyObject(t, s)
 	e.Kubectl(t, "rollout", "status", "statefulset/web", "--timeout=60s")
 	e.Kubectl(t, "scale", "statefulset/web", "--replicas=1")
 	kittest.WaitFor(t, "claims of scaled-away pods deleted", 60*time.Second, func() (bool, error) {

@@ -7,6 +7,7 @@ package kittest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,8 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -258,6 +261,23 @@ func (e *Env) Apply(t testing.TB, manifest string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// ApplyObject applies obj with `kubectl apply`, as its JSON manifest: a
+// test builds the object in Go and creates it as a user would.
+func (e *Env) ApplyObject(t testing.TB, obj runtime.Object) string {
+	t.Helper()
+	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj = obj.DeepCopyObject()
+	obj.GetObjectKind().SetGroupVersionKind(gvks[0])
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Apply(t, string(b))
 }
 
 // WaitFor polls cond every 100ms until it holds or timeout passes.
