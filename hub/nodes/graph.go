@@ -133,7 +133,10 @@ func (g *graph) sync(ctx context.Context, st storage.API) error {
 	}
 	list := obj.(*corev1.PodList)
 	g.reset(list.Items)
-	w, err := st.Watch(ctx, podsKind, "", storage.WatchOptions{ResourceVersion: list.ResourceVersion})
+	// The graph reads a pod's node and references and keeps neither the
+	// pod nor anything of it that it could change: it shares the decoded
+	// changes with the other watches.
+	w, err := st.Watch(ctx, podsKind, "", storage.WatchOptions{ResourceVersion: list.ResourceVersion, Shared: true})
 	if err != nil {
 		return fmt.Errorf("watch pods: %w", err)
 	}
