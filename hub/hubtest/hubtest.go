@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -136,7 +137,37 @@ func syncFile(path string) error {
 	return nil
 }
 
+// freeAddr returns a loopback address whose port is free for TCP and UDP.
+// The port is below the kernel's ephemeral range: a hub restarted on it
+// must find it free, and the sockets its edges open to reconnect (each
+// retry from a new one) take their local ports from that range.
 func freeAddr(t testing.TB) string {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const min = 10000
+	for range 200 {
+		if low <= min+100 {
+			break
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", min+rand.IntN(low-min))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return addr
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
