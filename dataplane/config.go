@@ -76,8 +76,12 @@ type Observer interface {
 	DeleteEndpointSlice(namespace, name string)
 }
 
+// DefaultBPFFSPath is where the dataplane pins its maps and links when
+// Config.BPFFSPath is empty.
+const DefaultBPFFSPath = "/sys/fs/bpf/tether"
+
 const (
-	defaultBPFFSPath = "/sys/fs/bpf/tether"
+	defaultBPFFSPath = DefaultBPFFSPath
 	defaultSNATMin   = 61000
 	defaultSNATMax   = 65535
 )

@@ -81,7 +81,7 @@ func Reset(ctx context.Context, cfg ResetConfig) error {
 // whatever is left under the pin directory: unpinned, a link detaches.
 func resetDataplane(cgroup, bpffs string, log *slog.Logger) error {
 	if bpffs == "" {
-		bpffs = "/sys/fs/bpf/tether"
+		bpffs = dataplane.DefaultBPFFSPath
 	}
 	if _, err := os.Stat(bpffs); errors.Is(err, os.ErrNotExist) {
 		return nil

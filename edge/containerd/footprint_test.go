@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tether-edge/tether/hub/hubtest"
@@ -60,15 +61,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	if *footprintFull {
 		seq, burst, many = 20, 30, 50
 	}
-	h := hubtest.Start(t, "--cluster-cidr", "10.78.0.0/16")
-	tok, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("token create: %v\n%s", err, h.Logs())
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, tok, cfg := startJoinableHub(t, "--cluster-cidr", "10.78.0.0/16")
 	// Pods created at once go out at once: no client-side rate limit
 	// (client-go's default, 5 per second, would count in their start-up).
 	cfg.QPS, cfg.Burst = 1000, 1000
@@ -86,7 +79,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var agentLog syncBuffer
-	agent := exec.Command(bin, "edge", "--hub", "https://"+h.Addr, "--token", strings.TrimSpace(string(tok)),
+	agent := exec.Command(bin, "edge", "--hub", "https://"+h.Addr, "--token", tok,
 		"--data-dir", dir, "--name", "foot-0", "--runtime", "containerd", "--node-ip", "127.0.0.1",
 		"--containerd-address", filepath.Join(dir, "containerd", "containerd.sock"),
 		"--dataplane", "ebpf", "--dataplane-cgroup", cgroup, "--bpf-pin-dir", pins, "--uplinks", "none",
@@ -637,4 +630,20 @@ func newAgentHost(t *testing.T, tag, bridge string) *agentHost {
 		_ = os.Remove(h.cgroup)
 	})
 	return h
+}
+
+// startJoinableHub starts a hub process with args and returns it, a join
+// token for an agent process, and the admin's client configuration.
+func startJoinableHub(t *testing.T, args ...string) (*hubtest.Hub, string, *rest.Config) {
+	t.Helper()
+	h := hubtest.Start(t, args...)
+	tok, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("token create: %v\n%s", err, h.Logs())
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, strings.TrimSpace(string(tok)), cfg
 }

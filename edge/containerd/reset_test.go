@@ -19,9 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tether-edge/tether/hub/hubtest"
 	"github.com/tether-edge/tether/testbench/images"
 )
 
@@ -35,15 +33,7 @@ func TestEdgeReset(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run containers and attach eBPF programs")
 	}
-	h := hubtest.Start(t)
-	tok, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("token create: %v\n%s", err, h.Logs())
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, tok, rc := startJoinableHub(t)
 	client := kubernetes.NewForConfigOrDie(rc)
 
 	const bridge, dnsIf = "ttreset", "ttresetdns"
@@ -59,7 +49,7 @@ func TestEdgeReset(t *testing.T) {
 	agentArgs := []string{"--data-dir", dir, "--containerd-address", filepath.Join(dir, "containerd", "containerd.sock"),
 		"--dataplane-cgroup", cgroup, "--bpf-pin-dir", pins, "--dns-interface", dnsIf, "--pod-bridge", bridge}
 	var agentLog syncBuffer
-	agent := exec.Command(h.Bin, append([]string{"edge", "--hub", "https://" + h.Addr, "--token", strings.TrimSpace(string(tok)),
+	agent := exec.Command(h.Bin, append([]string{"edge", "--hub", "https://" + h.Addr, "--token", tok,
 		"--name", "reset-0", "--runtime", "containerd", "--node-ip", "127.0.0.1", "--dataplane", "ebpf", "--uplinks", "none",
 		"--dns-addr", dnsAddr}, agentArgs...)...)
 	agent.Stdout, agent.Stderr = &agentLog, &agentLog
