@@ -25,8 +25,9 @@
 // The connect path touches few cache lines and allocates nothing. The
 // frontend is looked up in lb_fe_fast, an array of lines indexed by a hash
 // of address, port and protocol (a key may take any of three lines), whose
-// 128-byte entries also hold the backends of Services with up to ten IPv4
-// backends; larger sets are one array access into lb_slots away. The
+// 64-byte entries, one cache line each, also hold the backends of Services
+// with up to ten IPv4 backends on one port and one /16; other sets are one
+// array access into lb_slots away. The
 // reverse translation goes to the socket's entry in lb_sk_rev, a
 // preallocated table indexed by socket cookie that a sock_release program
 // empties; a socket whose entry a live older socket holds uses socket-local

@@ -215,14 +215,14 @@ func (t *fastTable) flush(fes map[feKey]*feState, b *batch) {
 		if l := t.lines[i]; l != nil {
 			if l.used {
 				if st := fes[l.resident]; st != nil {
-					v.State = fastUsed
 					v.Key = toFeKey(l.resident)
 					v.Val = st.val
+					v.Val.State = fastUsed
 					inlineBackends(st, &v)
 				}
 			}
 			if len(l.passed) > 0 {
-				v.State |= fastSpill
+				v.Val.State |= fastSpill
 			}
 		}
 		b.fastKeys = append(b.fastKeys, i)
@@ -232,20 +232,29 @@ func (t *fastTable) flush(fes map[feKey]*feState, b *batch) {
 }
 
 // inlineBackends copies the backends of st into its fast entry v when they
-// fit: at most fastInline, all IPv4, no session affinity (which needs the
-// backend ids of lb_slots).
+// fit: at most fastInline, all IPv4 on one port with the same first two
+// address bytes, no session affinity (which needs the backend ids of
+// lb_slots).
 func inlineBackends(st *feState, v *lbFeFast) {
 	n := len(st.bes)
 	if n == 0 || n > fastInline || st.broken || int(st.val.Count) != n || st.val.Flags&feAffinity != 0 {
 		return
 	}
+	first := st.bes[0].key
+	hi := first.IP.As16()
 	for _, e := range st.bes {
-		if !e.key.IP.Is4In6() {
+		b := e.key.IP.As16()
+		if !e.key.IP.Is4In6() || e.key.Port != first.Port || b[12] != hi[12] || b[13] != hi[13] {
 			return
 		}
 	}
+	// The halves hold network-order bytes; the map stores them verbatim,
+	// so read them in host (little-endian) order, as toLbAddr does.
+	v.BeHi = binary.LittleEndian.Uint16(hi[12:])
+	v.BePort = htons(first.Port)
 	for i, e := range st.bes {
-		v.Be[i] = lbBe4{Ip: toLbAddr(e.key.IP).W[3], Port: htons(e.key.Port)}
+		b := e.key.IP.As16()
+		v.BeLo[i] = binary.LittleEndian.Uint16(b[14:])
 	}
 	v.Val.Flags |= feInline
 }

@@ -75,13 +75,13 @@ func TestFastTableChoices(t *testing.T) {
 		t.Helper()
 		e := written[lines[n]]
 		if key == nil {
-			if e.State&fastUsed != 0 {
+			if e.Val.State&fastUsed != 0 {
 				t.Fatalf("choice %d holds %v, want no key", n, fromFeKey(e.Key))
 			}
-		} else if e.State&fastUsed == 0 || fromFeKey(e.Key) != *key || e.Val.Id != fes[*key].id {
+		} else if e.Val.State&fastUsed == 0 || fromFeKey(e.Key) != *key || e.Val.Id != fes[*key].id {
 			t.Fatalf("choice %d: %+v, want key %v", n, e, *key)
 		}
-		if got := e.State&fastSpill != 0; got != spill {
+		if got := e.Val.State&fastSpill != 0; got != spill {
 			t.Fatalf("choice %d: spill %v, want %v", n, got, spill)
 		}
 	}
@@ -94,7 +94,7 @@ func TestFastTableChoices(t *testing.T) {
 	expect(0, &keys[0], true)
 	expect(1, &keys[1], true)
 	expect(2, &keys[2], true)
-	if written[lines[0]].Val.Flags&feInline == 0 || written[lines[0]].Be[0].Port != htons(8080) {
+	if written[lines[0]].Val.Flags&feInline == 0 || written[lines[0]].BePort != htons(8080) {
 		t.Fatalf("backends not inline: %+v", written[lines[0]])
 	}
 	if r, s := tab.stats(); r != fastChoices || s != 1 {
@@ -145,17 +145,30 @@ func TestFastInline(t *testing.T) {
 		st   feState
 		want bool
 	}{
-		{"ipv4", feState{val: lbFeVal{Count: 2}, bes: []beEntry{be("10.1.0.1"), be("10.1.0.2")}}, true},
+		{"ipv4", feState{val: lbFeVal{Count: 3}, bes: []beEntry{be("10.1.0.1"), be("10.1.0.2"), be("10.1.200.3")}}, true},
 		{"none", feState{val: lbFeVal{Count: 0}}, false},
 		{"affinity", feState{val: lbFeVal{Count: 1, Flags: feAffinity}, bes: []beEntry{be("10.1.0.1")}}, false},
 		{"ipv6", feState{val: lbFeVal{Count: 1}, bes: []beEntry{be("fd00::1")}}, false},
 		{"too many", feState{val: lbFeVal{Count: fastInline + 1}, bes: make([]beEntry, fastInline+1)}, false},
+		{"two /16s", feState{val: lbFeVal{Count: 2}, bes: []beEntry{be("10.1.0.1"), be("10.2.0.1")}}, false},
+		{"two ports", feState{val: lbFeVal{Count: 2}, bes: []beEntry{be("10.1.0.1"),
+			{key: beKey{IP: as16(netip.MustParseAddr("10.1.0.2")), Port: 8081}, id: 7}}}, false},
 	} {
 		var v lbFeFast
 		v.Val = c.st.val
 		inlineBackends(&c.st, &v)
 		if got := v.Val.Flags&feInline != 0; got != c.want {
 			t.Errorf("%s: inline %v, want %v", c.name, got, c.want)
+		}
+		if !c.want {
+			continue
+		}
+		// What fast_be_ip reads back: the halves in map byte order.
+		for i, e := range c.st.bes {
+			w := uint32(v.BeHi) | uint32(v.BeLo[i])<<16
+			if want := toLbAddr(e.key.IP).W[3]; w != want || v.BePort != htons(e.key.Port) {
+				t.Errorf("%s: backend %d reads as %#x:%d, want %#x:%d", c.name, i, w, v.BePort, want, htons(e.key.Port))
+			}
 		}
 	}
 }

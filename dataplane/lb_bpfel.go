@@ -35,13 +35,6 @@ type lbBackend struct {
 	Pad   uint8
 }
 
-type lbBe4 struct {
-	_    structs.HostLayout
-	Ip   uint32
-	Port uint16
-	Pad  uint16
-}
-
 type lbCt4Key struct {
 	_     structs.HostLayout
 	Src   uint32
@@ -64,14 +57,13 @@ type lbCt4Val struct {
 }
 
 type lbFeFast struct {
-	_     structs.HostLayout
-	Seq   uint32
-	State uint8
-	Pad   [3]uint8
-	Key   lbFeKey
-	Val   lbFeVal
-	Pad2  uint32
-	Be    [10]lbBe4
+	_      structs.HostLayout
+	Seq    uint32
+	BeHi   uint16
+	BePort uint16
+	Key    lbFeKey
+	Val    lbFeVal
+	BeLo   [10]uint16
 }
 
 type lbFeKey struct {
@@ -88,7 +80,7 @@ type lbFeVal struct {
 	Base            uint32
 	Count           uint16
 	Flags           uint8
-	Pad             uint8
+	State           uint8
 	AffinityTimeout uint32
 }
 

@@ -320,18 +320,33 @@ func TestUpgradeFromABI2(t *testing.T) {
 	t.Logf("%d connections across the upgrade from ABI 2, 0 failed", ok)
 }
 
-// abi3Object is the BPF object of the build whose fast frontend table gave
-// a key one line and was written through a shared mapping (ABI 3).
-const abi3Object = "testdata/lb_abi3_bpfel.o"
+// Objects of the builds whose fast frontend table had 128-byte lines: ABI 3
+// gave a key one line and wrote the table through a shared mapping, ABI 4
+// gave it three lines and a writer program.
+const (
+	abi3Object = "testdata/lb_abi3_bpfel.o"
+	abi4Object = "testdata/lb_abi4_bpfel.o"
+)
 
-// installABI3 sets up what an agent of the ABI 3 build leaves behind: its
-// maps pinned under l.pins (sized as that build sized them from l.cfg), its
-// socket programs attached to l.cgroup through pinned links, and one
-// Service vip:port → backends:bport in lb_frontends, lb_slots and its line
-// of lb_fe_fast.
-func installABI3(t *testing.T, l *sockLab, vip string, port uint16, backends []string, bport uint16) {
+// wideFeFast is a line of lb_fe_fast as ABI 3 and 4 laid it out.
+type wideFeFast struct {
+	Seq   uint32
+	State uint8
+	Pad   [3]uint8
+	Key   lbFeKey
+	Val   lbFeVal
+	Pad2  uint32
+	Be    [10][8]byte
+}
+
+// installWideFast sets up what an agent of the ABI 3 or 4 build (object)
+// leaves behind: its maps pinned under l.pins (sized as that build sized
+// them from l.cfg), its socket programs attached to l.cgroup through pinned
+// links, and one Service vip:port → backends:bport in lb_frontends, lb_slots
+// and its line of lb_fe_fast.
+func installWideFast(t *testing.T, l *sockLab, object, vip string, port uint16, backends []string, bport uint16) {
 	t.Helper()
-	spec, err := ebpf.LoadCollectionSpec(abi3Object)
+	spec, err := ebpf.LoadCollectionSpec(object)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +380,7 @@ func installABI3(t *testing.T, l *sockLab, vip string, port uint16, backends []s
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
 	if err != nil {
-		t.Fatalf("load the ABI 3 object: %v", err)
+		t.Fatalf("load %s: %v", object, err)
 	}
 	defer coll.Close()
 
@@ -382,17 +397,21 @@ func installABI3(t *testing.T, l *sockLab, vip string, port uint16, backends []s
 	if err := coll.Maps["lb_frontends"].Put(&k, &v); err != nil {
 		t.Fatal(err)
 	}
-	// The frontend's line, as that build wrote it through a shared
+	// The frontend's line, as the ABI 3 build wrote it through a shared
 	// mapping of the array (without inline backends: the programs then
-	// read lb_slots).
+	// read lb_slots). The ABI 4 build reads it the same way.
 	fast := coll.Maps["lb_fe_fast"]
-	mem, err := unix.Mmap(fast.FD(), 0, int(fast.MaxEntries())*fastLineSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	size := int(unsafe.Sizeof(wideFeFast{}))
+	if int(fast.ValueSize()) != size {
+		t.Fatalf("%s: fast lines of %d bytes, want %d", object, fast.ValueSize(), size)
+	}
+	mem, err := unix.Mmap(fast.FD(), 0, int(fast.MaxEntries())*size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := lbFeFast{State: fastUsed, Key: k, Val: v}
-	off := int(fastIndex(key, fastBits)) * fastLineSize
-	copy(mem[off:off+fastLineSize], unsafe.Slice((*byte)(unsafe.Pointer(&line)), fastLineSize))
+	line := wideFeFast{State: fastUsed, Key: k, Val: v}
+	off := int(fastIndex(key, fastBits)) * size
+	copy(mem[off:off+size], unsafe.Slice((*byte)(unsafe.Pointer(&line)), size))
 	unix.Munmap(mem)
 
 	for _, p := range []struct {
@@ -413,7 +432,7 @@ func installABI3(t *testing.T, l *sockLab, vip string, port uint16, backends []s
 	} {
 		lk, err := link.AttachCgroup(link.CgroupOptions{Path: l.cgroup, Attach: p.attach, Program: coll.Programs[p.prog]})
 		if err != nil {
-			t.Fatalf("attach ABI 3 %s: %v", p.name, err)
+			t.Fatalf("attach %s of %s: %v", p.name, object, err)
 		}
 		if err := lk.Pin(filepath.Join(linksDir, "cgroup_"+p.name)); err != nil {
 			t.Fatal(err)
@@ -423,17 +442,24 @@ func installABI3(t *testing.T, l *sockLab, vip string, port uint16, backends []s
 }
 
 // TestUpgradeFromABI3 upgrades a node that the ABI 3 build serves, whose
-// fast frontend table gave a key one line only and had no lb_fe_gen. The
-// new agent adopts every map as it is, rewrites the fast table in place
-// (the old programs read it meanwhile: a key not in its first line is still
-// found through FAST_SPILL and lb_frontends) and moves the links to its
-// programs before it returns from New. No connection fails on the way, and
+// fast frontend table had 128-byte lines, one per key, and no lb_fe_gen.
+func TestUpgradeFromABI3(t *testing.T) { testUpgradeFromWideFast(t, abi3Object, "ABI 3") }
+
+// TestUpgradeFromABI4 upgrades a node that the ABI 4 build serves, whose
+// fast frontend table had 128-byte lines, three per key.
+func TestUpgradeFromABI4(t *testing.T) { testUpgradeFromWideFast(t, abi4Object, "ABI 4") }
+
+// testUpgradeFromWideFast upgrades a node that a build with 128-byte fast
+// lines serves. The fast table's layout changed, so the new agent replaces
+// it with the maps it refers to; the old programs keep serving from the old
+// maps until the first Sync has filled the new ones, then the links move to
+// the new programs. lb_sk_rev is kept: no connection fails on the way, and
 // connections opened under the old programs (their reverse translations in
-// lb_sk_rev, which is kept) still show the ClusterIP as their peer.
-func TestUpgradeFromABI3(t *testing.T) {
+// lb_sk_rev) still show the ClusterIP as their peer.
+func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	l := newSockNet(t)
 	serveTCP(t, l.be, 8080)
-	installABI3(t, l, "10.214.100.1", 80, labBackends[:2], 8080)
+	installWideFast(t, l, object, "10.214.100.1", 80, labBackends[:2], 8080)
 	testnet.JoinCgroup(t, l.cgroup)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
 
@@ -447,7 +473,7 @@ func TestUpgradeFromABI3(t *testing.T) {
 	}
 	defer old.Close()
 	if p := peerOf(t, old); p != "10.214.100.1:80" {
-		t.Fatalf("getpeername under the ABI 3 programs = %s", p)
+		t.Fatalf("getpeername under the %s programs = %s", abi, p)
 	}
 
 	stop := make(chan struct{})
@@ -455,14 +481,25 @@ func TestUpgradeFromABI3(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	dp, err := New(l.cfg)
 	if err != nil {
-		t.Fatalf("New over ABI 3 pins: %v", err)
+		t.Fatalf("New over %s pins: %v", abi, err)
 	}
 	l.dp = dp
-	if dp.deferAttach {
-		t.Fatal("replaced maps on an upgrade that kept their layouts")
+	if !dp.deferAttach {
+		t.Fatal("replaced the fast table but attached the new programs before it was filled")
 	}
-	if n := dp.frontendCount(); n != 1 {
-		t.Fatalf("adopted %d frontends, want 1", n)
+	// Old programs, old maps: still load-balanced.
+	time.Sleep(100 * time.Millisecond)
+	countBackends(t, dialN(l.cli, "10.214.100.1:80", 5))
+
+	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
+	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
+	dp.UpsertService(web)
+	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
+	if err := dp.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if dp.deferAttach {
+		t.Fatal("programs not attached after the first Sync")
 	}
 	for i, p := range cgroupProgs(dp.objs) {
 		li, err := dp.cgLinks[i].Info()
@@ -477,7 +514,19 @@ func TestUpgradeFromABI3(t *testing.T) {
 			t.Fatalf("%s link runs program %d, not the new %d", p.name, li.Program, id)
 		}
 	}
+	fast, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_fe_fast"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fast.ValueSize() != uint32(fastLineSize) {
+		t.Errorf("pinned lb_fe_fast has %d-byte lines after the upgrade, want %d", fast.ValueSize(), fastLineSize)
+	}
+	fast.Close()
 	time.Sleep(100 * time.Millisecond)
+	before, err := dp.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
 	rs := dialN(l.cli, "10.214.100.1:80", 20)
 	countBackends(t, rs)
 	for _, r := range rs {
@@ -485,16 +534,15 @@ func TestUpgradeFromABI3(t *testing.T) {
 			t.Fatalf("getpeername = %s after the upgrade", r.peer)
 		}
 	}
-	if p := peerOf(t, old); p != "10.214.100.1:80" {
-		t.Fatalf("getpeername of a connection opened under the ABI 3 programs = %s after the upgrade", p)
-	}
-
-	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
-	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
-	dp.UpsertService(web)
-	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
-	if err := dp.Sync(context.Background()); err != nil {
+	after, err := dp.Stats()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if after.SocketTranslations-before.SocketTranslations < 20 || after.SocketRevLocal != before.SocketRevLocal {
+		t.Fatalf("new programs not serving from lb_sk_rev: %+v → %+v", before, after)
+	}
+	if p := peerOf(t, old); p != "10.214.100.1:80" {
+		t.Fatalf("getpeername of a connection opened under the %s programs = %s after the upgrade", abi, p)
 	}
 	// A change now goes through the new writer.
 	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[2], "node-a")))
@@ -507,5 +555,5 @@ func TestUpgradeFromABI3(t *testing.T) {
 	if fail != 0 {
 		t.Fatalf("%d of %d connections failed across the upgrade; last: %v", fail, ok+fail, lastErr)
 	}
-	t.Logf("%d connections across the upgrade from ABI 3, 0 failed", ok)
+	t.Logf("%d connections across the upgrade from %s, 0 failed", ok, abi)
 }

@@ -79,7 +79,7 @@ struct {
 } lb_frontends SEC(".maps");
 
 /* The fast frontend table (see lb.h). Mmapable for page-aligned lines:
- * each starts a pair of cache lines. */
+ * each is one cache line. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
@@ -266,6 +266,16 @@ enum {
 	PROBE_TORN,	/* rewritten while read, or no line: ask lb_frontends */
 };
 
+/* Inline backend i of fast line f: its address from the two halves. */
+static __always_inline __u32 fast_be_ip(const struct fe_fast *f, __u32 i)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return (__u32)f->be_hi | (__u32)f->be_lo[i] << 16;
+#else
+	return (__u32)f->be_hi << 16 | (__u32)f->be_lo[i];
+#endif
+}
+
 /* Reads fast line f for key. On a hit the value goes to *out and, when the
  * line holds the frontend's backends, the one that hash picks to *be with
  * *inl set. */
@@ -280,7 +290,7 @@ static __always_inline int fast_probe(struct fe_fast *f, const struct fe_key *ke
 	if (!f)
 		return PROBE_TORN;
 	seq = seq_read(&f->seq);
-	state = f->state;
+	state = f->val.state;
 	hit = (state & FAST_USED) && key_eq(&f->key, key);
 	if (hit) {
 		*out = f->val;
@@ -288,8 +298,8 @@ static __always_inline int fast_probe(struct fe_fast *f, const struct fe_key *ke
 			/* hash scaled to [0, count) */
 			i = (__u32)(((__u64)hash * out->count) >> 32);
 			if (i < FAST_INLINE) {
-				ip = f->be[i].ip;
-				port = f->be[i].port;
+				ip = fast_be_ip(f, i);
+				port = f->be_port;
 				in = 1;
 			}
 		}
@@ -750,11 +760,11 @@ int sock_release(struct bpf_sock *ctx)
  * stays odd until this one completes. */
 static __always_inline void fast_put(struct fe_fast *f, const struct fe_fast *v)
 {
-	const __u64 *src = (const __u64 *)v, *dst = (const __u64 *)f;
-	__u64 diff = (f->seq & 1) | (*(const __u32 *)&f->state ^ *(const __u32 *)&v->state);
-	__u32 seq, i;
+	const __u32 *src = (const __u32 *)v;
+	__u32 *dst = (__u32 *)f;
+	__u32 diff = f->seq & 1, seq, i;
 
-	for (i = 1; i < sizeof(*f) / 8; i++)
+	for (i = 1; i < sizeof(*f) / 4; i++)
 		diff |= dst[i] ^ src[i];
 	if (!diff)
 		return;
@@ -762,7 +772,8 @@ static __always_inline void fast_put(struct fe_fast *f, const struct fe_fast *v)
 	/* An exchange is a full fence: the count is odd before any byte of
 	 * the line changes. */
 	__sync_lock_test_and_set(&f->seq, seq);
-	__builtin_memcpy(&f->state, &v->state, sizeof(*f) - offsetof(struct fe_fast, state));
+	for (i = 1; i < sizeof(*f) / 4; i++)
+		dst[i] = src[i];
 	if (strong_order) {
 		barrier();
 		*(volatile __u32 *)&f->seq = seq + 1;

@@ -12,7 +12,7 @@
 
 #include <linux/types.h>
 
-#define LB_ABI 4
+#define LB_ABI 5
 
 /* Scope of a frontend. Socket-level hooks see what a local socket asked for
  * (ClusterIP, externalIPs, load-balancer IPs reached from inside the node);
@@ -56,7 +56,7 @@ struct fe_val {
 	__u32 base;		/* first slot in lb_slots */
 	__u16 count;		/* number of usable slots; 0 means refuse */
 	__u8 flags;		/* FE_* */
-	__u8 pad;
+	__u8 state;		/* lb_fe_fast copies: FAST_* of the line; 0 elsewhere */
 	__u32 affinity_timeout;	/* seconds, when FE_AFFINITY is set */
 };
 
@@ -99,14 +99,16 @@ struct aff_val {
 };
 
 /*
- * The frontend table the socket hooks read first: 128-byte lines, each
- * holding a key, a copy of its lb_frontends value and, for a frontend of up
- * to FAST_INLINE IPv4 backends without session affinity, the backends
- * themselves (FE_INLINE in val.flags): such a connect then reads nothing
- * else of the Service. A key may sit in any of FAST_CHOICES lines: its
- * first, fe_fast_index(), and the lines half and a quarter of the table
- * further on, which keep neighbouring ClusterIPs on neighbouring lines as
- * the first does. A key takes the first of them that is free; every line it
+ * The frontend table the socket hooks read first: 64-byte lines, one cache
+ * line each, holding a key, a copy of its lb_frontends value and, for a
+ * frontend of up to FAST_INLINE IPv4 backends without session affinity
+ * that share one port and the first two bytes of their addresses (the pod
+ * network of a site), the backends themselves (FE_INLINE in val.flags):
+ * such a connect then reads one cache line of the Service and nothing
+ * else. A key may sit in any of FAST_CHOICES lines: its first,
+ * fe_fast_index(), and the lines half and a quarter of the table further
+ * on, which keep neighbouring ClusterIPs on neighbouring lines as the
+ * first does. A key takes the first of them that is free; every line it
  * passes over gets FAST_SPILL, and a key for which all are taken is found
  * in lb_frontends only. lb_frontends stays the authoritative table (and the
  * only one of tc and post_bind). A line without FAST_SPILL whose key
@@ -129,20 +131,13 @@ struct aff_val {
 #define FAST_CHOICES 3
 #define FAST_INLINE 10
 
-struct be4 {
-	__u32 ip;		/* IPv4, network byte order */
-	__u16 port;		/* network byte order */
-	__u16 pad;
-};
-
 struct fe_fast {
 	__u32 seq;		/* odd while the writer rewrites the entry */
-	__u8 state;		/* FAST_* */
-	__u8 pad[3];
+	__u16 be_hi;		/* inline backends: the first two bytes of their IPv4 addresses */
+	__u16 be_port;		/* ... their port, network byte order */
 	struct fe_key key;
-	struct fe_val val;
-	__u32 pad2;
-	struct be4 be[FAST_INLINE];	/* val.count of them when FE_INLINE */
+	struct fe_val val;	/* val.state: FAST_* */
+	__u16 be_lo[FAST_INLINE];	/* ... the last two bytes of each, val.count of them */
 };
 
 /* One line for fast_write: its number and its new contents (whose seq is
