@@ -30,8 +30,9 @@
 // array access into lb_slots away. The
 // reverse translation goes to the socket's entry in lb_sk_rev, a
 // preallocated table indexed by socket cookie that a sock_release program
-// empties; a socket whose entry a live older socket holds uses socket-local
-// storage instead. Neither table has locks: the agent rewrites fast lines in
+// empties, reading only the closed socket's hot entry unless sockets of
+// that entry went to the whole table; a socket whose entries live older
+// sockets hold uses socket-local storage instead. Neither table has locks: the agent rewrites fast lines in
 // place under a sequence count that readers check (through fast_write, a
 // program it runs with BPF_PROG_TEST_RUN), and sockets claim lb_sk_rev
 // entries with a compare-and-exchange. The backend follows from the socket

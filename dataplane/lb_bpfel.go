@@ -90,11 +90,11 @@ type lbLbAddr struct {
 }
 
 type lbLbCfg struct {
-	_           structs.HostLayout
-	SnatIp4     uint32
-	SnatPortMin uint16
-	SnatPortMax uint16
-	Pad         uint32
+	_              structs.HostLayout
+	SnatIp4        uint32
+	SnatPortMin    uint16
+	SnatPortMax    uint16
+	SkRevUncounted uint32
 }
 
 type lbRct4Val struct {
@@ -108,13 +108,15 @@ type lbRct4Val struct {
 }
 
 type lbSkRev struct {
-	_      structs.HostLayout
-	Cookie uint64
-	FeIp   lbLbAddr
-	BeIp   lbLbAddr
-	FePort uint16
-	BePort uint16
-	Pad    [5]uint32
+	_       structs.HostLayout
+	Cookie  uint64
+	FeIp    lbLbAddr
+	BeIp    lbLbAddr
+	FePort  uint16
+	BePort  uint16
+	Flags   uint32
+	Spilled uint32
+	Pad     [3]uint32
 }
 
 type lbSkRnat struct {

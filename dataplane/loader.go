@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -244,6 +245,37 @@ var strongOrder = func() uint8 {
 // cost 20-40 ns more per connect), and large enough that a few hundred
 // long-lived sockets leave most of it free.
 const sockHotBits = 8
+
+// uncountedSockRev counts the entries of lb_sk_rev's whole table (beyond
+// the hot part) that a live socket holds without SK_REV_COUNTED, or is
+// claiming: sock_release finds those only while lb_cfg.sk_rev_uncounted
+// is set. It reads the table through a read-only mapping.
+func uncountedSockRev(m *ebpf.Map) (int, error) {
+	const (
+		size    = int(unsafe.Sizeof(lbSkRev{}))
+		flags   = int(unsafe.Offsetof(lbSkRev{}.Flags))
+		busy    = uint64(1) << 63 // SK_REV_BUSY
+		counted = 0x01            // SK_REV_COUNTED
+	)
+	n := int(m.MaxEntries())
+	mem, err := unix.Mmap(m.FD(), 0, n*size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return 0, fmt.Errorf("map lb_sk_rev: %w", err)
+	}
+	defer unix.Munmap(mem)
+	found := 0
+	for i := min(n, 1<<sockHotBits); i < n; i++ {
+		e := mem[i*size:]
+		c := atomic.LoadUint64((*uint64)(unsafe.Pointer(&e[0])))
+		if c == 0 {
+			continue
+		}
+		if c&busy != 0 || atomic.LoadUint32((*uint32)(unsafe.Pointer(&e[flags])))&counted == 0 {
+			found++
+		}
+	}
+	return found, nil
+}
 
 // pinnedSockTable returns the size of a pinned lb_sk_rev that this build
 // can use as it is but for its size.

@@ -127,8 +127,10 @@ func TestSocketLB(t *testing.T) {
 		wantLocal := uint64(1)
 		if hotIdx == fullIdx {
 			wantLocal = 2
-		} else if e := entry(fullIdx); e.Cookie != cb {
-			t.Fatalf("lb_sk_rev entry %d: %+v, want the second socket %d", fullIdx, e, cb)
+		} else if e := entry(fullIdx); e.Cookie != cb || e.Flags&1 == 0 {
+			t.Fatalf("lb_sk_rev entry %d: %+v, want the second socket %d, counted", fullIdx, e, cb)
+		} else if e := entry(hotIdx); e.Spilled != 1 {
+			t.Fatalf("hot entry %d counts %d claims of the whole table, want 1", hotIdx, e.Spilled)
 		}
 		for _, fd := range []int{a, b, c} {
 			sa, err := unix.Getpeername(fd)
@@ -151,8 +153,11 @@ func TestSocketLB(t *testing.T) {
 		if e := entry(hotIdx); e.Cookie != ca {
 			t.Fatalf("closing the other sockets freed the first one's entry: %+v", e)
 		}
-		if e := entry(fullIdx); hotIdx != fullIdx && e.Cookie != 0 {
+		if e := entry(fullIdx); hotIdx != fullIdx && (e.Cookie != 0 || e.Flags != 0) {
 			t.Fatalf("entry %d still held after its socket closed: %+v", fullIdx, e)
+		}
+		if e := entry(hotIdx); e.Spilled != 0 {
+			t.Fatalf("hot entry %d counts %d claims of the whole table after their sockets closed", hotIdx, e.Spilled)
 		}
 		unix.Close(a)
 		if e := entry(hotIdx); e.Cookie != 0 {

@@ -202,6 +202,24 @@ func installABI2(t *testing.T, l *sockLab, vip string, port uint16, backends []s
 	}
 }
 
+// cookieOf returns the socket cookie of a connection.
+func cookieOf(t *testing.T, c net.Conn) uint64 {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ck uint64
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { ck, cerr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE) }); err != nil {
+		t.Fatal(err)
+	}
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	return ck
+}
+
 // peerOf calls getpeername on a connection now (net.Conn remembers the
 // address it saw at connect time).
 func peerOf(t *testing.T, c net.Conn) string {
@@ -455,11 +473,28 @@ func TestUpgradeFromABI4(t *testing.T) { testUpgradeFromWideFast(t, abi4Object, 
 // maps until the first Sync has filled the new ones, then the links move to
 // the new programs. lb_sk_rev is kept: no connection fails on the way, and
 // connections opened under the old programs (their reverse translations in
-// lb_sk_rev) still show the ClusterIP as their peer.
+// lb_sk_rev) still show the ClusterIP as their peer. Every hot entry of
+// lb_sk_rev is held, so the old programs claim entries of the whole table,
+// which their build did not count: the new sock_release still frees them,
+// and the agent stops looking for them once they are gone.
 func testUpgradeFromWideFast(t *testing.T, object, abi string) {
+	defer func(first, every time.Duration) { uncountedFirst, uncountedEvery = first, every }(uncountedFirst, uncountedEvery)
+	uncountedFirst, uncountedEvery = 100*time.Millisecond, 100*time.Millisecond
 	l := newSockNet(t)
 	serveTCP(t, l.be, 8080)
 	installWideFast(t, l, object, "10.214.100.1", 80, labBackends[:2], 8080)
+	rev, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_sk_rev"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rev.Close()
+	hot := min(rev.MaxEntries(), 1<<sockHotBits)
+	for i := range hot {
+		// Cookies no socket has: the kernel counts up from 1.
+		if err := rev.Put(i, &lbSkRev{Cookie: 1<<62 + uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	testnet.JoinCgroup(t, l.cgroup)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
 
@@ -474,6 +509,11 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	defer old.Close()
 	if p := peerOf(t, old); p != "10.214.100.1:80" {
 		t.Fatalf("getpeername under the %s programs = %s", abi, p)
+	}
+	oldIdx := uint32(cookieOf(t, old)) & (rev.MaxEntries() - 1)
+	var e lbSkRev
+	if err := rev.Lookup(oldIdx, &e); err != nil || e.Cookie == 0 || e.Flags != 0 {
+		t.Fatalf("entry %d of the connection opened under the %s programs: %+v, %v; want held, uncounted", oldIdx, abi, e, err)
 	}
 
 	stop := make(chan struct{})
@@ -543,6 +583,32 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	}
 	if p := peerOf(t, old); p != "10.214.100.1:80" {
 		t.Fatalf("getpeername of a connection opened under the %s programs = %s after the upgrade", abi, p)
+	}
+	// The old connection's claim is not counted: the agent keeps
+	// sock_release looking at every entry of the whole table.
+	time.Sleep(300 * time.Millisecond)
+	var cfg lbLbCfg
+	if err := dp.objs.LbConfig.Lookup(uint32(0), &cfg); err != nil || cfg.SkRevUncounted == 0 {
+		t.Fatalf("lb_config %+v (%v) while a socket of the %s build holds an uncounted entry", cfg, err, abi)
+	}
+	old.Close()
+	time.Sleep(50 * time.Millisecond)
+	if err := rev.Lookup(oldIdx, &e); err != nil || e.Cookie != 0 {
+		t.Fatalf("entry %d still held after the connection of the %s build closed: %+v, %v", oldIdx, abi, e, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if err := dp.objs.LbConfig.Lookup(uint32(0), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.SkRevUncounted == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			n, err := uncountedSockRev(rev)
+			t.Fatalf("lb_config still asks sock_release for uncounted entries; %d found (%v)", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	// A change now goes through the new writer.
 	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[2], "node-a")))

@@ -434,9 +434,11 @@ static __always_inline __u64 rev_owner(struct sk_rev *e)
 
 /* Claims lb_sk_rev entry idx for the socket with cookie and writes the
  * translation to it: a free entry, or one the socket holds already (it
- * connected again). Returns 0 when another socket holds it. */
+ * connected again). Returns 0 when another socket holds it, 2 when it
+ * claimed a free entry, 1 when it held the entry already. A free entry of
+ * the whole table (whole) is marked SK_REV_COUNTED: the caller counts it. */
 static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_addr *fe_ip, __u16 fe_port,
-				     const struct slot *be)
+				     const struct slot *be, int whole)
 {
 	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
 	__u64 cur;
@@ -451,25 +453,40 @@ static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_ad
 	e->fe_port = fe_port;
 	e->be_ip = be->ip;
 	e->be_port = be->port;
+	/* A socket that connects again keeps the mark of its first claim. */
+	if (cur == 0)
+		e->flags = whole ? SK_REV_COUNTED : 0;
 	if (strong_order) {
 		barrier();
 		*(volatile __u64 *)&e->cookie = cookie;
 	} else {
 		__sync_lock_test_and_set(&e->cookie, cookie);
 	}
-	return 1;
+	return cur == 0 ? 2 : 1;
 }
 
 /* Records the reverse translation of a connected socket: in its hot entry
- * of lb_sk_rev, else in its entry of the whole table, else (both held by
- * live sockets) in socket-local storage. */
+ * of lb_sk_rev, else in its entry of the whole table (counted in the hot
+ * entry), else (both held by live sockets) in socket-local storage. */
 static __always_inline void rev_store(struct bpf_sock_addr *ctx, __u64 cookie, const struct lb_addr *fe_ip,
 				      __u16 fe_port, const struct slot *be)
 {
+	__u32 hot = (__u32)cookie & sk_rev_hot_mask, idx = (__u32)cookie & sk_rev_mask;
 	struct sk_rnat *rn;
+	struct sk_rev *h;
+	int r;
 
-	if (rev_claim((__u32)cookie & sk_rev_hot_mask, cookie, fe_ip, fe_port, be) ||
-	    rev_claim((__u32)cookie & sk_rev_mask, cookie, fe_ip, fe_port, be))
+	if (rev_claim(hot, cookie, fe_ip, fe_port, be, 0))
+		return;
+	/* The two entries are one for a socket whose cookie is below the hot
+	 * size in the whole table's range: nothing to count then. */
+	r = rev_claim(idx, cookie, fe_ip, fe_port, be, idx != hot);
+	if (r == 2 && idx != hot) {
+		h = bpf_map_lookup_elem(&lb_sk_rev, &hot);
+		if (h)
+			__sync_fetch_and_add(&h->spilled, 1);
+	}
+	if (r)
 		return;
 	count(STAT_SOCK_REV_LOCAL);
 	rn = bpf_sk_storage_get(&lb_sk_rnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
@@ -732,25 +749,40 @@ int sock6_getpeername(struct bpf_sock_addr *ctx)
 	return sock6_rev(ctx, 0);
 }
 
-/* Frees the socket's lb_sk_rev entry when the application closes it: from
- * then on nobody can ask for its peer. Only the owner frees an entry, and
- * nobody else writes an entry that is not free, so a plain store will do. A
- * socket that connected more than once may hold both of its entries. */
-static __always_inline void rev_free(__u32 idx, __u64 cookie)
-{
-	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
-
-	if (e && *(volatile __u64 *)&e->cookie == cookie)
-		*(volatile __u64 *)&e->cookie = 0;
-}
-
+/* Frees the socket's lb_sk_rev entries when the application closes it:
+ * from then on nobody can ask for its peer. Only the owner frees an entry,
+ * and nobody else writes an entry that is not free, so plain stores will
+ * do. A socket that connected more than once may hold both of its entries.
+ * Its entry of the whole table is only looked at while the hot entry
+ * counts claims of the whole table (or uncounted ones may exist): most
+ * sockets, translated or not, read one cache line here. */
 SEC("cgroup/sock_release")
 int sock_release(struct bpf_sock *ctx)
 {
 	__u64 cookie = bpf_get_socket_cookie(ctx);
+	__u32 hot = (__u32)cookie & sk_rev_hot_mask, idx, zero = 0;
+	struct sk_rev *h = bpf_map_lookup_elem(&lb_sk_rev, &hot), *e;
+	struct lb_cfg *cfg;
 
-	rev_free((__u32)cookie & sk_rev_hot_mask, cookie);
-	rev_free((__u32)cookie & sk_rev_mask, cookie);
+	if (!h)
+		return 1;
+	if (*(volatile __u64 *)&h->cookie == cookie)
+		*(volatile __u64 *)&h->cookie = 0;
+	if (!*(volatile __u32 *)&h->spilled) {
+		cfg = bpf_map_lookup_elem(&lb_config, &zero);
+		if (!cfg || !cfg->sk_rev_uncounted)
+			return 1;
+	}
+	idx = (__u32)cookie & sk_rev_mask;
+	e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
+	if (idx != hot && e && *(volatile __u64 *)&e->cookie == cookie) {
+		if (e->flags & SK_REV_COUNTED)
+			__sync_fetch_and_sub(&h->spilled, 1);
+		/* Unmarked while free: a claim of an older build, which
+		 * leaves flags alone, is never taken for a counted one. */
+		e->flags = 0;
+		*(volatile __u64 *)&e->cookie = 0;
+	}
 	return 1;
 }
 

@@ -179,8 +179,18 @@ static __inline __u32 fe_fast_index(const struct fe_key *k, __u32 bits)
  * SK_REV_BUSY while it writes the rest; readers match cookie without the
  * mark. A socket whose two entries are both held by live sockets keeps its
  * translation in socket-local storage instead (sk_rnat), as every socket
- * did before lb_sk_rev existed. One 64-byte entry per cache line. */
+ * did before lb_sk_rev existed. One 64-byte entry per cache line.
+ *
+ * A hot entry also counts, in spilled, the live sockets of its index that
+ * claimed their entry of the whole table (those claims carry
+ * SK_REV_COUNTED). sock_release reads a socket's entry of the whole table
+ * only while that count is not zero, so closing a socket costs one cache
+ * line that its connect touched, not a line of the whole table. Entries
+ * that builds before the count claimed are not counted: while the agent
+ * may find such entries, lb_cfg.sk_rev_uncounted makes sock_release read
+ * every socket's entry of the whole table. */
 #define SK_REV_BUSY (1ULL << 63)	/* cookies count up from 1 and never reach it */
+#define SK_REV_COUNTED 0x01	/* a claim of the whole table, counted in its hot entry */
 
 struct sk_rev {
 	__u64 cookie;		/* owner; 0: free */
@@ -188,7 +198,9 @@ struct sk_rev {
 	struct lb_addr be_ip;
 	__u16 fe_port;		/* network byte order */
 	__u16 be_port;
-	__u32 pad[5];
+	__u32 flags;		/* SK_REV_* of the owner's claim */
+	__u32 spilled;		/* hot entries: counted claims of the whole table by sockets of this index */
+	__u32 pad[3];
 };
 
 /* Reverse translation in socket-local storage (see sk_rev). */
@@ -254,7 +266,7 @@ struct lb_cfg {
 	__u32 snat_ip4;		/* source for SNAT towards remote backends when the frontend is not a node address */
 	__u16 snat_port_min;	/* host byte order */
 	__u16 snat_port_max;
-	__u32 pad;
+	__u32 sk_rev_uncounted;	/* lb_sk_rev may hold uncounted claims of the whole table (see sk_rev) */
 };
 
 /* Counters (per CPU) the agent exports as metrics. */
