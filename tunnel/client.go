@@ -51,6 +51,13 @@ type ClientConfig struct {
 	// cost more uplink in a connection's first minutes (about 6 KB) than
 	// the larger packets ever save an idle node.
 	PathMTUDiscovery bool
+	// DisableFEC turns forward error correction off: no parity packets to
+	// the hub, and none decoded from it. With it on (the default), a
+	// connection whose packets get lost sends parity that lets the hub
+	// rebuild a lost packet without a retransmission or a smaller
+	// congestion window; packets larger than 1404 bytes (with
+	// PathMTUDiscovery) are not covered.
+	DisableFEC bool
 	// QUICProbeInterval is how often a client on the TCP fallback tries
 	// QUIC again; on success it moves over without dropping the session.
 	// If zero, 5m.
@@ -136,6 +143,8 @@ type ClientStats struct {
 	Connects                     uint64 // sessions established
 	Fallbacks                    uint64 // switches from QUIC to TCP
 	Transport                    string // transport of the current session, "" when disconnected
+	// FEC counts parity sent to the hub and what the hub's parity rebuilt.
+	FEC FECStats
 }
 
 // Client is the edge side of the tunnel. Its methods are safe for

@@ -33,7 +33,8 @@ type clientSession struct {
 	tr     *quic.Transport
 	pc     net.PacketConn
 	tcp    *countingConn
-	hdrLen uint64 // IP+UDP header bytes per datagram
+	fec    *fecConn // the QUIC socket when it does forward error correction
+	hdrLen uint64   // IP+UDP header bytes per datagram
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -86,6 +87,10 @@ func (cs *clientSession) dialQUIC(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open udp socket: %w", err)
 	}
+	if !c.cfg.DisableFEC {
+		cs.fec = newFECConn(pc)
+		pc = cs.fec
+	}
 	tr := &quic.Transport{Conn: pc}
 	conn, err := tr.Dial(ctx, raddr, c.tlsConf, c.quicConf)
 	if err != nil {
@@ -93,7 +98,7 @@ func (cs *clientSession) dialQUIC(ctx context.Context) error {
 		pc.Close()
 		return fmt.Errorf("dial quic %s: %w", c.cfg.Addr, err)
 	}
-	cs.m, cs.qconn, cs.tr, cs.pc = quicMux{conn}, conn, tr, pc
+	cs.m, cs.qconn, cs.tr, cs.pc = quicMux{c: conn}, conn, tr, pc
 	cs.hdrLen = 28 // IPv4 + UDP
 	if raddr.IP.To4() == nil {
 		cs.hdrLen = 48
@@ -137,6 +142,12 @@ func (cs *clientSession) hello(ctx context.Context) error {
 	if err := cs.writeControl(frameHello, marshalHello(cs.c.cfg.Hello())); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
+	if cs.fec != nil {
+		// A hub that does not know the frame skips it.
+		if err := cs.writeControl(frameFeatures, marshalFeatures(featureParity)); err != nil {
+			return fmt.Errorf("send features: %w", err)
+		}
+	}
 	st.SetReadDeadline(time.Now().Add(cs.c.cfg.HandshakeTimeout))
 	typ, payload, err := readFrame(preambleReader(st))
 	if err != nil {
@@ -151,6 +162,9 @@ func (cs *clientSession) hello(ctx context.Context) error {
 	}
 	st.SetReadDeadline(time.Time{})
 	cs.echo = w.echo
+	if cs.fec != nil {
+		cs.fec.track(cs.qconn, w.parity)
+	}
 	cs.heartbeat = cs.c.cfg.HeartbeatInterval
 	if idle := time.Duration(w.idleTimeoutMillis) * time.Millisecond; idle > 0 && idle/3 < cs.heartbeat {
 		cs.heartbeat = idle / 3
@@ -341,6 +355,18 @@ func (cs *clientSession) addStats(st *ClientStats) {
 		st.BytesReceived += q.BytesReceived + q.PacketsReceived*cs.hdrLen
 		st.PacketsSent += q.PacketsSent
 		st.PacketsReceived += q.PacketsReceived
+	}
+	if cs.fec != nil {
+		// Parity is wire traffic QUIC does not see; a rebuilt packet is
+		// one QUIC counted but the wire never delivered.
+		f := cs.fec.Stats()
+		st.FEC.add(f)
+		st.BytesSent += f.ParityBytes + f.ParityPackets*cs.hdrLen
+		st.PacketsSent += f.ParityPackets
+		st.BytesReceived += f.ParityRxBytes + f.ParityReceived*cs.hdrLen
+		st.BytesReceived -= min(st.BytesReceived, f.RecoveredBytes+f.Recovered*cs.hdrLen)
+		st.PacketsReceived += f.ParityReceived
+		st.PacketsReceived -= min(st.PacketsReceived, f.Recovered)
 	}
 	if cs.tcp != nil {
 		st.BytesSent += cs.tcp.sent.Load()

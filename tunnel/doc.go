@@ -36,6 +36,17 @@
 // stream reset by either side surfaces as a *[ResetError], never as
 // io.EOF; a refused hub dial as a *[DialError].
 //
+// # Loss
+//
+// On the QUIC transport both ends send parity packets to a peer whose path
+// loses packets (forward error correction below QUIC, see fecConn): a
+// single lost packet in a group is rebuilt by the receiver instead of
+// costing a retransmission and a halved congestion window. Parity starts
+// when QUIC reports 0.5 % loss or more, grows while losses still get
+// through and stops after a clean half minute; a loss-free path never
+// sees it. ServerConfig.DisableFEC and ClientConfig.DisableFEC turn it
+// off.
+//
 // # Control stream, liveness and reconnects
 //
 // The first stream an edge opens is the control stream. It carries the
@@ -64,9 +75,12 @@
 //	                          string agent version, uvarint n,
 //	                          n × (string resource, string resourceVersion)
 //	0x02 welcome    hub→edge  uvarint idle timeout (ms), uvarint flags
-//	                          (bit 0: the hub echoes heartbeats)
+//	                          (bit 0: the hub echoes heartbeats; bit 1: the
+//	                          hub decodes parity packets)
 //	0x03 heartbeat  edge→hub  empty; echoed by the hub on the TCP fallback
 //	0x04 goaway     hub→edge  uvarint reconnect window (ms)
+//	0x05 features   edge→hub  uvarint flags (bit 0: the edge decodes parity
+//	                          packets); sent right after the hello
 //	0x10 open       edge→hub  stream preamble of an API stream; empty
 //	0x11 dial       hub→edge  stream preamble; payload is the target
 //
@@ -81,6 +95,10 @@
 // stream: 0x00 uvarint length, bytes; 0x01 uvarint error code ends the
 // stream with a reset. QUIC streams carry the bytes unframed and reset with
 // RESET_STREAM and STOP_SENDING.
+//
+// Parity packets travel beside the QUIC packets on the same UDP socket and
+// are told apart by their first byte, 0x21, which has QUIC's fixed bit
+// clear; their layout is described at fecConn.
 //
 // Error codes: connections close with 0x000 (normal), 0x101 (replaced by a
 // newer connection), 0x102 (refused: draining), 0x103 (protocol), 0x104

@@ -46,8 +46,12 @@ type muxConn interface {
 	tlsState() tls.ConnectionState
 }
 
-// quicMux is a QUIC connection.
-type quicMux struct{ c *quic.Conn }
+// quicMux is a QUIC connection; fec follows its loss when its socket does
+// forward error correction, and is nil otherwise.
+type quicMux struct {
+	c   *quic.Conn
+	fec *fecTrack
+}
 
 func (m quicMux) openStream(ctx context.Context) (rawStream, error) {
 	s, err := m.c.OpenStreamSync(ctx)

@@ -95,6 +95,11 @@ type ServerConfig struct {
 	// reset, so edges notice at once instead of after the idle timeout.
 	// Persist it across restarts. If nil, no stateless resets.
 	StatelessResetKey *[32]byte
+	// DisableFEC turns forward error correction off: no parity packets to
+	// edges, and none decoded from them. With it on (the default) the
+	// hub's QUIC packets stay at 1280 bytes (no path MTU probing), so that
+	// a packet and its parity fit in one datagram.
+	DisableFEC bool
 	// OnConnect and OnDisconnect are called when a session starts and ends.
 	// They run on the session's goroutine and must not block for long.
 	OnConnect    func(*Session)
@@ -176,6 +181,9 @@ type ServerStats struct {
 	// within one calendar second since the server started: what the
 	// admission token bucket let through at its busiest.
 	PeakHandshakesPerSecond uint64
+	// FEC counts the parity the hub sent and what it rebuilt from the
+	// edges' parity.
+	FEC FECStats
 }
 
 // Server is the hub side of the tunnel. Its methods are safe for concurrent
@@ -198,8 +206,9 @@ type Server struct {
 	changed    chan struct{} // closed and replaced whenever sessions changes
 	draining   bool
 	closed     bool
-	transports map[*quic.Transport]struct{}
-	pending    map[muxConn]struct{} // connections not yet sessions
+	transports map[*quic.Transport]*fecConn // nil value: no FEC on that socket
+	pending    map[muxConn]struct{}         // connections not yet sessions
+	fecFolded  FECStats                     // counters of closed sockets
 
 	handshakes, refused, sessRefused atomic.Uint64
 	streams, dials, dialsRefused     atomic.Uint64
@@ -219,7 +228,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		closedCh:   make(chan struct{}),
 		sessions:   make(map[string]*Session),
 		changed:    make(chan struct{}),
-		transports: make(map[*quic.Transport]struct{}),
+		transports: make(map[*quic.Transport]*fecConn),
 		pending:    make(map[muxConn]struct{}),
 	}
 	if cfg.HandshakesPerSecond > 0 {
@@ -259,8 +268,9 @@ func (s *Server) quicConfig() *quic.Config {
 		MaxConnectionReceiveWindow:     uint64(s.cfg.ConnWindow),
 		AllowConnectionWindowIncrease:  s.budget.allow,
 		// One more than the cap: the control stream is an edge-opened stream too.
-		MaxIncomingStreams:    int64(s.cfg.MaxStreamsPerEdge) + 1,
-		MaxIncomingUniStreams: -1,
+		MaxIncomingStreams:      int64(s.cfg.MaxStreamsPerEdge) + 1,
+		MaxIncomingUniStreams:   -1,
+		DisablePathMTUDiscovery: !s.cfg.DisableFEC,
 	}
 }
 
@@ -302,8 +312,14 @@ func (s *Server) admit(from net.Addr) error {
 // called; it then closes pc and returns nil. pc must not be used by anyone
 // else.
 func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
+	var fc *fecConn
+	conn := pc
+	if !s.cfg.DisableFEC {
+		fc = newFECConn(pc)
+		conn = fc
+	}
 	tr := &quic.Transport{
-		Conn: pc,
+		Conn: conn,
 		ConnContext: func(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
 			return ctx, s.admit(info.RemoteAddr)
 		},
@@ -318,14 +334,17 @@ func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
 		pc.Close()
 		return ErrServerClosed
 	}
-	s.transports[tr] = struct{}{}
+	s.transports[tr] = fc
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.transports, tr)
+		if fc != nil {
+			s.fecFolded.add(fc.Stats())
+		}
 		s.mu.Unlock()
 		tr.Close()
-		pc.Close()
+		conn.Close()
 	}()
 	ql, err := tr.Listen(s.quicTLS, s.quicConfig())
 	if err != nil {
@@ -355,7 +374,11 @@ func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
 		}
 		go func() {
 			defer s.budget.release(conn)
-			s.serve(quicMux{conn})
+			var t *fecTrack
+			if fc != nil {
+				t = fc.track(conn, false)
+			}
+			s.serve(quicMux{c: conn, fec: t})
 		}()
 	}
 }
@@ -533,6 +556,12 @@ func (s *Server) Stats() ServerStats {
 		WindowDenied:            s.budget.denied.Load(),
 	}
 	s.mu.Lock()
+	st.FEC = s.fecFolded
+	for _, fc := range s.transports {
+		if fc != nil {
+			st.FEC.add(fc.Stats())
+		}
+	}
 	st.Sessions = len(s.sessions)
 	for _, ss := range s.sessions {
 		if ss.peer.Transport == TransportTCP {

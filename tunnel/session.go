@@ -160,6 +160,9 @@ func (s *Server) handshake(m muxConn) (*Session, error) {
 	}
 
 	w := welcome{idleTimeoutMillis: uint64(s.cfg.IdleTimeout.Milliseconds()), echo: m.transport() == TransportTCP}
+	if qm, ok := m.(quicMux); ok && qm.fec != nil {
+		w.parity = true
+	}
 	if err := sess.writeControl(frameWelcome, marshalWelcome(w)); err != nil {
 		sess.teardown(codeProtocol, err)
 		return nil, fmt.Errorf("write welcome: %w", err)
@@ -176,7 +179,7 @@ func (s *Session) controlLoop() error {
 	idle := s.srv.cfg.IdleTimeout
 	for {
 		s.ctrl.SetReadDeadline(time.Now().Add(idle))
-		typ, _, err := readFrame(r)
+		typ, payload, err := readFrame(r)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return fmt.Errorf("no heartbeat for %v", idle)
@@ -185,6 +188,16 @@ func (s *Session) controlLoop() error {
 				return e
 			}
 			return fmt.Errorf("read control stream: %w", mapErr(err))
+		}
+		if typ == frameFeatures {
+			flags, err := unmarshalFeatures(payload)
+			if err != nil {
+				return err
+			}
+			if qm, ok := s.m.(quicMux); ok && qm.fec != nil {
+				qm.fec.setDecodes(flags&featureParity != 0)
+			}
+			continue
 		}
 		if typ != frameHeartbeat {
 			continue // unknown control frames are skipped by design

@@ -16,6 +16,7 @@ const (
 	frameWelcome   byte = 0x02 // hub→edge, answers a hello that was accepted
 	frameHeartbeat byte = 0x03 // edge→hub; over the TCP fallback also hub→edge as an echo
 	frameGoAway    byte = 0x04 // hub→edge: drain notice with a reconnect window
+	frameFeatures  byte = 0x05 // edge→hub, after the hello: what the edge supports
 	frameOpen      byte = 0x10 // edge→hub stream preamble: an API stream
 	frameDial      byte = 0x11 // hub→edge stream preamble: connect this target
 )
@@ -218,6 +219,8 @@ type welcome struct {
 	// echo says the hub echoes heartbeats (TCP fallback only, where no
 	// transport-level idle timeout exists).
 	echo bool
+	// parity says the hub decodes parity packets (QUIC only).
+	parity bool
 }
 
 func marshalWelcome(w welcome) []byte {
@@ -226,17 +229,35 @@ func marshalWelcome(w welcome) []byte {
 	if w.echo {
 		flags |= 1
 	}
+	if w.parity {
+		flags |= 2
+	}
 	return binary.AppendUvarint(b, flags)
 }
 
 func unmarshalWelcome(b []byte) (welcome, error) {
 	p := payloadReader{b: b}
 	w := welcome{idleTimeoutMillis: p.uvarint()}
-	w.echo = p.uvarint()&1 != 0
+	flags := p.uvarint()
+	w.echo, w.parity = flags&1 != 0, flags&2 != 0
 	if p.err != nil {
 		return welcome{}, fmt.Errorf("decode welcome: %w", p.err)
 	}
 	return w, nil
+}
+
+// Feature bits of the features frame.
+const featureParity = 1 // the edge decodes parity packets (see fecConn)
+
+func marshalFeatures(flags uint64) []byte { return binary.AppendUvarint(nil, flags) }
+
+func unmarshalFeatures(b []byte) (uint64, error) {
+	p := payloadReader{b: b}
+	v := p.uvarint()
+	if p.err != nil {
+		return 0, fmt.Errorf("decode features: %w", p.err)
+	}
+	return v, nil
 }
 
 func marshalGoAway(windowMillis uint64) []byte { return binary.AppendUvarint(nil, windowMillis) }

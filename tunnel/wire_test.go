@@ -33,6 +33,22 @@ func TestHelloRoundTrip(t *testing.T) {
 	}
 }
 
+func TestWelcomeAndFeaturesRoundTrip(t *testing.T) {
+	for _, w := range []welcome{{idleTimeoutMillis: 45000}, {echo: true}, {parity: true}, {1, true, true}} {
+		got, err := unmarshalWelcome(marshalWelcome(w))
+		if err != nil || got != w {
+			t.Fatalf("welcome %+v came back as %+v, %v", w, got, err)
+		}
+	}
+	if f, err := unmarshalFeatures(marshalFeatures(featureParity)); err != nil || f != featureParity {
+		t.Fatalf("features: %d, %v", f, err)
+	}
+	// A welcome from a hub that knows nothing of parity decodes as none.
+	if w, err := unmarshalWelcome([]byte{0x10, 0x01}); err != nil || w.parity || !w.echo {
+		t.Fatalf("old welcome: %+v, %v", w, err)
+	}
+}
+
 func TestReadFrameLimits(t *testing.T) {
 	big := appendFrame(nil, frameHello, make([]byte, maxFrame+1))
 	if _, _, err := readFrame(bufio.NewReader(bytes.NewReader(big))); !errors.Is(err, errFrameTooLarge) {
@@ -75,6 +91,8 @@ func FuzzFrame(f *testing.F) {
 			unmarshalWelcome(payload)
 		case frameGoAway:
 			unmarshalGoAway(payload)
+		case frameFeatures:
+			unmarshalFeatures(payload)
 		}
 	})
 }
