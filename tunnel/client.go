@@ -55,7 +55,7 @@ type ClientConfig struct {
 	// the hub, and none decoded from it. With it on (the default), a
 	// connection whose packets get lost sends parity that lets the hub
 	// rebuild a lost packet without a retransmission or a smaller
-	// congestion window; packets larger than 1404 bytes (with
+	// congestion window; packets larger than 1384 bytes (with
 	// PathMTUDiscovery) are not covered.
 	DisableFEC bool
 	// QUICProbeInterval is how often a client on the TCP fallback tries

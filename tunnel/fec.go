@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,15 +54,19 @@ import (
 // (smaller k) while QUIC still sees fecMoreLoss; less after fecRelaxAfter
 // below fecHoldLoss, and none again below the smallest rate.
 const (
-	fecTypeParity  = 0x21
-	fecHeader      = 4
-	fecMaxK        = 16
-	fecMaxDatagram = 1472 // an IPv4 UDP payload at an MTU of 1500
+	fecTypeParity = 0x21
+	fecHeader     = 4
+	fecMaxK       = 16
+	// fecMaxDatagram is the largest datagram quic-go sends and the size
+	// of its read buffer, which a parity packet must fit.
+	fecMaxDatagram = 1452
 	// fecMaxProtected is the largest packet a group takes: its parity must
 	// fit in one datagram.
 	fecMaxProtected = fecMaxDatagram - fecHeader - 4*fecMaxK
 	fecMinProtected = 24 // shorter packets are not worth it, and too short to name
 	fecRingSize     = 64
+	fecMaxHeld      = 4                // groups a ring holds for late packets
+	fecHoldPackets  = 32               // and for how many packets after their parity
 	fecRxIdle       = 30 * time.Second // a receive ring unused this long is freed
 
 	fecTick        = 500 * time.Millisecond
@@ -112,6 +117,11 @@ type fecConn struct {
 	closed bool
 	nTx    atomic.Int32 // len(tx), read without the lock on every write
 	nRx    atomic.Int32 // len(rx), read without the lock on every read
+
+	// A packet rebuilt while ReadFrom returned another waits here for
+	// the next call; quic-go reads from one goroutine.
+	late     []byte
+	lateFrom net.Addr
 
 	trackMu sync.Mutex // guards tracked and ticking
 	tracked map[*quic.Conn]*fecTrack
@@ -202,6 +212,12 @@ func fecName(p []byte) uint32 { return binary.BigEndian.Uint32(p[len(p)-4:]) }
 // ReadFrom reads the next QUIC packet. Parity packets are consumed here;
 // a packet one rebuilds is returned in its place.
 func (c *fecConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	if c.late != nil {
+		// A packet rebuilt when the one read before it completed a group.
+		n, from := copy(b, c.late), c.lateFrom
+		c.late, c.lateFrom = nil, nil
+		return n, from, nil
+	}
 	for {
 		n, from, err := c.pc.ReadFrom(b)
 		if err != nil {
@@ -216,24 +232,36 @@ func (c *fecConn) ReadFrom(b []byte) (int, net.Addr, error) {
 			continue
 		}
 		if c.nRx.Load() > 0 && n >= fecMinProtected {
-			c.remember(b[:n], from)
+			c.late = c.remember(b[:n], from)
+			if c.late != nil {
+				c.lateFrom = from
+			}
 		}
 		return n, from, nil
 	}
 }
 
-// remember keeps a copy of a packet from a peer that sends parity.
-func (c *fecConn) remember(p []byte, from net.Addr) {
+// remember keeps a copy of a packet from a peer that sends parity. A
+// packet that arrives after its group's parity may let that parity
+// rebuild another; that one is returned.
+func (c *fecConn) remember(p []byte, from net.Addr) []byte {
 	ap, ok := addrPortOf(from)
 	if !ok {
-		return
+		return nil
 	}
 	c.mu.RLock()
 	r := c.rx[ap]
 	c.mu.RUnlock()
-	if r != nil {
-		r.add(p)
+	if r == nil {
+		return nil
 	}
+	out, expired := r.add(p)
+	c.unrecoverable.Add(uint64(expired))
+	if out != nil {
+		c.recovered.Add(1)
+		c.recoveredBytes.Add(uint64(len(out)))
+	}
+	return out
 }
 
 // onParity handles a parity packet and returns the packet it rebuilt, if
@@ -274,7 +302,8 @@ func (c *fecConn) onParity(p []byte, from net.Addr) ([]byte, bool) {
 		c.recoveredBytes.Add(uint64(len(out)))
 		return out, true
 	case fecTooMany:
-		c.unrecoverable.Add(1)
+		// Kept for a while: a late packet may still complete it.
+		c.unrecoverable.Add(uint64(r.hold(g)))
 	}
 	return nil, false
 }
@@ -308,16 +337,69 @@ type fecRing struct {
 	names      [fecRingSize]uint32
 	bufs       [fecRingSize][]byte
 	next       int
-	lastParity time.Time // guarded by fecConn.mu
+	held       []heldGroup // groups missing two or more, waiting for late packets
+	seen       uint64      // packets added while groups were held
+	lastParity time.Time   // guarded by fecConn.mu
 }
 
-func (r *fecRing) add(p []byte) {
+type heldGroup struct {
+	g    parityGroup
+	seen uint64 // fecRing.seen when it was held
+}
+
+// add keeps p. If p is one a held group was missing and the group now
+// misses one packet, that packet is rebuilt and returned. expired counts
+// held groups given up.
+func (r *fecRing) add(p []byte) (rebuilt []byte, expired int) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	i := r.next
 	r.next = (r.next + 1) % fecRingSize
-	r.names[i] = fecName(p)
+	name := fecName(p)
+	r.names[i] = name
 	r.bufs[i] = append(r.bufs[i][:0], p...)
-	r.mu.Unlock()
+	if len(r.held) == 0 {
+		return nil, 0
+	}
+	r.seen++
+	kept := r.held[:0]
+	for _, h := range r.held {
+		if rebuilt == nil && slices.Contains(h.g.names, name) {
+			out, res := r.rebuildLocked(h.g)
+			switch res {
+			case fecRebuilt:
+				rebuilt = out
+				continue
+			case fecTooMany:
+			default:
+				continue // complete after all, or does not add up
+			}
+		}
+		if r.seen-h.seen > fecHoldPackets {
+			expired++
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(r.held[len(kept):])
+	r.held = kept
+	return rebuilt, expired
+}
+
+// hold keeps a group with two or more packets missing until a late packet
+// completes it or fecHoldPackets more arrive; it returns how many held
+// groups it pushed out.
+func (r *fecRing) hold(g parityGroup) (dropped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.held) == fecMaxHeld {
+		r.held = append(r.held[:0], r.held[1:]...)
+		dropped = 1
+	}
+	g.names = slices.Clone(g.names)
+	g.payload = slices.Clone(g.payload) // it lives in quic-go's read buffer
+	r.held = append(r.held, heldGroup{g: g, seen: r.seen})
+	return dropped
 }
 
 // find returns the kept packet named n, or nil.
@@ -346,6 +428,10 @@ const (
 func (r *fecRing) rebuild(g parityGroup) ([]byte, fecResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.rebuildLocked(g)
+}
+
+func (r *fecRing) rebuildLocked(g parityGroup) ([]byte, fecResult) {
 	missing := -1
 	have := make([][]byte, len(g.names))
 	for i, n := range g.names {

@@ -130,10 +130,97 @@ func TestFECRebuildsLostPackets(t *testing.T) {
 	if st.ParityPackets != groups || st.Protected != groups*4 {
 		t.Errorf("sender: %+v, want %d parity packets covering %d", st, groups, groups*4)
 	}
-	if rs.Recovered != groups-groups/10 || rs.Unrecoverable != groups/10 {
-		t.Errorf("receiver: %+v, want %d rebuilt and %d unrecoverable", rs, groups-groups/10, groups/10)
+	// Groups missing two are held for late packets and counted once more
+	// than fecHoldPackets packets arrived after them.
+	wantGivenUp := 0
+	for g := 9; g < groups; g += 10 {
+		after := 0
+		for i := int64(4 * (g + 1)); i < int64(len(sent)); i++ {
+			if !lost(i) {
+				after++
+			}
+		}
+		if after > fecHoldPackets {
+			wantGivenUp++
+		}
+	}
+	if rs.Recovered != groups-groups/10 || rs.Unrecoverable != uint64(wantGivenUp) {
+		t.Errorf("receiver: %+v, want %d rebuilt and %d unrecoverable", rs, groups-groups/10, wantGivenUp)
 	}
 	t.Logf("sent %d packets, path lost %d, rebuilt %d, lost for good %d", len(sent), int(rs.Recovered)+wantLost, rs.Recovered, wantLost)
+}
+
+// lateConn sends the packet with index late only after the next parity
+// packet, and drops the packet with index lost.
+type lateConn struct {
+	net.PacketConn
+	n          int
+	late, lost int
+	held       []byte
+}
+
+func (l *lateConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if b[0] == fecTypeParity {
+		n, err := l.PacketConn.WriteTo(b, addr)
+		if l.held != nil {
+			l.PacketConn.WriteTo(l.held, addr)
+			l.held = nil
+		}
+		return n, err
+	}
+	i := l.n
+	l.n++
+	switch i {
+	case l.lost:
+		return len(b), nil
+	case l.late:
+		l.held = append([]byte(nil), b...)
+		return len(b), nil
+	}
+	return l.PacketConn.WriteTo(b, addr)
+}
+
+// TestFECLatePacketCompletesGroup: a group loses one packet and another
+// arrives after the parity (reordered). The parity finds two missing and
+// waits; the late packet makes the loss repairable.
+func TestFECLatePacketCompletesGroup(t *testing.T) {
+	sa, ra := udpPair(t)
+	recvAP, _ := addrPortOf(ra.LocalAddr())
+	sendAP, _ := addrPortOf(sa.LocalAddr())
+	snd := newFECConn(&lateConn{PacketConn: sa, late: 2, lost: 1})
+	rcv := newFECConn(ra)
+	snd.mu.Lock()
+	snd.setLocked(&fecTrack{addr: recvAP}, 4, time.Second)
+	snd.mu.Unlock()
+	rcv.mu.Lock()
+	rcv.peers[sendAP] = true
+	rcv.rx[sendAP] = &fecRing{lastParity: time.Now()}
+	rcv.nRx.Store(1)
+	rcv.mu.Unlock()
+	sent := make([][]byte, 4)
+	for i := range sent {
+		sent[i] = fakePacket(100 + 10*i)
+		snd.WriteTo(sent[i], ra.LocalAddr())
+	}
+	buf := make([]byte, 2048)
+	ra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got [][]byte
+	for len(got) < 4 {
+		n, _, err := rcv.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("after %d packets: %v", len(got), err)
+		}
+		got = append(got, append([]byte(nil), buf[:n]...))
+	}
+	// Order on arrival: 0, 3, (parity), 2 late, then 1 rebuilt.
+	for i, want := range []int{0, 3, 2, 1} {
+		if !bytes.Equal(got[i], sent[want]) {
+			t.Fatalf("packet %d read is not packet %d", i, want)
+		}
+	}
+	if st := rcv.Stats(); st.Recovered != 1 || st.Unrecoverable != 0 {
+		t.Fatalf("stats %+v", st)
+	}
 }
 
 // TestFECIgnoresStrangers checks that parity from an address without a
