@@ -778,10 +778,16 @@ int sock_release(struct bpf_sock *ctx)
 	if (idx != hot && e && *(volatile __u64 *)&e->cookie == cookie) {
 		if (e->flags & SK_REV_COUNTED)
 			__sync_fetch_and_sub(&h->spilled, 1);
-		/* Unmarked while free: a claim of an older build, which
-		 * leaves flags alone, is never taken for a counted one. */
-		e->flags = 0;
-		*(volatile __u64 *)&e->cookie = 0;
+		/* Unmarked while free, and before it is free: a claim of an
+		 * older build, which leaves flags alone, is never taken for a
+		 * counted one, and the mark of the next claim stays. */
+		*(volatile __u32 *)&e->flags = 0;
+		if (strong_order) {
+			barrier();
+			*(volatile __u64 *)&e->cookie = 0;
+		} else {
+			__sync_lock_test_and_set(&e->cookie, 0);
+		}
 	}
 	return 1;
 }
