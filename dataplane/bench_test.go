@@ -234,19 +234,20 @@ func iptablesRestore(ns *testnet.Netns, rules []byte, noflush bool) (time.Durati
 }
 
 type benchRow struct {
-	n                        int
-	ws                       []int // the Services connected to
-	fixed                    []int // benchFixedSet Services of n
-	bpfMed, bpfP99           time.Duration
-	hook, hookMed, release   time.Duration
-	floor                    time.Duration // an empty connect4 program in the working-set run
-	hookWarm, hookWarmMed    time.Duration // the working set again, every line touched before
-	hookFix, hookFixMed      time.Duration // connecting to the fixed set
-	relFix                   time.Duration
-	hookAll, hookAllMed      time.Duration // connecting to any of all n Services
-	fastResident, fastSpills int
-	iptMed, iptP99           time.Duration
-	iptLoad                  time.Duration
+	n                      int
+	ws                     []int // the Services connected to
+	fixed                  []int // benchFixedSet Services of n
+	bpfMed, bpfP99         time.Duration
+	hook, hookMed, release time.Duration
+	floor                  time.Duration // an empty connect4 program in the working-set run
+	hookWarm, hookWarmMed  time.Duration // the working set again, every line touched before
+	hookFix, hookFixMed    time.Duration // connecting to the fixed set
+	relFix                 time.Duration
+	hookAll, hookAllMed    time.Duration // connecting to any of all n Services
+	fastByChoice           [fastChoices]int
+	fastSpills             int
+	iptMed, iptP99         time.Duration
+	iptLoad                time.Duration
 }
 
 // TestDataplaneBench compares the eBPF dataplane with kube-proxy-style
@@ -449,7 +450,7 @@ func TestDataplaneBench(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		row.fastResident, row.fastSpills = st.FastResident, st.FastSpilled
+		row.fastByChoice, row.fastSpills = st.FastByChoice, st.FastSpilled
 	}
 	st, err := dp.Stats()
 	if err != nil {
@@ -462,19 +463,19 @@ func TestDataplaneBench(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nPer-connection cost (TCP socket+connect+close with reset, %d connections to a working set of min(n, %d) Services drawn at random from all n, each connection to one of them at random; loopback backend; load average %s)\n",
 		conns, benchWorkingSet, loadAvg())
-	fmt.Fprintf(&b, "%8s | %10s %10s | %9s %9s %9s %9s | %9s %9s | %9s %9s %9s | %9s %9s | %9s | %13s | %10s %10s %12s | %9s %9s\n", "services", "eBPF p50", "eBPF p99",
-		"hook", "hook med", "release", "per conn", "again", "again med", "fix100", "fix med", "fix conn", "hook all", "all med", "floor", "fast/spilled", "ipt p50", "ipt p99", "ipt restore", "p50 ratio", "p99 ratio")
+	fmt.Fprintf(&b, "%8s | %10s %10s | %9s %9s %9s %9s | %9s %9s | %9s %9s %9s | %9s %9s | %9s | %22s | %10s %10s %12s | %9s %9s\n", "services", "eBPF p50", "eBPF p99",
+		"hook", "hook med", "release", "per conn", "again", "again med", "fix100", "fix med", "fix conn", "hook all", "all med", "floor", "fast 1st/2nd/3rd/spilled", "ipt p50", "ipt p99", "ipt restore", "p50 ratio", "p99 ratio")
 	var hooks, meds, warms, alls, conn, fixes, fixConn []time.Duration
 	for _, n := range sizes {
 		r := rows[n]
 		hooks, meds, warms, alls = append(hooks, r.hook), append(meds, r.hookMed), append(warms, r.hookWarm), append(alls, r.hookAll)
 		conn, fixes, fixConn = append(conn, r.hook+r.release), append(fixes, r.hookFix), append(fixConn, r.hookFix+r.relFix)
-		fmt.Fprintf(&b, "%8d | %10v %10v | %9v %9v %9v %9v | %9v %9v | %9v %9v %9v | %9v %9v | %9v | %13s | %10v %10v %12v | %8.2fx %8.2fx\n", n, r.bpfMed, r.bpfP99,
+		fmt.Fprintf(&b, "%8d | %10v %10v | %9v %9v %9v %9v | %9v %9v | %9v %9v %9v | %9v %9v | %9v | %22s | %10v %10v %12v | %8.2fx %8.2fx\n", n, r.bpfMed, r.bpfP99,
 			r.hook, r.hookMed, r.release, r.hook+r.release, r.hookWarm, r.hookWarmMed, r.hookFix, r.hookFixMed, r.hookFix+r.relFix, r.hookAll, r.hookAllMed, r.floor,
-			fmt.Sprintf("%d/%d", r.fastResident, r.fastSpills),
+			fmt.Sprintf("%d/%d/%d/%d", r.fastByChoice[0], r.fastByChoice[1], r.fastByChoice[2], r.fastSpills),
 			r.iptMed, r.iptP99, r.iptLoad.Round(time.Millisecond), float64(r.iptMed)/float64(r.bpfMed), float64(r.iptP99)/float64(r.bpfP99))
 	}
-	fmt.Fprintf(&b, "hook: run-time statistic of connect4 (run_time / run_count) over the %d connections to the working set; hook med: its median over chunks of %d; release: sock_release per closed socket; per conn: hook + release, the programs' cost per connection; again / again med: connect4 for %d more connections to the same working set, whose lines have all been read before; fix100 / fix med / fix conn: the same for %d connections to a fixed set of %d Services drawn from all n (the working set is the same at every n, only the tables grow); hook all / all med: connect4 for %d connections each to any of all n Services (few find their frontend in the CPU caches); floor: an empty connect4 program attached next to the dataplane's, in the working-set run (what the statistic itself costs, included in every figure); fast/spilled: frontends served from their lb_fe_fast entry / from lb_frontends\n",
+	fmt.Fprintf(&b, "hook: run-time statistic of connect4 (run_time / run_count) over the %d connections to the working set; hook med: its median over chunks of %d; release: sock_release per closed socket; per conn: hook + release, the programs' cost per connection; again / again med: connect4 for %d more connections to the same working set, whose lines have all been read before; fix100 / fix med / fix conn: the same for %d connections to a fixed set of %d Services drawn from all n (the working set is the same at every n, only the tables grow); hook all / all med: connect4 for %d connections each to any of all n Services (few find their frontend in the CPU caches); floor: an empty connect4 program attached next to the dataplane's, in the working-set run (what the statistic itself costs, included in every figure); fast 1st/2nd/3rd/spilled: frontends served from the first, second, third of their lb_fe_fast lines / from lb_frontends\n",
 		conns, hookChunk, conns, conns, benchFixedSet, conns)
 	fmt.Fprintf(&b, "\nProgramming one change with %d Services loaded: eBPF p50 %v p99 %v (200 changes) | iptables-restore --noflush of the changed chains p50 %v p99 %v, full iptables-restore %v | p99 ratio %.0fx\n",
 		progN, pct(bpfChange, 0.5), pct(bpfChange, 0.99), pct(iptChange, 0.5), pct(iptChange, 0.99), iptFull.Round(time.Millisecond),

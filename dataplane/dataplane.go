@@ -501,6 +501,9 @@ type Stats struct {
 	Frontends          int    // frontends programmed
 	FastResident       int    // socket-scope frontends found in their lb_fe_fast line
 	FastSpilled        int    // socket-scope frontends found in lb_frontends after their line
+	// FastByChoice splits FastResident by the line a frontend sits in:
+	// its first, or the second or third that readers try after it.
+	FastByChoice [fastChoices]int
 }
 
 // Stats reads the counters.
@@ -523,7 +526,10 @@ func (d *Dataplane) Stats() (Stats, error) {
 		}
 	}
 	out.Frontends = len(d.rec.fes)
-	out.FastResident, out.FastSpilled = d.rec.fast.stats()
+	out.FastByChoice, out.FastSpilled = d.rec.fast.stats()
+	for _, c := range out.FastByChoice {
+		out.FastResident += c
+	}
 	return out, nil
 }
 

@@ -260,16 +260,16 @@ func inlineBackends(st *feState, v *lbFeFast) {
 }
 
 // stats reports how many socket-scope frontends the table serves from
-// their lines and how many are in lb_frontends only.
-func (t *fastTable) stats() (resident, spilled int) {
+// each of their choices of line and how many are in lb_frontends only.
+func (t *fastTable) stats() (byChoice [fastChoices]int, spilled int) {
 	for _, p := range t.pos {
 		if p >= 0 {
-			resident++
+			byChoice[p]++
 		} else {
 			spilled++
 		}
 	}
-	return resident, spilled
+	return byChoice, spilled
 }
 
 // fastWriter writes lines of the fast table through fast_write, a program

@@ -97,8 +97,8 @@ func TestFastTableChoices(t *testing.T) {
 	if written[lines[0]].Val.Flags&feInline == 0 || written[lines[0]].BePort != htons(8080) {
 		t.Fatalf("backends not inline: %+v", written[lines[0]])
 	}
-	if r, s := tab.stats(); r != fastChoices || s != 1 {
-		t.Fatalf("stats %d/%d", r, s)
+	if r, s := tab.stats(); r != [fastChoices]int{1, 1, 1} || s != 1 {
+		t.Fatalf("stats %v/%d", r, s)
 	}
 	// The second leaves: the key in lb_frontends only moves in, and the
 	// third choice no longer has a key beyond it.
@@ -110,8 +110,8 @@ func TestFastTableChoices(t *testing.T) {
 	expect(0, &keys[0], true)
 	expect(1, &keys[3], true)
 	expect(2, &keys[2], false)
-	if r, s := tab.stats(); r != fastChoices || s != 0 {
-		t.Fatalf("stats %d/%d", r, s)
+	if r, s := tab.stats(); r != [fastChoices]int{1, 1, 1} || s != 0 {
+		t.Fatalf("stats %v/%d", r, s)
 	}
 	// The first leaves: nobody is in lb_frontends only, so its line
 	// stays free, but keys further on passed over it.
