@@ -50,9 +50,11 @@ import (
 //
 // Whether a peer gets parity, and how much, follows the loss QUIC reports
 // for the connection, sampled every fecTick: parity starts when a window
-// of at least fecMinSamples packets lost fecStartLoss or more; more parity
-// (smaller k) while QUIC still sees fecMoreLoss; less after fecRelaxAfter
-// below fecHoldLoss, and none again below the smallest rate.
+// of at least fecMinSamples packets lost fecStartLoss or more while the
+// round trip stayed near its minimum (no queue building: the losses are
+// the link's, not congestion); more parity (smaller k) while QUIC still
+// sees fecMoreLoss; less when losses come with a queue, or after
+// fecRelaxAfter below fecHoldLoss, and none again below the smallest rate.
 const (
 	fecTypeParity = 0x21
 	fecHeader     = 4
@@ -72,9 +74,10 @@ const (
 	fecTick        = 500 * time.Millisecond
 	fecIdleWindow  = 10 * time.Second // a window this old with too few packets is dropped
 	fecMinSamples  = 200
-	fecStartLoss   = 0.005 // parity starts at this loss rate
-	fecMoreLoss    = 0.01  // with parity on, losses QUIC still sees that ask for more
-	fecHoldLoss    = 0.002 // and below which parity may be relaxed
+	fecStartLoss   = 0.005                // parity starts at this loss rate
+	fecMoreLoss    = 0.01                 // with parity on, losses QUIC still sees that ask for more
+	fecHoldLoss    = 0.002                // and below which parity may be relaxed
+	fecQueueSlack  = 5 * time.Millisecond // RTT above the minimum that is not yet a queue
 	fecRelaxAfter  = 30 * time.Second
 	fecMinWait     = 5 * time.Millisecond
 	fecMaxWait     = 50 * time.Millisecond
@@ -611,6 +614,9 @@ type fecTrack struct {
 	addr        netip.AddrPort
 	sent, lost  uint64 // counters at the start of the window
 	windowStart time.Time
+	rttSum      time.Duration // smoothed RTTs sampled in the window
+	rttN        int
+	base        baseRTT
 	k           int // 0: no parity
 	lastLossy   time.Time
 }
@@ -621,7 +627,7 @@ func (c *fecConn) track(conn *quic.Conn, decodes bool) *fecTrack {
 	t := &fecTrack{conn: conn}
 	t.decodes.Store(decodes)
 	st := conn.ConnectionStats()
-	t.sent, t.lost, t.windowStart = st.PacketsSent, st.PacketsLost, time.Now()
+	t.newWindow(st, time.Now())
 	t.addr, _ = addrPortOf(conn.RemoteAddr())
 	c.mu.Lock()
 	closed := c.closed
@@ -730,11 +736,14 @@ func (c *fecConn) sample(t *fecTrack, now time.Time) (busy bool) {
 	if !t.decodes.Load() {
 		return false
 	}
+	t.rttSum += st.SmoothedRTT
+	t.rttN++
+	t.base.add(st.LatestRTT, now)
 	sent := st.PacketsSent - t.sent
 	if sent < fecMinSamples {
 		if now.Sub(t.windowStart) > fecIdleWindow {
 			// Too little traffic to judge: start a fresh window.
-			t.sent, t.lost, t.windowStart = st.PacketsSent, st.PacketsLost, now
+			t.newWindow(st, now)
 			return t.k > 0
 		}
 		return true
@@ -745,23 +754,85 @@ func (c *fecConn) sample(t *fecTrack, now time.Time) (busy bool) {
 	if st.PacketsLost > t.lost {
 		lost = st.PacketsLost - t.lost
 	}
-	t.sent, t.lost, t.windowStart = st.PacketsSent, st.PacketsLost, now
 	rate := float64(lost) / float64(sent)
-	k := nextK(t.k, rate, now, &t.lastLossy)
+	queued := congested(t.rttSum/time.Duration(t.rttN), t.base.over(st.MinRTT))
+	t.newWindow(st, now)
+	k := nextK(t.k, rate, queued, now, &t.lastLossy)
 	c.mu.Lock()
 	c.setLocked(t, k, wait)
 	c.mu.Unlock()
 	return true
 }
 
+func (t *fecTrack) newWindow(st quic.ConnectionStats, now time.Time) {
+	t.sent, t.lost, t.windowStart = st.PacketsSent, st.PacketsLost, now
+	t.rttSum, t.rttN = 0, 0
+}
+
+// baseRTT is the smallest RTT sampled over the last two to four minutes.
+// QUIC's own minimum is kept for the connection's life, so a path that
+// got longer (a failover to another uplink) would look queued forever;
+// once a whole period has been sampled, its minimum may raise QUIC's.
+type baseRTT struct {
+	cur, prev time.Duration // minima of the current and the previous period
+	start     time.Time     // of the current period
+}
+
+const baseRTTPeriod = 2 * time.Minute
+
+func (b *baseRTT) add(rtt time.Duration, now time.Time) {
+	if rtt <= 0 {
+		return
+	}
+	if now.Sub(b.start) > baseRTTPeriod {
+		b.prev, b.cur, b.start = b.cur, 0, now
+	}
+	if b.cur == 0 || rtt < b.cur {
+		b.cur = rtt
+	}
+}
+
+// over returns the path's base RTT given QUIC's minimum.
+func (b *baseRTT) over(quicMin time.Duration) time.Duration {
+	if b.prev == 0 {
+		return quicMin // too few samples yet: early ones may all be queued
+	}
+	return max(quicMin, b.get())
+}
+
+func (b *baseRTT) get() time.Duration {
+	switch {
+	case b.prev == 0:
+		return b.cur
+	case b.cur == 0:
+		return b.prev
+	}
+	return min(b.cur, b.prev)
+}
+
+// congested says whether a window's mean smoothed RTT stood well above the
+// path's minimum: a queue was building, and losses then are the queue's
+// overflow rather than the link's.
+func congested(mean, min time.Duration) bool {
+	return min > 0 && mean-min > max(min/5, fecQueueSlack)
+}
+
 // nextK is the group size (0: no parity) after a window that lost rate of
-// its packets, given the current size k; lastLossy is when a window last
-// lost enough to keep the parity where it is.
-func nextK(k int, rate float64, now time.Time, lastLossy *time.Time) int {
+// its packets, given the current size k and whether a queue was building;
+// lastLossy is when a window last lost enough to keep the parity where it
+// is. Losses to a full queue get no parity: it would be traffic the link
+// has no room for, and the lost packets are the congestion signal QUIC
+// needs.
+func nextK(k int, rate float64, queued bool, now time.Time, lastLossy *time.Time) int {
 	switch {
 	case k == 0:
-		if rate >= fecStartLoss {
+		if rate >= fecStartLoss && !queued {
 			k, *lastLossy = startK(rate), now
+		}
+	case queued && rate >= fecHoldLoss:
+		// Parity filled the link, or the link filled anyway: less of it.
+		if k *= 2; k > fecMaxK {
+			k = 0
 		}
 	case rate >= fecMoreLoss:
 		k, *lastLossy = max(2, k/2), now // losses still get through: more parity

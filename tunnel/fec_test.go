@@ -461,7 +461,7 @@ func TestFECRateControl(t *testing.T) {
 	k := 0
 	step := func(rate float64, d time.Duration) int {
 		now = now.Add(d)
-		k = nextK(k, rate, now, &last)
+		k = nextK(k, rate, false, now, &last)
 		return k
 	}
 	for _, s := range []struct {
@@ -489,6 +489,43 @@ func TestFECRateControl(t *testing.T) {
 	}
 	if startK(0.03) != 4 {
 		t.Fatalf("3 %% loss starts at k = %d, want 4", startK(0.03))
+	}
+
+	// Losses that come with a queue are congestion: no parity for them,
+	// and less parity when they show up with it on.
+	last = time.Time{}
+	if k := nextK(0, 0.03, true, now, &last); k != 0 {
+		t.Fatalf("congestion loss started parity, k = %d", k)
+	}
+	if k := nextK(4, 0.02, true, now, &last); k != 8 {
+		t.Fatalf("congestion loss with parity on: k = %d, want 8", k)
+	}
+	if k := nextK(16, 0.02, true, now, &last); k != 0 {
+		t.Fatalf("congestion loss at the least parity: k = %d, want 0", k)
+	}
+	var b baseRTT
+	at := time.Now()
+	quicMin := 300 * time.Microsecond // before the path got longer
+	b.add(quicMin, at)
+	b.add(50*time.Millisecond, at.Add(time.Minute))
+	if b.over(quicMin) != quicMin {
+		t.Fatalf("base RTT %v", b.over(quicMin))
+	}
+	b.add(51*time.Millisecond, at.Add(3*time.Minute))
+	b.add(52*time.Millisecond, at.Add(6*time.Minute))
+	if b.over(quicMin) != 51*time.Millisecond {
+		t.Fatalf("base RTT %v after the longer path settled, want 51ms", b.over(quicMin))
+	}
+	// Early samples of a busy connection are all queued: QUIC's minimum
+	// stands until a whole period has been seen.
+	var fresh baseRTT
+	fresh.add(110*time.Millisecond, at)
+	if fresh.over(52*time.Millisecond) != 52*time.Millisecond {
+		t.Fatalf("fresh base RTT %v, want QUIC's 52ms", fresh.over(52*time.Millisecond))
+	}
+	if !congested(80*time.Millisecond, 50*time.Millisecond) || congested(54*time.Millisecond, 50*time.Millisecond) ||
+		congested(3*time.Millisecond, time.Millisecond) || !congested(7*time.Millisecond, time.Millisecond) {
+		t.Fatal("congested() misjudges")
 	}
 }
 

@@ -1,0 +1,98 @@
+package tunnelbench
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tether-edge/tether/testbench"
+	"github.com/tether-edge/tether/tunnel"
+)
+
+// TestParityOnThinLink (B3, the other side): a thin link whose only losses
+// are its own queue overflowing. Parity there would be traffic the link has
+// no room for, so the tunnel must not turn it on, and its goodput must be
+// what it is without forward error correction. TCP cubic through the same
+// link for reference.
+func TestParityOnThinLink(t *testing.T) {
+	link := testbench.LinkParams{Delay: testbench.Duration(25 * time.Millisecond), Rate: 4_000_000, QueueLimit: 32 << 10}
+	r := newRig(t, link, tunnel.ServerConfig{})
+	d := 6 * time.Second
+	if *full {
+		d = 30 * time.Second
+	}
+	upload := func(c *tunnel.Client) (float64, tunnel.FECStats) {
+		hc := &http.Client{Transport: &http.Transport{DialContext: c.DialContext}}
+		f0 := c.Stats().FEC
+		stop := new(atomic.Bool)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			req, _ := http.NewRequest("POST", "http://hub/bulk", io.NopCloser(infinite{stop}))
+			if resp, err := hc.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		rate := sample(r, d)
+		stop.Store(true)
+		<-done
+		f := c.Stats().FEC
+		return rate, tunnel.FECStats{ParityPackets: f.ParityPackets - f0.ParityPackets, Protected: f.Protected - f0.Protected}
+	}
+	cubic := func() float64 {
+		raw, err := r.dialInNodeCC(context.Background(), r.hubIP+":"+tlsPort, "cubic")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(raw, &tls.Config{RootCAs: r.pki.pool, ServerName: "hub"})
+		stop := new(atomic.Bool)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			io.Copy(tc, infinite{stop})
+		}()
+		rate := sample(r, d)
+		stop.Store(true)
+		tc.Close()
+		<-done
+		return rate
+	}
+	dropped := func(f func()) string {
+		before := r.lab.Stats().Links[site].Up
+		f()
+		after := r.lab.Stats().Links[site].Up
+		pk, dr := after.Packets-before.Packets, after.Dropped-before.Dropped
+		return fmt.Sprintf("%.2f%% of %d packets dropped by the queue", 100*float64(dr)/float64(max(pk, 1)), pk)
+	}
+	withFEC := r.client(node, nil)
+	withoutFEC := r.client("edge-n2", func(c *tunnel.ClientConfig) { c.DisableFEC = true })
+	for _, loss := range []float64{0, 0.01} {
+		l := link
+		l.Loss = loss
+		if err := r.lab.Shape(site, l); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			on, off, tcp float64
+			parity       tunnel.FECStats
+		)
+		dOn := dropped(func() { on, parity = upload(withFEC) })
+		dOff := dropped(func() { off, _ = upload(withoutFEC) })
+		dTCP := dropped(func() { tcp = cubic() })
+		t.Logf("thin link: 4 Mbit/s, RTT 50 ms, 32 KiB queue, %.0f%% random loss each way, %v per run", loss*100, d)
+		t.Logf("  tunnel with FEC:    %5.2f Mbit/s, %d parity packets for %d sent in groups (%s)", on, parity.ParityPackets, parity.Protected, dOn)
+		t.Logf("  tunnel without FEC: %5.2f Mbit/s (%s)", off, dOff)
+		t.Logf("  TCP+TLS cubic:      %5.2f Mbit/s (%s)", tcp, dTCP)
+		t.Logf("  with / without FEC: %.2fx", on/off)
+		// Parity on a link that loses only to its own queue would crowd
+		// out data; an occasional group while the estimate settles is noise.
+		if loss == 0 && parity.ParityPackets > parity.Protected/50+10 {
+			t.Errorf("parity on a congested, loss-free link: %d parity packets", parity.ParityPackets)
+		}
+	}
+}
