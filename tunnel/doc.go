@@ -42,10 +42,11 @@
 // loses packets (forward error correction below QUIC, see fecConn): a
 // single lost packet in a group is rebuilt by the receiver instead of
 // costing a retransmission and a halved congestion window. Parity starts
-// when QUIC reports 0.5 % loss or more, grows while losses still get
-// through and stops after a clean half minute; a loss-free path never
-// sees it. ServerConfig.DisableFEC and ClientConfig.DisableFEC turn it
-// off.
+// when QUIC reports 0.5 % loss or more while the round trip stays near the
+// path's minimum, grows while losses still get through, shrinks when
+// losses come with a queue (those are congestion: parity would only add
+// to it) and stops after a clean half minute; a loss-free path never sees
+// it. ServerConfig.DisableFEC and ClientConfig.DisableFEC turn it off.
 //
 // # Control stream, liveness and reconnects
 //
