@@ -659,6 +659,8 @@ spec:
 			t.Errorf("remove the network namespace of pod %s: %v", uid, err)
 		}
 	}
+	// So do the NAT rules the CNI bridge plugin made for the pods.
+	flushPodNAT(t, append(slices.Clone(uids), initUID))
 
 	start := time.Now()
 	l.startAgent(t)
@@ -702,6 +704,39 @@ spec:
 	})
 	l.kubectl(t, "delete", "deploy", "fleet", "--wait=true", "--timeout=60s")
 	l.kubectl(t, "delete", "pod", "with-init", "--wait=true", "--timeout=60s")
+}
+
+// flushPodNAT removes the NAT rules and chains the CNI bridge plugin made
+// for the pods, as a reboot does.
+func flushPodNAT(t *testing.T, uids []string) {
+	t.Helper()
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return // the bridge plugin made none
+	}
+	out, err := exec.Command("iptables", "-t", "nat", "-S", "POSTROUTING").Output()
+	if err != nil {
+		t.Fatalf("iptables -S: %v", err)
+	}
+	chains := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(line, "-A POSTROUTING ") || !slices.ContainsFunc(uids, func(u string) bool { return strings.Contains(line, u) }) {
+			continue
+		}
+		f := strings.Fields(line)
+		if i := slices.Index(f, "-j"); i >= 0 && i+1 < len(f) {
+			chains[f[i+1]] = true
+		}
+		// The rule as iptables-restore would read it, deleted.
+		if out, err := exec.Command("sh", "-c", "iptables -t nat -D "+strings.TrimPrefix(line, "-A ")).CombinedOutput(); err != nil {
+			t.Fatalf("delete %q: %v\n%s", line, err, out)
+		}
+	}
+	for c := range chains {
+		exec.Command("iptables", "-t", "nat", "-F", c).Run()
+		if out, err := exec.Command("iptables", "-t", "nat", "-X", c).CombinedOutput(); err != nil {
+			t.Fatalf("delete chain %s: %v\n%s", c, err, out)
+		}
+	}
 }
 
 // shimPIDs finds the containerd shims serving the daemon whose state is

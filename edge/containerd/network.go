@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	cnitypes "github.com/containernetworking/cni/pkg/types"
@@ -200,22 +202,33 @@ func (n *network) setUp(ctx context.Context, pod *corev1.Pod, net edge.Network) 
 		return "", nil, err
 	}
 	name := netnsName(pod.UID)
-	_ = deleteNetns(name) // a leftover of an interrupted attempt
-	// After a reboot the pod's namespace is gone but the IPAM state on
-	// disk still holds its address under the same container ID, which
-	// host-local refuses to allocate twice: release it first.
-	if prev, _ := n.cni.GetNetworkListCachedResult(list, runtimeConf(pod, "")); prev != nil {
-		if err := n.cni.DelNetworkList(ctx, list, runtimeConf(pod, "")); err != nil {
+	// What an earlier sandbox of the pod left goes first, through the
+	// plugins: a namespace of an interrupted attempt (DEL in it also
+	// removes the NAT rules the bridge plugin made for its address, which
+	// would otherwise keep the pod's chain referenced and make every later
+	// DEL fail), or, after a reboot, the address the IPAM state on disk
+	// still holds under the same container ID, which host-local refuses
+	// to allocate twice.
+	prevNS := filepath.Join(netnsDir, name)
+	_, statErr := os.Stat(prevNS)
+	prev, _ := n.cni.GetNetworkListCachedResult(list, runtimeConf(pod, ""))
+	if statErr == nil || prev != nil {
+		rt := runtimeConf(pod, prevNS)
+		if statErr != nil {
+			rt.NetNS = ""
+		}
+		if err := n.del(ctx, list, rt); err != nil {
 			return "", nil, fmt.Errorf("release the previous pod network (CNI %s): %w", list.Name, err)
 		}
 	}
+	_ = deleteNetns(name)
 	nsPath, err = newNetns(name)
 	if err != nil {
 		return "", nil, err
 	}
 	res, err := n.cni.AddNetworkList(ctx, list, runtimeConf(pod, nsPath))
 	if err != nil {
-		_ = n.cni.DelNetworkList(ctx, list, runtimeConf(pod, nsPath))
+		_ = n.del(ctx, list, runtimeConf(pod, nsPath))
 		_ = deleteNetns(name)
 		return "", nil, fmt.Errorf("set up pod network (CNI %s): %w", list.Name, err)
 	}
@@ -260,16 +273,34 @@ func (n *network) tearDown(ctx context.Context, pod *corev1.Pod) error {
 			list, _ = libcni.ConfListFromFile(files[0])
 		}
 	}
+	var delErr error
 	if list != nil {
 		rt := runtimeConf(pod, nsPath)
 		if _, err := os.Stat(nsPath); err != nil {
 			rt.NetNS = "" // plugins release the address without a namespace
 		}
-		if err := n.cni.DelNetworkList(ctx, list, rt); err != nil {
-			return fmt.Errorf("tear down pod network: %w", err)
+		if err := n.del(ctx, list, rt); err != nil {
+			delErr = fmt.Errorf("tear down pod network: %w", err)
 		}
 	}
-	return deleteNetns(name)
+	// The namespace goes even when a plugin failed: its containers are
+	// gone, and a plugin that fails the same way every time (the bridge
+	// plugin when a NAT chain of an earlier sandbox of the pod is still
+	// referenced) would otherwise keep it forever. The caller's retry
+	// then runs DEL without a namespace, which releases the address.
+	return errors.Join(delErr, deleteNetns(name))
+}
+
+// cniDelTimeout bounds one CNI DEL.
+const cniDelTimeout = 30 * time.Second
+
+// del runs CNI DEL to the end even when ctx is cancelled (the agent
+// stopping): a plugin killed halfway leaves what it had not yet removed,
+// such as NAT rules, with nothing to find them by afterwards.
+func (n *network) del(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cniDelTimeout)
+	defer cancel()
+	return n.cni.DelNetworkList(ctx, list, rt)
 }
 
 func netnsName(uid types.UID) string { return "tether-" + string(uid) }
