@@ -2,12 +2,12 @@ package tunnel
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"io"
 	mrand "math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,6 +51,24 @@ func fakePacket(n int) []byte {
 	return p
 }
 
+// pairForParity makes snd send parity in groups of four to recvAP and rcv
+// keep packets from sendAP, as two connected tunnel ends would.
+func pairForParity(snd, rcv *fecConn, sendAP, recvAP netip.AddrPort) {
+	snd.mu.Lock()
+	snd.setLocked(&fecTrack{addr: recvAP}, 4, time.Second)
+	snd.mu.Unlock()
+	keepFor(rcv, sendAP)
+}
+
+// keepFor makes c keep the packets from ap, as it does once ap sent parity.
+func keepFor(c *fecConn, ap netip.AddrPort) {
+	c.mu.Lock()
+	c.peers[ap] = true
+	c.rx[ap] = &fecRing{lastParity: time.Now()}
+	c.nRx.Store(int32(len(c.rx)))
+	c.mu.Unlock()
+}
+
 // TestFECRebuildsLostPackets sends groups of four with parity over a path
 // that drops one packet of most groups and two of some: every single loss
 // comes back, byte for byte, and double losses are counted, not guessed.
@@ -68,14 +86,7 @@ func TestFECRebuildsLostPackets(t *testing.T) {
 	drop := &dropConn{PacketConn: sa, drop: lost}
 	snd := newFECConn(drop)
 	rcv := newFECConn(ra)
-	snd.mu.Lock()
-	snd.setLocked(&fecTrack{addr: recvAP}, 4, time.Second)
-	snd.mu.Unlock()
-	rcv.mu.Lock()
-	rcv.peers[sendAP] = true
-	rcv.rx[sendAP] = &fecRing{lastParity: time.Now()}
-	rcv.nRx.Store(1)
-	rcv.mu.Unlock()
+	pairForParity(snd, rcv, sendAP, recvAP)
 
 	const groups = 101
 	sent := make([][]byte, groups*4)
@@ -189,14 +200,7 @@ func TestFECLatePacketCompletesGroup(t *testing.T) {
 	sendAP, _ := addrPortOf(sa.LocalAddr())
 	snd := newFECConn(&lateConn{PacketConn: sa, late: 2, lost: 1})
 	rcv := newFECConn(ra)
-	snd.mu.Lock()
-	snd.setLocked(&fecTrack{addr: recvAP}, 4, time.Second)
-	snd.mu.Unlock()
-	rcv.mu.Lock()
-	rcv.peers[sendAP] = true
-	rcv.rx[sendAP] = &fecRing{lastParity: time.Now()}
-	rcv.nRx.Store(1)
-	rcv.mu.Unlock()
+	pairForParity(snd, rcv, sendAP, recvAP)
 	sent := make([][]byte, 4)
 	for i := range sent {
 		sent[i] = fakePacket(100 + 10*i)
@@ -258,11 +262,7 @@ func TestFECIgnoresStrangers(t *testing.T) {
 
 	// A peer, but a parity whose payload is damaged: the rebuilt packet
 	// does not carry its name, so nothing is handed to QUIC.
-	rcv.mu.Lock()
-	rcv.peers[sendAP] = true
-	rcv.rx[sendAP] = &fecRing{lastParity: time.Now()}
-	rcv.nRx.Store(1)
-	rcv.mu.Unlock()
+	keepFor(rcv, sendAP)
 	bad := append([]byte(nil), good...)
 	bad[len(bad)-1] ^= 0xff
 	sa.WriteTo(p1, ra.LocalAddr())
@@ -363,21 +363,8 @@ func TestFECOverLossyPath(t *testing.T) {
 	data := make([]byte, size)
 	rand.Read(data)
 	want := sha256.Sum256(data)
-	werr := make(chan error, 1)
 	start := time.Now()
-	go func() {
-		conn, err := c.DialContext(context.Background(), "tcp", "hub")
-		if err != nil {
-			werr <- err
-			return
-		}
-		defer conn.Close()
-		if _, err := conn.Write(data); err != nil {
-			werr <- err
-			return
-		}
-		werr <- conn.(*streamConn).CloseWrite()
-	}()
+	werr := upload(c, data, 1)
 	conn, err := h.srv.Listener().Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -414,22 +401,7 @@ func TestFECOffOnCleanPath(t *testing.T) {
 	c := startClient(t, p, relay.front.LocalAddr().String(), "n1", nil)
 	waitConnected(t, c, 10*time.Second)
 	data := make([]byte, 4<<20)
-	done := make(chan error, 1)
-	go func() {
-		conn, err := c.DialContext(context.Background(), "tcp", "hub")
-		if err != nil {
-			done <- err
-			return
-		}
-		defer conn.Close()
-		for range 3 { // long enough for a few loss samples
-			if _, err := conn.Write(data); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- conn.(*streamConn).CloseWrite()
-	}()
+	done := upload(c, data, 3) // long enough for a few loss samples
 	conn, err := h.srv.Listener().Accept()
 	if err != nil {
 		t.Fatal(err)

@@ -329,3 +329,26 @@ func dropUntil(pc net.PacketConn, stop chan struct{}) {
 		pc.ReadFrom(buf)
 	}
 }
+
+// upload sends data through the tunnel from c to the hub's Listener,
+// reps times over one stream, then half-closes it; the returned channel
+// yields the edge side's error.
+func upload(c *testClient, data []byte, reps int) <-chan error {
+	werr := make(chan error, 1)
+	go func() {
+		conn, err := c.DialContext(context.Background(), "tcp", "hub")
+		if err != nil {
+			werr <- err
+			return
+		}
+		defer conn.Close()
+		for range reps {
+			if _, err := conn.Write(data); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- conn.(*streamConn).CloseWrite()
+	}()
+	return werr
+}

@@ -123,20 +123,7 @@ func TestNATRebindingMidTransfer(t *testing.T) {
 	data := make([]byte, size)
 	rand.Read(data)
 	want := sha256.Sum256(data)
-	werr := make(chan error, 1)
-	go func() {
-		conn, err := c.DialContext(context.Background(), "tcp", "hub")
-		if err != nil {
-			werr <- err
-			return
-		}
-		defer conn.Close()
-		if _, err := conn.Write(data); err != nil {
-			werr <- err
-			return
-		}
-		werr <- conn.(*streamConn).CloseWrite()
-	}()
+	werr := upload(c, data, 1)
 	conn, err := h.srv.Listener().Accept()
 	if err != nil {
 		t.Fatal(err)

@@ -221,7 +221,6 @@ func TestGoodputUnderLoss(t *testing.T) {
 	if *full {
 		d = 20 * time.Second
 	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: c.DialContext}}
 	linkDelta := func(f func() float64) (float64, string) {
 		before := r.lab.Stats().Links[site].Up
 		rate := f()
@@ -231,47 +230,15 @@ func TestGoodputUnderLoss(t *testing.T) {
 	}
 	var fecNote string
 	tunnelRun := func() float64 {
-		f0 := c.Stats().FEC
 		h0 := r.srv.Stats().FEC
-		defer func() {
-			f, h := c.Stats().FEC, r.srv.Stats().FEC
-			fecNote = fmt.Sprintf("parity: %d packets for %d protected (%.1f%% more packets), hub rebuilt %d, %d groups unrecoverable",
-				f.ParityPackets-f0.ParityPackets, f.Protected-f0.Protected,
-				100*float64(f.ParityPackets-f0.ParityPackets)/float64(max(f.Protected-f0.Protected, 1)),
-				h.Recovered-h0.Recovered, h.Unrecoverable-h0.Unrecoverable)
-		}()
-		stop := new(atomic.Bool)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			req, _ := http.NewRequest("POST", "http://hub/bulk", io.NopCloser(infinite{stop}))
-			if resp, err := hc.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		rate := sample(r, d)
-		stop.Store(true)
-		<-done
+		rate, f := r.tunnelUpload(c, d)
+		h := r.srv.Stats().FEC
+		fecNote = fmt.Sprintf("parity: %d packets for %d protected (%.1f%% more packets), hub rebuilt %d, %d groups unrecoverable",
+			f.ParityPackets, f.Protected, 100*float64(f.ParityPackets)/float64(max(f.Protected, 1)),
+			h.Recovered-h0.Recovered, h.Unrecoverable-h0.Unrecoverable)
 		return rate
 	}
-	tlsRun := func(cc string) float64 {
-		raw, err := r.dialInNodeCC(context.Background(), r.hubIP+":"+tlsPort, cc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc := tls.Client(raw, &tls.Config{RootCAs: r.pki.pool, ServerName: "hub"})
-		stop := new(atomic.Bool)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			io.Copy(tc, infinite{stop})
-		}()
-		rate := sample(r, d)
-		stop.Store(true)
-		tc.Close()
-		<-done
-		return rate
-	}
+	tlsRun := func(cc string) float64 { return r.tlsUpload(cc, d) }
 	type row struct {
 		loss           float64
 		quic, tcp, bbr float64

@@ -1,12 +1,7 @@
 package tunnelbench
 
 import (
-	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
-	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,42 +20,6 @@ func TestParityOnThinLink(t *testing.T) {
 	d := 6 * time.Second
 	if *full {
 		d = 30 * time.Second
-	}
-	upload := func(c *tunnel.Client) (float64, tunnel.FECStats) {
-		hc := &http.Client{Transport: &http.Transport{DialContext: c.DialContext}}
-		f0 := c.Stats().FEC
-		stop := new(atomic.Bool)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			req, _ := http.NewRequest("POST", "http://hub/bulk", io.NopCloser(infinite{stop}))
-			if resp, err := hc.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		rate := sample(r, d)
-		stop.Store(true)
-		<-done
-		f := c.Stats().FEC
-		return rate, tunnel.FECStats{ParityPackets: f.ParityPackets - f0.ParityPackets, Protected: f.Protected - f0.Protected}
-	}
-	cubic := func() float64 {
-		raw, err := r.dialInNodeCC(context.Background(), r.hubIP+":"+tlsPort, "cubic")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc := tls.Client(raw, &tls.Config{RootCAs: r.pki.pool, ServerName: "hub"})
-		stop := new(atomic.Bool)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			io.Copy(tc, infinite{stop})
-		}()
-		rate := sample(r, d)
-		stop.Store(true)
-		tc.Close()
-		<-done
-		return rate
 	}
 	dropped := func(f func()) string {
 		before := r.lab.Stats().Links[site].Up
@@ -81,9 +40,9 @@ func TestParityOnThinLink(t *testing.T) {
 			on, off, tcp float64
 			parity       tunnel.FECStats
 		)
-		dOn := dropped(func() { on, parity = upload(withFEC) })
-		dOff := dropped(func() { off, _ = upload(withoutFEC) })
-		dTCP := dropped(func() { tcp = cubic() })
+		dOn := dropped(func() { on, parity = r.tunnelUpload(withFEC, d) })
+		dOff := dropped(func() { off, _ = r.tunnelUpload(withoutFEC, d) })
+		dTCP := dropped(func() { tcp = r.tlsUpload("cubic", d) })
 		t.Logf("thin link: 4 Mbit/s, RTT 50 ms, 32 KiB queue, %.0f%% random loss each way, %v per run", loss*100, d)
 		t.Logf("  tunnel with FEC:    %5.2f Mbit/s, %d parity packets for %d sent in groups (%s)", on, parity.ParityPackets, parity.Protected, dOn)
 		t.Logf("  tunnel without FEC: %5.2f Mbit/s (%s)", off, dOff)

@@ -317,3 +317,46 @@ func percentile(d []time.Duration, q float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// tunnelUpload posts an endless body to the hub's /bulk through c for d
+// (after sample's warm-up) and returns the goodput in Mbit/s and the
+// parity c sent meanwhile.
+func (r *rig) tunnelUpload(c *tunnel.Client, d time.Duration) (float64, tunnel.FECStats) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: c.DialContext}}
+	f0 := c.Stats().FEC
+	stop := new(atomic.Bool)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest("POST", "http://hub/bulk", io.NopCloser(infinite{stop}))
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	rate := sample(r, d)
+	stop.Store(true)
+	<-done
+	f := c.Stats().FEC
+	return rate, tunnel.FECStats{ParityPackets: f.ParityPackets - f0.ParityPackets, Protected: f.Protected - f0.Protected}
+}
+
+// tlsUpload streams to the TCP+TLS peer from the edge node with congestion
+// control cc for d and returns the goodput in Mbit/s.
+func (r *rig) tlsUpload(cc string, d time.Duration) float64 {
+	raw, err := r.dialInNodeCC(context.Background(), r.hubIP+":"+tlsPort, cc)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	tc := tls.Client(raw, &tls.Config{RootCAs: r.pki.pool, ServerName: "hub"})
+	stop := new(atomic.Bool)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(tc, infinite{stop})
+	}()
+	rate := sample(r, d)
+	stop.Store(true)
+	tc.Close()
+	<-done
+	return rate
+}
