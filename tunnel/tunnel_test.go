@@ -360,7 +360,9 @@ func TestHubRestartReconnects(t *testing.T) {
 	a.stop()
 	waitFor(t, 2*time.Second, "disconnect noticed", func() bool { return !c.Connected() })
 	b := startHub(t, p, ServerConfig{StatelessResetKey: key}, port, nil)
-	waitFor(t, 10*time.Second, "reconnect", func() bool { return b.srv.Session("n1") != nil })
+	// The hub has the session once its welcome is out; the edge counts
+	// the connect when the welcome arrives.
+	waitFor(t, 10*time.Second, "reconnect", func() bool { return b.srv.Session("n1") != nil && c.Connected() })
 	if got := c.Stats().Connects; got != 2 {
 		t.Fatalf("connects = %d, want 2", got)
 	}
