@@ -313,13 +313,13 @@ func (s *Server) admit(from net.Addr) error {
 // else.
 func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
 	var fc *fecConn
-	conn := pc
+	sock := pc // what QUIC reads and writes: pc, or pc under forward error correction
 	if !s.cfg.DisableFEC {
 		fc = newFECConn(pc)
-		conn = fc
+		sock = fc
 	}
 	tr := &quic.Transport{
-		Conn: conn,
+		Conn: sock,
 		ConnContext: func(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
 			return ctx, s.admit(info.RemoteAddr)
 		},
@@ -344,7 +344,7 @@ func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
 		}
 		s.mu.Unlock()
 		tr.Close()
-		conn.Close()
+		sock.Close()
 	}()
 	ql, err := tr.Listen(s.quicTLS, s.quicConfig())
 	if err != nil {
