@@ -257,6 +257,20 @@ func TestUpgradeFromABI2(t *testing.T) {
 	testnet.JoinCgroup(t, l.cgroup)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
 
+	old := openHeld(t, l, "ABI 2")
+	defer old.Close()
+	stop := make(chan struct{})
+	h := startHammer(t, l.cli, "10.214.100.1:80", stop)
+	dp, _ := upgradeWeb(t, l, "ABI 2")
+	time.Sleep(100 * time.Millisecond)
+	checkNewServe(t, dp, l, old, "ABI 2")
+	stopHammer(t, h, stop, "ABI 2")
+}
+
+// openHeld opens a connection to the lab's Service under the programs of
+// the old build (abi) and checks that it shows the ClusterIP as its peer.
+func openHeld(t *testing.T, l *sockLab, abi string) net.Conn {
+	t.Helper()
 	var old net.Conn
 	if err := l.cli.Do(func() error {
 		var err error
@@ -265,22 +279,30 @@ func TestUpgradeFromABI2(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer old.Close()
 	if p := peerOf(t, old); p != "10.214.100.1:80" {
-		t.Fatalf("getpeername under the ABI 2 programs = %s", p)
+		old.Close()
+		t.Fatalf("getpeername under the %s programs = %s", abi, p)
 	}
+	return old
+}
 
-	stop := make(chan struct{})
-	h := startHammer(t, l.cli, "10.214.100.1:80", stop)
+// upgradeWeb starts the new agent over the pins of the old build (abi)
+// while connections are being made: the old programs must keep serving
+// until the first Sync has filled the new maps with the Service web, and
+// then every pinned link must run a new program. It returns the agent and
+// web's endpoint ports.
+func upgradeWeb(t *testing.T, l *sockLab, abi string) (*Dataplane, []discoveryv1.EndpointPort) {
+	t.Helper()
 	time.Sleep(50 * time.Millisecond)
 	dp, err := New(l.cfg)
 	if err != nil {
-		t.Fatalf("New over ABI 2 pins: %v", err)
+		t.Fatalf("New over %s pins: %v", abi, err)
 	}
 	l.dp = dp
 	if !dp.deferAttach {
 		t.Fatal("replaced maps but attached the new programs before they were filled")
 	}
+	// Old programs, old maps: still load-balanced.
 	time.Sleep(100 * time.Millisecond)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 5))
 
@@ -307,7 +329,14 @@ func TestUpgradeFromABI2(t *testing.T) {
 			t.Fatalf("%s link runs program %d, not the new %d", p.name, li.Program, id)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	return dp, ports
+}
+
+// checkNewServe checks that the new programs translate connections and
+// their peers from lb_sk_rev, and that the connection held since the old
+// build (abi) still shows the ClusterIP.
+func checkNewServe(t *testing.T, dp *Dataplane, l *sockLab, old net.Conn, abi string) {
+	t.Helper()
 	before, err := dp.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -327,15 +356,20 @@ func TestUpgradeFromABI2(t *testing.T) {
 		t.Fatalf("new programs not serving from lb_sk_rev: %+v → %+v", before, after)
 	}
 	if p := peerOf(t, old); p != "10.214.100.1:80" {
-		t.Fatalf("getpeername of a connection opened under the ABI 2 programs = %s after the upgrade", p)
+		t.Fatalf("getpeername of a connection opened under the %s programs = %s after the upgrade", abi, p)
 	}
+}
+
+// stopHammer stops h and fails the test if any of its connections failed.
+func stopHammer(t *testing.T, h *hammer, stop chan struct{}, abi string) {
+	t.Helper()
 	close(stop)
 	<-h.done
 	ok, fail, lastErr := h.counts()
 	if fail != 0 {
 		t.Fatalf("%d of %d connections failed across the upgrade; last: %v", fail, ok+fail, lastErr)
 	}
-	t.Logf("%d connections across the upgrade from ABI 2, 0 failed", ok)
+	t.Logf("%d connections across the upgrade from %s, 0 failed", ok, abi)
 }
 
 // Objects of the builds whose fast frontend table had 128-byte lines: ABI 3
@@ -498,18 +532,8 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	testnet.JoinCgroup(t, l.cgroup)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
 
-	var old net.Conn
-	if err := l.cli.Do(func() error {
-		var err error
-		old, err = net.DialTimeout("tcp", "10.214.100.1:80", 2*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	old := openHeld(t, l, abi)
 	defer old.Close()
-	if p := peerOf(t, old); p != "10.214.100.1:80" {
-		t.Fatalf("getpeername under the %s programs = %s", abi, p)
-	}
 	oldIdx := uint32(cookieOf(t, old)) & (rev.MaxEntries() - 1)
 	var e lbSkRev
 	if err := rev.Lookup(oldIdx, &e); err != nil || e.Cookie == 0 || e.Flags != 0 {
@@ -518,42 +542,7 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 
 	stop := make(chan struct{})
 	h := startHammer(t, l.cli, "10.214.100.1:80", stop)
-	time.Sleep(50 * time.Millisecond)
-	dp, err := New(l.cfg)
-	if err != nil {
-		t.Fatalf("New over %s pins: %v", abi, err)
-	}
-	l.dp = dp
-	if !dp.deferAttach {
-		t.Fatal("replaced the fast table but attached the new programs before it was filled")
-	}
-	// Old programs, old maps: still load-balanced.
-	time.Sleep(100 * time.Millisecond)
-	countBackends(t, dialN(l.cli, "10.214.100.1:80", 5))
-
-	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
-	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
-	dp.UpsertService(web)
-	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
-	if err := dp.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if dp.deferAttach {
-		t.Fatal("programs not attached after the first Sync")
-	}
-	for i, p := range cgroupProgs(dp.objs) {
-		li, err := dp.cgLinks[i].Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pi, err := p.prog.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id, _ := pi.ID(); li.Program != id {
-			t.Fatalf("%s link runs program %d, not the new %d", p.name, li.Program, id)
-		}
-	}
+	dp, ports := upgradeWeb(t, l, abi)
 	fast, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_fe_fast"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -563,27 +552,7 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	}
 	fast.Close()
 	time.Sleep(100 * time.Millisecond)
-	before, err := dp.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := dialN(l.cli, "10.214.100.1:80", 20)
-	countBackends(t, rs)
-	for _, r := range rs {
-		if r.peer != "10.214.100.1:80" {
-			t.Fatalf("getpeername = %s after the upgrade", r.peer)
-		}
-	}
-	after, err := dp.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.SocketTranslations-before.SocketTranslations < 20 || after.SocketRevLocal != before.SocketRevLocal {
-		t.Fatalf("new programs not serving from lb_sk_rev: %+v → %+v", before, after)
-	}
-	if p := peerOf(t, old); p != "10.214.100.1:80" {
-		t.Fatalf("getpeername of a connection opened under the %s programs = %s after the upgrade", abi, p)
-	}
+	checkNewServe(t, dp, l, old, abi)
 	// The old connection's claim is not counted: the agent keeps
 	// sock_release looking at every entry of the whole table.
 	time.Sleep(300 * time.Millisecond)
@@ -615,11 +584,5 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	if got := countBackends(t, dialN(l.cli, "10.214.100.1:80", 10)); got[labBackends[2]] != 10 {
 		t.Fatalf("change after the upgrade not applied: %v", got)
 	}
-	close(stop)
-	<-h.done
-	ok, fail, lastErr := h.counts()
-	if fail != 0 {
-		t.Fatalf("%d of %d connections failed across the upgrade; last: %v", fail, ok+fail, lastErr)
-	}
-	t.Logf("%d connections across the upgrade from %s, 0 failed", ok, abi)
+	stopHammer(t, h, stop, abi)
 }
