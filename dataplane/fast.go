@@ -42,9 +42,11 @@ func fastChoice(first uint32, n int, bits uint32) uint32 {
 // hooks read before lb_frontends (see bpf/lb.h). A key sits in the first of
 // its choices that was free when it came; the lines it passed over carry
 // FAST_SPILL so that readers look further, and a key whose choices were all
-// taken is found in lb_frontends only. A line that a key leaves goes to the
-// first key that passed over it and is in lb_frontends only. Only
-// socket-scope frontends are in it.
+// taken is found in lb_frontends only. A line that a key leaves goes to a
+// key that passed over it, one in lb_frontends only first, so that no line
+// stays free while a key looks for it first and finds it further on: the
+// table does not get slower as Services come and go. Only socket-scope
+// frontends are in it.
 type fastTable struct {
 	bits  uint32
 	lines map[uint32]*fastLine // lines in use or passed over
@@ -112,8 +114,8 @@ func (t *fastTable) changed(k feKey) {
 	}
 }
 
-// remove takes frontend k out; a key that passed over its line and is in
-// lb_frontends only moves in.
+// remove takes frontend k out; the line it leaves goes to a key that
+// passed over it (fill).
 func (t *fastTable) remove(k feKey) {
 	p, ok := t.pos[k]
 	if !ok {
@@ -133,27 +135,47 @@ func (t *fastTable) remove(k feKey) {
 		l.resident, l.used = feKey{}, false
 		t.dirty[cs[p]] = true
 		t.fill(cs[p])
-		t.tidy(cs[p])
 	}
 }
 
-// fill gives free line i to the first key that passed over it and is in
-// lb_frontends only.
+// fill gives free line i to the key that passed over it and gains most: one
+// in lb_frontends only, else the one that sits furthest on. The line that
+// key leaves is filled in turn. Every move brings a key nearer its first
+// line, so the chain ends.
 func (t *fastTable) fill(i uint32) {
-	l := t.lines[i]
-	for _, k := range l.passed {
-		if t.pos[k] >= 0 {
-			continue
+	for {
+		l := t.lines[i]
+		var k feKey
+		best := -1
+		for _, c := range l.passed {
+			p := t.pos[c]
+			if p < 0 {
+				p = fastChoices
+			}
+			if p > best {
+				k, best = c, p
+			}
+		}
+		if best < 0 {
+			t.tidy(i)
+			return
 		}
 		cs := t.choices(k)
 		q := slices.Index(cs[:], i)
 		l.resident, l.used = k, true
 		t.pos[k] = q
-		for n := q; n < fastChoices; n++ {
+		// k no longer passes over the lines from its new one to its old.
+		for n := q; n < min(best, fastChoices); n++ {
 			t.unpass(cs[n], k)
 		}
 		t.moved = true
-		return
+		if best == fastChoices {
+			return
+		}
+		old := t.lines[cs[best]]
+		old.resident, old.used = feKey{}, false
+		t.dirty[cs[best]] = true
+		i = cs[best]
 	}
 }
 

@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -35,8 +37,8 @@ func TestFastIndexDense(t *testing.T) {
 
 // TestFastTableChoices follows the lines of keys that share their first
 // line: they take its other choices, then spill to lb_frontends; a line a
-// key leaves goes to a key that spilled, and lines keep FAST_SPILL while a
-// key that passed over them sits further on.
+// key leaves goes to a key that spilled, else to the key furthest on, and
+// lines keep FAST_SPILL while a key that passed over them sits further on.
 func TestFastTableChoices(t *testing.T) {
 	const bits = 10
 	// Keys with the same first line: the same address, ports whose
@@ -113,12 +115,20 @@ func TestFastTableChoices(t *testing.T) {
 	if r, s := tab.stats(); r != [fastChoices]int{1, 1, 1} || s != 0 {
 		t.Fatalf("stats %v/%d", r, s)
 	}
-	// The first leaves: nobody is in lb_frontends only, so its line
-	// stays free, but keys further on passed over it.
+	// The first leaves: nobody is in lb_frontends only, so the key that
+	// sits furthest on moves in, and its line stays free: nobody passed
+	// over it.
 	tab.remove(keys[0])
 	delete(fes, keys[0])
-	commit()
-	expect(0, nil, true)
+	if b := commit(); !b.fastGen {
+		t.Fatal("a key moved without lb_fe_gen around the writes")
+	}
+	expect(0, &keys[2], true)
+	expect(1, &keys[3], false)
+	expect(2, nil, false)
+	if r, s := tab.stats(); r != [fastChoices]int{1, 1, 0} || s != 0 {
+		t.Fatalf("stats %v/%d", r, s)
+	}
 	for _, k := range []feKey{keys[2], keys[3]} {
 		tab.remove(k)
 		delete(fes, k)
@@ -168,6 +178,71 @@ func TestFastInline(t *testing.T) {
 			w := uint32(v.BeHi) | uint32(v.BeLo[i])<<16
 			if want := toLbAddr(e.key.IP).W[3]; w != want || v.BePort != htons(e.key.Port) {
 				t.Errorf("%s: backend %d reads as %#x:%d, want %#x:%d", c.name, i, w, v.BePort, want, htons(e.key.Port))
+			}
+		}
+	}
+}
+
+// TestFastTableChurn adds and removes random keys in a small table, as
+// Services come and go, and checks after every step what readers rely on
+// and what keeps the table fast: a key sits in the line of its position
+// and every line before it holds another key and says that keys spilled
+// past it; no line is free while a key passed over it; and every line
+// whose contents changed since the last write is written.
+func TestFastTableChurn(t *testing.T) {
+	const bits = 10
+	rng := rand.New(rand.NewPCG(3, 4))
+	tab := newFastTable(bits)
+	mirror := map[uint32]fastLine{} // what the last commit wrote
+	var live []feKey
+	for step := range 20000 {
+		// Hover around three quarters full, where all choices are in use.
+		if len(live) < 3<<bits/4 && rng.IntN(2) == 0 || len(live) == 0 {
+			k := fastKey(netip.AddrFrom4([4]byte{10, 96, byte(rng.IntN(16)), byte(rng.IntN(256))}).String(), uint16(80+rng.IntN(4)))
+			if _, ok := tab.pos[k]; ok {
+				continue
+			}
+			tab.add(k)
+			live = append(live, k)
+		} else {
+			j := rng.IntN(len(live))
+			tab.remove(live[j])
+			live = slices.Delete(live, j, j+1)
+		}
+		for i := range tab.dirty {
+			if l := tab.lines[i]; l != nil {
+				mirror[i] = fastLine{resident: l.resident, used: l.used, passed: slices.Clone(l.passed)}
+			} else {
+				delete(mirror, i)
+			}
+		}
+		tab.dirty = map[uint32]bool{}
+		for i, l := range tab.lines {
+			if !l.used && len(l.passed) == 0 {
+				t.Fatalf("step %d: line %d kept with nothing in it", step, i)
+			}
+			if !l.used && len(l.passed) > 0 {
+				t.Fatalf("step %d: line %d free while %d keys passed over it", step, i, len(l.passed))
+			}
+			m := mirror[i]
+			if m.used != l.used || m.resident != l.resident || len(m.passed) > 0 != (len(l.passed) > 0) {
+				t.Fatalf("step %d: line %d changed but was not written", step, i)
+			}
+		}
+		for _, k := range live {
+			p := tab.pos[k]
+			cs := tab.choices(k)
+			end := p
+			if p < 0 {
+				end = fastChoices
+			} else if l := tab.lines[cs[p]]; l == nil || !l.used || l.resident != k {
+				t.Fatalf("step %d: %v not in line %d of its position %d", step, k, cs[p], p)
+			}
+			for n := range end {
+				l := tab.lines[cs[n]]
+				if l == nil || !l.used || l.resident == k || !slices.Contains(l.passed, k) {
+					t.Fatalf("step %d: %v sits at %d but its choice %d is not a taken line that lists it", step, k, p, n)
+				}
 			}
 		}
 	}

@@ -110,7 +110,9 @@ struct aff_val {
  * on, which keep neighbouring ClusterIPs on neighbouring lines as the
  * first does. A key takes the first of them that is free; every line it
  * passes over gets FAST_SPILL, and a key for which all are taken is found
- * in lb_frontends only. lb_frontends stays the authoritative table (and the
+ * in lb_frontends only. A line that a key leaves goes to a key that passed
+ * over it: one found in lb_frontends only, else the one furthest on.
+ * lb_frontends stays the authoritative table (and the
  * only one of tc and post_bind). A line without FAST_SPILL whose key
  * differs therefore proves that the address is no Service, which is the
  * answer for most connects.
