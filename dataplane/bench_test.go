@@ -10,10 +10,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,30 +31,41 @@ import (
 
 var benchFull = flag.Bool("dpbench.full", false, "run the dataplane benchmark at full size (100 to 50,000 Services, 10,000 for programming and resync)")
 
-// benchVIP spreads Services over 10.214.64.0/18 (eBPF) or 10.214.192.0/18
-// (iptables) and, past 16,384, over ports.
-func benchVIP(base byte, i int) (netip.Addr, int32) {
-	n := i % 16384
-	return netip.AddrFrom4([4]byte{10, 214, base + byte(n>>8), byte(n)}), int32(80 + i/16384)
+// benchVIP is the ClusterIP of Service i: drawn at random from 10.96.0.0/13
+// (eBPF) or 10.104.0.0/13 (iptables), as Kubernetes allocates ClusterIPs
+// at random in the Service range, so that the frontends of any number of
+// Services spread over the whole frontend table. The draw is the same in
+// every run.
+func benchVIP(iptables bool, i int) (netip.Addr, int32) {
+	off := benchVIPOffsets()[i]
+	base := byte(96)
+	if iptables {
+		base = 104
+	}
+	return netip.AddrFrom4([4]byte{10, base + byte(off>>16), byte(off >> 8), byte(off)}), 80
 }
+
+// benchMaxServices bounds the Services of a run.
+const benchMaxServices = 50000
+
+var benchVIPOffsets = sync.OnceValue(func() []int {
+	return rand.New(rand.NewPCG(1, 2)).Perm(1 << 19)[:benchMaxServices]
+})
 
 const benchBackends = 10
 
-// benchWorkingSet is how many Services the benchmark's clients talk to: a
-// node's pods each use a few Services, not every Service of a large
-// cluster. The set is drawn at random from all Services loaded, so it
-// spreads over the whole address range and the whole frontend table.
-const benchWorkingSet = 1000
+// benchClientSet is how many Services the benchmark's client talks to, the
+// same at every number of Services loaded: a node's pods each use a few
+// Services, not every Service of a large cluster. The set is drawn at
+// random from all Services loaded. The requirement's figures come from
+// this client: what the number of Services loaded does on its own.
+const benchClientSet = 100
 
-// workingSet draws min(n, benchWorkingSet) distinct Services of n.
-func workingSet(n int) []int {
-	return rand.Perm(n)[:min(n, benchWorkingSet)]
-}
-
-// benchFixedSet is the size of a second working set, the same at every n:
-// its cost shows what the number of Services loaded does on its own, where
-// the working set of min(n, benchWorkingSet) also grows with n.
-const benchFixedSet = 100
+// benchWideSet is the size of a second, wider set of Services, for
+// comparison: min(n, benchWideSet) of n. Its frontends' lines are no
+// longer in the CPU caches from one use to the next, whatever their
+// number (see docs/benchmarks.md).
+const benchWideSet = 1000
 
 func benchBackendIP(j int) string { return fmt.Sprintf("10.214.50.%d", j+1) }
 
@@ -60,7 +73,7 @@ func benchObjects(n, backends int) ([]*corev1.Service, []*discoveryv1.EndpointSl
 	svcs := make([]*corev1.Service, n)
 	slices := make([]*discoveryv1.EndpointSlice, n)
 	for i := range n {
-		ip, port := benchVIP(64, i)
+		ip, port := benchVIP(false, i)
 		name := fmt.Sprintf("svc-%d", i)
 		svcs[i] = service(name, ip.String(), svcPort("http", corev1.ProtocolTCP, port, intstr.FromInt32(8080)))
 		eps := make([]discoveryv1.Endpoint, backends)
@@ -76,16 +89,47 @@ func benchObjects(n, backends int) ([]*corev1.Service, []*discoveryv1.EndpointSl
 // statistic covers.
 const hookChunk = 100
 
-// connRun is what one run of connections measured.
+// progTime is what a program's run-time statistic gained over some runs.
+type progTime struct {
+	runtime time.Duration
+	runs    uint64
+}
+
+func (p progTime) add(q progTime) progTime { return progTime{p.runtime + q.runtime, p.runs + q.runs} }
+
+// per is the mean time of one run, 0 without runs.
+func (p progTime) per() time.Duration {
+	if p.runs == 0 {
+		return 0
+	}
+	return p.runtime / time.Duration(p.runs)
+}
+
+// connRun is what connections measured; runs add up.
 type connRun struct {
 	conns []time.Duration // socket+connect+close of each connection
-	// The run-time statistic (run_time / run_count) of the connect4
-	// program over the whole run, and its median over chunks of hookChunk
-	// connections: the whole-run figure also carries every interrupt that
-	// landed inside the program, the median is the steady cost.
-	hook, hookMed time.Duration
-	release       time.Duration // the same whole-run statistic of sock_release
-	floor         time.Duration // ... of an empty connect4 program: what the statistic itself costs
+	// The run-time statistics of the connect4 program, of sock_release
+	// and of an empty connect4 program attached next to them (what the
+	// statistic itself costs), and connect4's per-run time over each
+	// chunk of hookChunk connections: the whole-run figure also carries
+	// every interrupt that landed inside the program, the median over
+	// chunks is the steady cost.
+	connect, release, floor progTime
+	chunks                  []time.Duration
+}
+
+func (r *connRun) add(q connRun) {
+	r.conns = append(r.conns, q.conns...)
+	r.connect, r.release, r.floor = r.connect.add(q.connect), r.release.add(q.release), r.floor.add(q.floor)
+	r.chunks = append(r.chunks, q.chunks...)
+}
+
+// chunkMedian is the median of connect4's per-chunk figures.
+func (r *connRun) chunkMedian() time.Duration {
+	if len(r.chunks) == 0 {
+		return 0
+	}
+	return pct(r.chunks, 0.5)
 }
 
 // hookProgs are the programs whose run-time statistics a run samples; any
@@ -94,35 +138,36 @@ type hookProgs struct {
 	connect, release, floor *ebpf.Program
 }
 
+// progStats reads the run-time statistic of p, zero for nil.
+func progStats(p *ebpf.Program) progTime {
+	if p == nil {
+		return progTime{}
+	}
+	s, err := p.Stats()
+	if err != nil {
+		return progTime{}
+	}
+	return progTime{s.Runtime, s.RunCount}
+}
+
+func (p progTime) since(q progTime) progTime { return progTime{p.runtime - q.runtime, p.runs - q.runs} }
+
 // connectCost times socket+connect+close to random Services of n from the
-// calling thread. Sockets close with a reset (SO_LINGER 0): a graceful close
-// leaves a TIME_WAIT socket per connection, whose timers fire a minute later
-// into whatever is being measured then, and whose ports run out. It samples
-// the run-time statistics of the programs of p along the way.
-func connectCost(target func(i int) (netip.Addr, int32), n, conns int, p hookProgs) (connRun, error) {
-	connect, release := p.connect, p.release
+// calling thread, after warm connections that it does not count (the
+// frontends' lines are then where a client that keeps using them finds
+// them). Sockets close with a reset (SO_LINGER 0): a graceful close leaves
+// a TIME_WAIT socket per connection, whose timers fire a minute later into
+// whatever is being measured then, and whose ports run out. It samples the
+// run-time statistics of the programs of p along the way.
+func connectCost(target func(i int) (netip.Addr, int32), n, warm, conns int, p hookProgs) (connRun, error) {
 	r := connRun{conns: make([]time.Duration, 0, conns)}
-	stats := func(p *ebpf.Program) *ebpf.ProgramStats {
-		if p == nil {
-			return nil
-		}
-		s, err := p.Stats()
-		if err != nil {
-			return nil
-		}
-		return s
-	}
-	per := func(a, b *ebpf.ProgramStats) time.Duration {
-		if a == nil || b == nil || b.RunCount == a.RunCount {
-			return 0
-		}
-		return (b.Runtime - a.Runtime) / time.Duration(b.RunCount-a.RunCount)
-	}
-	first, firstRel, firstFloor := stats(connect), stats(release), stats(p.floor)
-	last := first
-	var chunks []time.Duration
 	linger := &unix.Linger{Onoff: 1, Linger: 0}
-	for i := range conns {
+	var first, firstRel, firstFloor, last progTime
+	for i := range warm + conns {
+		if i == warm {
+			first, firstRel, firstFloor = progStats(p.connect), progStats(p.release), progStats(p.floor)
+			last = first
+		}
 		ip, port := target(rand.IntN(n))
 		sa := &unix.SockaddrInet4{Addr: ip.As4(), Port: int(port)}
 		start := time.Now()
@@ -136,20 +181,19 @@ func connectCost(target func(i int) (netip.Addr, int32), n, conns int, p hookPro
 		}
 		err = unix.Connect(fd, sa)
 		unix.Close(fd)
-		r.conns = append(r.conns, time.Since(start))
+		if i >= warm {
+			r.conns = append(r.conns, time.Since(start))
+		}
 		if err != nil {
 			return r, fmt.Errorf("connect %s:%d: %w", ip, port, err)
 		}
-		if connect != nil && (i+1)%hookChunk == 0 {
-			s := stats(connect)
-			chunks = append(chunks, per(last, s))
+		if p.connect != nil && i >= warm && (i-warm+1)%hookChunk == 0 {
+			s := progStats(p.connect)
+			r.chunks = append(r.chunks, s.since(last).per())
 			last = s
 		}
 	}
-	r.hook, r.release, r.floor = per(first, stats(connect)), per(firstRel, stats(release)), per(firstFloor, stats(p.floor))
-	if len(chunks) > 0 {
-		r.hookMed = pct(chunks, 0.5)
-	}
+	r.connect, r.release, r.floor = progStats(p.connect).since(first), progStats(p.release).since(firstRel), progStats(p.floor).since(firstFloor)
 	return r, nil
 }
 
@@ -194,7 +238,7 @@ func iptablesRules(n int) []byte {
 	b.WriteString("-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n")
 	b.WriteString("-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n")
 	for i := range n {
-		ip, port := benchVIP(192, i)
+		ip, port := benchVIP(true, i)
 		fmt.Fprintf(&b, "-A KUBE-SERVICES -d %s/32 -p tcp -m comment --comment \"default/svc-%d:http cluster IP\" -m tcp --dport %d -j KUBE-SVC-%d\n", ip, i, port, i)
 		fmt.Fprintf(&b, "-A KUBE-SVC-%d -m comment --comment \"default/svc-%d:http\" -m statistic --mode random --probability 0.5 -j KUBE-SEP-%d-0\n", i, i, i)
 		fmt.Fprintf(&b, "-A KUBE-SVC-%d -m comment --comment \"default/svc-%d:http\" -j KUBE-SEP-%d-1\n", i, i, i)
@@ -233,21 +277,21 @@ func iptablesRestore(ns *testnet.Netns, rules []byte, noflush bool) (time.Durati
 	return time.Since(start), nil
 }
 
-type benchRow struct {
-	n                      int
-	ws                     []int // the Services connected to
-	fixed                  []int // benchFixedSet Services of n
-	bpfMed, bpfP99         time.Duration
-	hook, hookMed, release time.Duration
-	floor                  time.Duration // an empty connect4 program in the working-set run
-	hookWarm, hookWarmMed  time.Duration // the working set again, every line touched before
-	hookFix, hookFixMed    time.Duration // connecting to the fixed set
-	relFix                 time.Duration
-	hookAll, hookAllMed    time.Duration // connecting to any of all n Services
-	fastByChoice           [fastChoices]int
-	fastSpills             int
-	iptMed, iptP99         time.Duration
-	iptLoad                time.Duration
+// benchSize is one number of Services in a run: a dataplane of its own with
+// n Services loaded, in a cgroup of its own, and what was measured there.
+type benchSize struct {
+	n            int
+	cg           string
+	dp           *Dataplane
+	client, wide []int // the Services connected to: benchClientSet and min(n, benchWideSet) of n
+	// Measured over all rounds: the client's connections, connections to
+	// the wide set, and connections to any of all n.
+	cl, wd, all  connRun
+	fastByChoice [fastChoices]int
+	fastSpills   int
+	iptMed       time.Duration
+	iptP99       time.Duration
+	iptLoad      time.Duration
 }
 
 // TestDataplaneBench compares the eBPF dataplane with kube-proxy-style
@@ -255,16 +299,21 @@ type benchRow struct {
 // short for CI; -dpbench.full runs the sizes of the design targets:
 //
 //	go test ./dataplane/ -run TestDataplaneBench -v -dpbench.full
+//
+// Each number of Services has a dataplane of its own, loaded once, and the
+// eBPF measurements go round the sizes several times, so that whatever the
+// machine's neighbours do during the run lands on every size alike.
 func TestDataplaneBench(t *testing.T) {
 	testnet.RequireRoot(t)
 	if _, err := exec.LookPath("iptables-restore"); err != nil {
 		t.Skip("needs iptables-restore (Debian package iptables) for the comparison")
 	}
-	sizes, progN, conns := []int{100, 1000}, 1000, 1000
+	sizes, progN, rounds, conns := []int{100, 1000}, 1000, 2, 500
 	if *benchFull {
-		sizes, progN, conns = []int{100, 1000, 10000, 50000}, 10000, 3000
+		sizes, progN, rounds, conns = []int{100, 1000, 10000, benchMaxServices}, 10000, 6, 3000
 	}
-	maxN := slices.Max(append(slices.Clone(sizes), progN))
+	const warm = 200
+	maxN := slices.Max(sizes)
 
 	ns := testnet.NewNetns(t, "bench")
 	for j := range benchBackends {
@@ -277,7 +326,7 @@ func TestDataplaneBench(t *testing.T) {
 	testnet.MustIP(t, "-n", ns.Name, "addr", "add", "10.214.51.2/24", "dev", "v1")
 	testnet.MustIP(t, "-n", ns.Name, "link", "set", "v0", "up")
 	testnet.MustIP(t, "-n", ns.Name, "link", "set", "v1", "up")
-	testnet.MustIP(t, "-n", ns.Name, "route", "add", "10.214.192.0/18", "via", "10.214.51.2")
+	testnet.MustIP(t, "-n", ns.Name, "route", "add", "10.104.0.0/13", "via", "10.214.51.2")
 	var ln net.Listener
 	if err := ns.Do(func() error {
 		var err error
@@ -289,32 +338,34 @@ func TestDataplaneBench(t *testing.T) {
 	defer ln.Close()
 	go acceptAll(ln)
 
-	rows := map[int]*benchRow{}
+	var runs []*benchSize
 	for _, n := range sizes {
-		rows[n] = &benchRow{n: n, ws: workingSet(n), fixed: rand.Perm(n)[:min(n, benchFixedSet)]}
+		runs = append(runs, &benchSize{n: n, client: rand.Perm(n)[:min(n, benchClientSet)], wide: rand.Perm(n)[:min(n, benchWideSet)]})
+	}
+	// to returns the address of Service set[i].
+	to := func(iptables bool, set []int) func(i int) (netip.Addr, int32) {
+		return func(i int) (netip.Addr, int32) { return benchVIP(iptables, set[i]) }
 	}
 
-	// iptables first, while this process is outside the cgroup with the
+	// iptables first, while this process is outside the cgroups with the
 	// socket programs (its VIPs are a different range anyway).
-	for _, n := range sizes {
-		rules := iptablesRules(n)
-		load, err := iptablesRestore(ns, rules, false)
+	for _, s := range runs {
+		load, err := iptablesRestore(ns, iptablesRules(s.n), false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows[n].iptLoad = load
+		s.iptLoad = load
 		var r connRun
 		resume := quiesce()
 		err = ns.Do(func() error {
-			ws := rows[n].ws
-			r, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(192, ws[i]) }, len(ws), conns, hookProgs{})
+			r, err = connectCost(to(true, s.client), len(s.client), warm, rounds*conns, hookProgs{})
 			return err
 		})
 		resume()
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows[n].iptMed, rows[n].iptP99 = pct(r.conns, 0.5), pct(r.conns, 0.99)
+		s.iptMed, s.iptP99 = pct(r.conns, 0.5), pct(r.conns, 0.99)
 	}
 	// kube-proxy's partial sync of one changed Service with progN loaded.
 	var iptChange []time.Duration
@@ -334,149 +385,137 @@ func TestDataplaneBench(t *testing.T) {
 	}
 	testnet.IP("netns", "exec", ns.Name, "iptables", "-t", "nat", "-F")
 
-	// eBPF.
+	// eBPF: a dataplane per size, with the same table sizes, as a node's
+	// configuration gives them whatever the cluster holds: room for twice
+	// the largest number of Services, as MapSizes.Frontends advises.
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		t.Fatalf("enable BPF run-time stats: %v", err)
 	}
 	defer stats.Close()
-	cg := testnet.NewCgroup(t)
-	cfg := Config{CgroupPath: cg, BPFFSPath: testnet.BPFFSDir(t), NodeName: "node-a", Logger: testLogger(t),
-		Maps: MapSizes{Frontends: maxN + 1024, Backends: maxN*benchBackends + 1024}}
-	svcs, eps := benchObjects(maxN, benchBackends)
-
-	// Full resync: a fresh agent with progN Services × 10 backends.
-	dp, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range progN {
-		dp.UpsertService(svcs[i])
-		dp.UpsertEndpointSlice(eps[i])
-	}
-	cpu0 := cpuTime()
-	start := time.Now()
-	if err := dp.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	resync := time.Since(start)
-	resyncCPU := cpuTime() - cpu0
-	mem, err := dp.MapMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Programming latency: one EndpointSlice change with progN loaded.
-	var bpfChange []time.Duration
-	for i := range 200 {
-		k := rand.IntN(progN)
-		s := eps[k].DeepCopy()
-		s.Endpoints = s.Endpoints[:benchBackends-1-i%2]
-		start := time.Now()
-		dp.UpsertEndpointSlice(s)
-		bpfChange = append(bpfChange, time.Since(start))
-		dp.UpsertEndpointSlice(eps[k])
-	}
-
-	// An empty connect4 program next to the dataplane's: its statistic is
-	// what measuring a program costs.
+	// An empty connect4 program next to each dataplane's: its statistic
+	// is what measuring a program costs.
 	floor, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.CGroupSockAddr, AttachType: ebpf.AttachCGroupInet4Connect,
 		License: "GPL", Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer floor.Close()
-	floorLink, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupInet4Connect, Program: floor})
-	if err != nil {
-		t.Fatal(err)
+	svcs, eps := benchObjects(maxN, benchBackends)
+	var (
+		resync, resyncCPU time.Duration
+		mem               uint64
+		bpfChange         []time.Duration
+	)
+	for _, s := range runs {
+		s.cg = testnet.NewCgroup(t)
+		s.dp, err = New(Config{CgroupPath: s.cg, BPFFSPath: testnet.BPFFSDir(t), NodeName: "node-a", Logger: testLogger(t),
+			Maps: MapSizes{Frontends: 2 * maxN, Backends: maxN*benchBackends + 1024}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.dp.Uninstall()
+		for i := range s.n {
+			s.dp.UpsertService(svcs[i])
+			s.dp.UpsertEndpointSlice(eps[i])
+		}
+		cpu0 := cpuTime()
+		start := time.Now()
+		if err := s.dp.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if s.n != progN {
+			continue
+		}
+		// Full resync: a fresh agent with progN Services × 10
+		// backends, then one EndpointSlice change at a time.
+		resync, resyncCPU = time.Since(start), cpuTime()-cpu0
+		if mem, err = s.dp.MapMemory(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			k := rand.IntN(progN)
+			sl := eps[k].DeepCopy()
+			sl.Endpoints = sl.Endpoints[:benchBackends-1-i%2]
+			start := time.Now()
+			s.dp.UpsertEndpointSlice(sl)
+			bpfChange = append(bpfChange, time.Since(start))
+			s.dp.UpsertEndpointSlice(eps[k])
+		}
 	}
-	defer floorLink.Close()
+	for _, s := range runs {
+		fl, err := link.AttachCgroup(link.CgroupOptions{Path: s.cg, Attach: ebpf.AttachCGroupInet4Connect, Program: floor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fl.Close()
+	}
 
-	testnet.JoinCgroup(t, cg)
-	loaded := progN
-	load := func(n int) {
-		for i := loaded; i < n; i++ {
-			dp.UpsertService(svcs[i])
-			dp.UpsertEndpointSlice(eps[i])
+	// Rounds over the sizes: into a size's cgroup, then its connections.
+	// Sockets take the cgroup of the process that creates them.
+	testnet.JoinCgroup(t, runs[0].cg)
+	resume := quiesce()
+	for range rounds {
+		for _, s := range runs {
+			if err := os.WriteFile(filepath.Join(s.cg, "cgroup.procs"), []byte(fmt.Sprint(os.Getpid())), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			progs := hookProgs{connect: s.dp.objs.Sock4Connect, release: s.dp.objs.SockRelease, floor: floor}
+			err := ns.Do(func() error {
+				r, err := connectCost(to(false, s.client), len(s.client), warm, conns, progs)
+				s.cl.add(r)
+				if err != nil {
+					return err
+				}
+				r, err = connectCost(to(false, s.wide), len(s.wide), warm, conns, progs)
+				s.wd.add(r)
+				if err != nil {
+					return err
+				}
+				// Each connection to any of all n Services: nearly
+				// every one finds its frontend's line out of the
+				// CPU caches.
+				r, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(false, i) }, s.n, warm, conns, progs)
+				s.all.add(r)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
-		for i := n; i < loaded; i++ {
-			dp.DeleteService("default", svcs[i].Name)
-			dp.DeleteEndpointSlice("default", eps[i].Name)
-		}
-		loaded = n
 	}
-	for _, n := range sizes {
-		load(n)
-		var r, warm, fix, all connRun
-		ws, fixed := rows[n].ws, rows[n].fixed
-		progs := hookProgs{connect: dp.objs.Sock4Connect, release: dp.objs.SockRelease, floor: floor}
-		resume := quiesce()
-		err = ns.Do(func() error {
-			r, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(64, ws[i]) }, len(ws), conns, progs)
-			if err != nil {
-				return err
-			}
-			// The working set again: in the first run, about a
-			// third of the connections at 1,000 Services were the
-			// first to their Service since the agent wrote its
-			// line; now every line has been read before.
-			warm, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(64, ws[i]) }, len(ws), conns, progs)
-			if err != nil {
-				return err
-			}
-			// The same number of connections to benchFixedSet
-			// Services of n: the same working set at every n.
-			fix, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(64, fixed[i]) }, len(fixed), conns, progs)
-			if err != nil {
-				return err
-			}
-			// The same number of connections, each to any of all n
-			// Services: nearly every one finds its frontend's
-			// entry out of the CPU caches.
-			all, err = connectCost(func(i int) (netip.Addr, int32) { return benchVIP(64, i) }, n, conns,
-				hookProgs{connect: dp.objs.Sock4Connect})
-			return err
-		})
-		resume()
+	resume()
+	var fastLines int
+	var revLocal uint64
+	for _, s := range runs {
+		st, err := s.dp.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
-		row := rows[n]
-		row.hook, row.hookMed, row.release, row.floor = r.hook, r.hookMed, r.release, r.floor
-		row.hookWarm, row.hookWarmMed = warm.hook, warm.hookMed
-		row.hookFix, row.hookFixMed, row.relFix = fix.hook, fix.hookMed, fix.release
-		row.hookAll, row.hookAllMed = all.hook, all.hookMed
-		row.bpfMed, row.bpfP99 = pct(r.conns, 0.5), pct(r.conns, 0.99)
-		st, err := dp.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		row.fastByChoice, row.fastSpills = st.FastByChoice, st.FastSpilled
-	}
-	st, err := dp.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dp.Uninstall(); err != nil {
-		t.Fatal(err)
+		s.fastByChoice, s.fastSpills, revLocal = st.FastByChoice, st.FastSpilled, revLocal+st.SocketRevLocal
+		fastLines = 1 << s.dp.rec.fast.bits
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nPer-connection cost (TCP socket+connect+close with reset, %d connections to a working set of min(n, %d) Services drawn at random from all n, each connection to one of them at random; loopback backend; load average %s)\n",
-		conns, benchWorkingSet, loadAvg())
-	fmt.Fprintf(&b, "%8s | %10s %10s | %9s %9s %9s %9s | %9s %9s | %9s %9s %9s | %9s %9s | %9s | %22s | %10s %10s %12s | %9s %9s\n", "services", "eBPF p50", "eBPF p99",
-		"hook", "hook med", "release", "per conn", "again", "again med", "fix100", "fix med", "fix conn", "hook all", "all med", "floor", "fast 1st/2nd/3rd/spilled", "ipt p50", "ipt p99", "ipt restore", "p50 ratio", "p99 ratio")
-	var hooks, meds, warms, alls, conn, fixes, fixConn []time.Duration
-	for _, n := range sizes {
-		r := rows[n]
-		hooks, meds, warms, alls = append(hooks, r.hook), append(meds, r.hookMed), append(warms, r.hookWarm), append(alls, r.hookAll)
-		conn, fixes, fixConn = append(conn, r.hook+r.release), append(fixes, r.hookFix), append(fixConn, r.hookFix+r.relFix)
-		fmt.Fprintf(&b, "%8d | %10v %10v | %9v %9v %9v %9v | %9v %9v | %9v %9v %9v | %9v %9v | %9v | %22s | %10v %10v %12v | %8.2fx %8.2fx\n", n, r.bpfMed, r.bpfP99,
-			r.hook, r.hookMed, r.release, r.hook+r.release, r.hookWarm, r.hookWarmMed, r.hookFix, r.hookFixMed, r.hookFix+r.relFix, r.hookAll, r.hookAllMed, r.floor,
-			fmt.Sprintf("%d/%d/%d/%d", r.fastByChoice[0], r.fastByChoice[1], r.fastByChoice[2], r.fastSpills),
-			r.iptMed, r.iptP99, r.iptLoad.Round(time.Millisecond), float64(r.iptMed)/float64(r.bpfMed), float64(r.iptP99)/float64(r.bpfP99))
+	fmt.Fprintf(&b, "\nPer-connection cost (TCP socket+connect+close with reset; %d rounds over the sizes of %d connections, each to one of the client's %d Services of n at random; ClusterIPs random in a /13; loopback backend; load average %s)\n",
+		rounds, conns, benchClientSet, loadAvg())
+	fmt.Fprintf(&b, "%8s | %10s %10s | %10s %10s %12s | %9s %9s | %9s %9s %9s %9s | %9s %9s %9s | %9s %9s | %22s\n", "services",
+		"eBPF p50", "eBPF p99", "ipt p50", "ipt p99", "ipt restore", "p50 ratio", "p99 ratio",
+		"hook", "hook med", "release", "floor", "wide", "wide med", "wide conn", "hook all", "all med", "fast 1st/2nd/3rd/spilled")
+	var p50s, p99s, hooks, meds, conn, wides, wideConn, alls []time.Duration
+	for _, s := range runs {
+		med, p99 := pct(s.cl.conns, 0.5), pct(s.cl.conns, 0.99)
+		hook, rel, wide, wideRel := s.cl.connect.per(), s.cl.release.per(), s.wd.connect.per(), s.wd.release.per()
+		p50s, p99s = append(p50s, med), append(p99s, p99)
+		hooks, meds, conn = append(hooks, hook), append(meds, s.cl.chunkMedian()), append(conn, hook+rel)
+		wides, wideConn, alls = append(wides, wide), append(wideConn, wide+wideRel), append(alls, s.all.connect.per())
+		fmt.Fprintf(&b, "%8d | %10v %10v | %10v %10v %12v | %8.2fx %8.2fx | %9v %9v %9v %9v | %9v %9v %9v | %9v %9v | %22s\n", s.n,
+			med, p99, s.iptMed, s.iptP99, s.iptLoad.Round(time.Millisecond), float64(s.iptMed)/float64(med), float64(s.iptP99)/float64(p99),
+			hook, s.cl.chunkMedian(), rel, s.cl.floor.per(), wide, s.wd.chunkMedian(), wide+wideRel, s.all.connect.per(), s.all.chunkMedian(),
+			fmt.Sprintf("%d/%d/%d/%d", s.fastByChoice[0], s.fastByChoice[1], s.fastByChoice[2], s.fastSpills))
 	}
-	fmt.Fprintf(&b, "hook: run-time statistic of connect4 (run_time / run_count) over the %d connections to the working set; hook med: its median over chunks of %d; release: sock_release per closed socket; per conn: hook + release, the programs' cost per connection; again / again med: connect4 for %d more connections to the same working set, whose lines have all been read before; fix100 / fix med / fix conn: the same for %d connections to a fixed set of %d Services drawn from all n (the working set is the same at every n, only the tables grow); hook all / all med: connect4 for %d connections each to any of all n Services (few find their frontend in the CPU caches); floor: an empty connect4 program attached next to the dataplane's, in the working-set run (what the statistic itself costs, included in every figure); fast 1st/2nd/3rd/spilled: frontends served from the first, second, third of their lb_fe_fast lines / from lb_frontends\n",
-		conns, hookChunk, conns, conns, benchFixedSet, conns)
+	fmt.Fprintf(&b, "eBPF / ipt p50, p99: wall time of socket+connect+close; hook: run-time statistic of connect4 (run_time / run_count) over the client's connections; hook med: its median over chunks of %d; release: sock_release per closed socket; floor: an empty connect4 program attached next to the dataplane's (what the statistic itself costs, included in every figure); wide / wide med / wide conn: connect4, its chunk median, and connect4 + sock_release for as many connections to min(n, %d) Services; hook all / all med: connect4 for as many connections each to any of all n Services; fast 1st/2nd/3rd/spilled: frontends served from the first, second, third of their lb_fe_fast lines / from lb_frontends (%d lines)\n",
+		hookChunk, benchWideSet, fastLines)
 	fmt.Fprintf(&b, "\nProgramming one change with %d Services loaded: eBPF p50 %v p99 %v (200 changes) | iptables-restore --noflush of the changed chains p50 %v p99 %v, full iptables-restore %v | p99 ratio %.0fx\n",
 		progN, pct(bpfChange, 0.5), pct(bpfChange, 0.99), pct(iptChange, 0.5), pct(iptChange, 0.99), iptFull.Round(time.Millisecond),
 		float64(pct(iptChange, 0.99))/float64(pct(bpfChange, 0.99)))
@@ -486,60 +525,28 @@ func TestDataplaneBench(t *testing.T) {
 
 	// What holds on any machine: no connect fell back to socket-local
 	// storage (the per-connect allocation that lb_sk_rev replaced), and
-	// the dense ClusterIP range of the run never spilled out of the fast
-	// table below 16,384 Services (one port each).
-	if st.SocketRevLocal != 0 {
-		t.Errorf("%d connects kept their reverse translation in socket-local storage; want 0", st.SocketRevLocal)
+	// few frontends are outside the fast table: fewer than one in a
+	// hundred while the table is at most an eighth full, fewer than one in
+	// twelve while it is at most half full (see MapSizes.Frontends).
+	if revLocal != 0 {
+		t.Errorf("%d connects kept their reverse translation in socket-local storage; want 0", revLocal)
 	}
-	for _, n := range sizes {
-		if r := rows[n]; n <= 16384 && r.fastSpills != 0 {
-			t.Errorf("%d Services: %d frontends spilled out of lb_fe_fast; want 0", n, r.fastSpills)
+	for _, s := range runs {
+		limit := s.n / 12
+		if s.n*8 <= fastLines {
+			limit = s.n / 100
+		}
+		if s.fastSpills > limit {
+			t.Errorf("%d Services: %d frontends spilled out of lb_fe_fast (%d lines); want at most %d", s.n, s.fastSpills, fastLines, limit)
 		}
 	}
 	// The design targets are reported, not enforced: on a shared 2-vCPU
 	// VM a cold cache line costs hundreds of nanoseconds and the
 	// neighbours decide how cold. Short runs guard against gross
 	// regressions with the median, which interrupts do not move.
-	mean := func(ds []time.Duration) time.Duration {
-		var m time.Duration
-		for _, d := range ds {
-			m += d / time.Duration(len(ds))
-		}
-		return m
-	}
-	flat := func(ds []time.Duration) bool {
-		m := float64(mean(ds))
-		for _, d := range ds {
-			if r := float64(d)/m - 1; r > 0.2 || r < -0.2 {
-				return false
-			}
-		}
-		return true
-	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "MISSED"
-	}
 	if *benchFull {
-		// One line per measure, each judged against ≤ 250 ns and flat
-		// within ±20 % of its mean over the sizes. The target's own
-		// figure is the first: connect4 over the working set.
-		judge := func(what string, ds []time.Duration) string {
-			return fmt.Sprintf("%s: max %v (%s), mean %v, flat within ±20%%: %s", what, slices.Max(ds),
-				verdict(slices.Max(ds) <= 250*time.Nanosecond), mean(ds), verdict(flat(ds)))
-		}
-		t.Logf("targets (≤ 250 ns, flat within ±20 %%), judged on connect4 over the working set of min(n, %d); the other measures for comparison:\n  %s\n  %s\n  %s\n  %s\n  %s\n  %s\n  %s\nprogramming p99 ≤ 20 ms: %s; resync ≤ 250 ms: %s",
-			benchWorkingSet,
-			judge("connect4, working set (the target's figure)", hooks),
-			judge("connect4, working set, chunk medians", meds),
-			judge("connect4, working set again", warms),
-			judge(fmt.Sprintf("connect4, fixed %d of n", benchFixedSet), fixes),
-			judge("connect4, any of all n", alls),
-			judge("connect4 + sock_release per connection, working set", conn),
-			judge(fmt.Sprintf("connect4 + sock_release per connection, fixed %d of n", benchFixedSet), fixConn),
-			verdict(pct(bpfChange, 0.99) <= 20*time.Millisecond), verdict(resync <= 250*time.Millisecond))
+		t.Logf("targets, on the client's connections (the other measures for comparison):\n%s", judgeBench(p50s, p99s, hooks, meds, conn, wides, wideConn, alls)+
+			fmt.Sprintf("\n  programming p99 ≤ 20 ms: %s; resync ≤ 250 ms: %s", verdict(pct(bpfChange, 0.99) <= 20*time.Millisecond), verdict(resync <= 250*time.Millisecond)))
 		return
 	}
 	if p := pct(bpfChange, 0.99); p > 100*time.Millisecond {
@@ -548,6 +555,57 @@ func TestDataplaneBench(t *testing.T) {
 	if m := slices.Max(meds); m > shortHookLimit {
 		t.Errorf("connect4 hook median %v at up to %d Services; want ≤ %v", m, slices.Max(sizes), shortHookLimit)
 	}
+}
+
+// judgeBench states the requirement's verdicts, one line per measure: the
+// per-connection cost (socket+connect+close, median and p99) flat within
+// ±20 % of its mean over the sizes, and at most 250 ns of connect4 hook
+// cost at every size.
+func judgeBench(p50s, p99s, hooks, meds, conn, wides, wideConn, alls []time.Duration) string {
+	flatness := func(what string, ds []time.Duration) string {
+		return fmt.Sprintf("  %s: %v, mean %v, flat within ±20%%: %s", what, ds, mean(ds), verdict(flat(ds)))
+	}
+	bound := func(what string, ds []time.Duration) string {
+		return fmt.Sprintf("  %s: max %v: %s (flat within ±20%%: %s)", what, slices.Max(ds), verdict(slices.Max(ds) <= 250*time.Nanosecond), verdict(flat(ds)))
+	}
+	lines := []string{
+		flatness("per-connection cost, eBPF p50", p50s),
+		flatness("per-connection cost, eBPF p99", p99s),
+		bound("connect4 hook ≤ 250 ns", hooks),
+		"  for comparison:",
+		bound("connect4, chunk medians", meds),
+		bound("connect4 + sock_release", conn),
+		bound(fmt.Sprintf("connect4, min(n, %d) Services", benchWideSet), wides),
+		bound(fmt.Sprintf("connect4 + sock_release, min(n, %d) Services", benchWideSet), wideConn),
+		bound("connect4, any of all n", alls),
+	}
+	return strings.Join(lines, "\n")
+}
+
+func mean(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m += d / time.Duration(len(ds))
+	}
+	return m
+}
+
+// flat tells whether every one of ds is within ±20 % of their mean.
+func flat(ds []time.Duration) bool {
+	m := float64(mean(ds))
+	for _, d := range ds {
+		if r := float64(d)/m - 1; r > 0.2 || r < -0.2 {
+			return false
+		}
+	}
+	return true
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
 }
 
 // shortHookLimit bounds the median hook cost in short runs: several times
