@@ -30,9 +30,11 @@
 // array access into lb_slots away. The
 // reverse translation goes to the socket's entry in lb_sk_rev, a
 // preallocated table indexed by socket cookie that a sock_release program
-// empties, reading only the closed socket's hot entry unless sockets of
-// that entry went to the whole table; a socket whose entries live older
-// sockets hold uses socket-local storage instead. Neither table has locks: the agent rewrites fast lines in
+// empties: its hot entry in the table's first page, else its warm entry
+// among the first 256, else its entry of the whole table. sock_release
+// reads only the closed socket's hot entry unless sockets of that entry
+// went further; a socket whose entries live older sockets hold uses
+// socket-local storage instead. Neither table has locks: the agent rewrites fast lines in
 // place under a sequence count that readers check (through fast_write, a
 // program it runs with BPF_PROG_TEST_RUN), and sockets claim lb_sk_rev
 // entries with a compare-and-exchange. The backend follows from the socket

@@ -193,6 +193,7 @@ const (
 	lbVarHostNetnsCookie   = "host_netns_cookie"
 	lbVarSkRevHotMask      = "sk_rev_hot_mask"
 	lbVarSkRevMask         = "sk_rev_mask"
+	lbVarSkRevWarmMask     = "sk_rev_warm_mask"
 	lbVarStrongOrder       = "strong_order"
 )
 
@@ -283,6 +284,7 @@ type lbVariableSpecs struct {
 	HostNetnsCookie *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
 	SkRevHotMask    *ebpf.VariableSpec `ebpf:"sk_rev_hot_mask"`
 	SkRevMask       *ebpf.VariableSpec `ebpf:"sk_rev_mask"`
+	SkRevWarmMask   *ebpf.VariableSpec `ebpf:"sk_rev_warm_mask"`
 	StrongOrder     *ebpf.VariableSpec `ebpf:"strong_order"`
 }
 
@@ -350,6 +352,7 @@ type lbVariables struct {
 	HostNetnsCookie *ebpf.Variable `ebpf:"host_netns_cookie"`
 	SkRevHotMask    *ebpf.Variable `ebpf:"sk_rev_hot_mask"`
 	SkRevMask       *ebpf.Variable `ebpf:"sk_rev_mask"`
+	SkRevWarmMask   *ebpf.Variable `ebpf:"sk_rev_warm_mask"`
 	StrongOrder     *ebpf.Variable `ebpf:"strong_order"`
 }
 

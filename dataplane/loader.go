@@ -213,6 +213,9 @@ func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObject
 	if err := spec.Variables["sk_rev_hot_mask"].Set(uint32(1)<<min(sockBits, sockHotBits) - 1); err != nil {
 		return nil, nil, fmt.Errorf("set sk_rev_hot_mask: %w", err)
 	}
+	if err := spec.Variables["sk_rev_warm_mask"].Set(uint32(1)<<min(sockBits, sockWarmBits) - 1); err != nil {
+		return nil, nil, fmt.Errorf("set sk_rev_warm_mask: %w", err)
+	}
 	objs = new(lbObjects)
 	err = spec.LoadAndAssign(objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapsDir}})
 	if err != nil {
@@ -238,24 +241,32 @@ var strongOrder = func() uint8 {
 	return 0
 }
 
-// sockHotBits sizes the hot part of lb_sk_rev (256 entries, 16 KiB), which
-// sockets try first: small enough to stay in a CPU's caches while
-// short-lived connections keep reusing it, since the work of a TCP connect
-// and close between two uses of an entry evicts a larger one (4,096 entries
-// cost 20-40 ns more per connect), and large enough that a few hundred
+// sockHotBits sizes the hot part of lb_sk_rev (64 entries, one 4 KiB page),
+// which sockets try first: small enough to stay in a CPU's caches and TLB
+// while short-lived connections keep reusing it, since the work of a TCP
+// connect and close between two uses of an entry evicts a larger one (256
+// entries cost 40-60 ns more per connect on a busy host, 4,096 more still).
+// sockWarmBits sizes the warm part (256 entries), which a socket tries when
+// a live one holds its hot entry: large enough that a few hundred
 // long-lived sockets leave most of it free.
-const sockHotBits = 8
+const (
+	sockHotBits  = 6
+	sockWarmBits = 8
+)
 
-// uncountedSockRev counts the entries of lb_sk_rev's whole table (beyond
-// the hot part) that a live socket holds without SK_REV_COUNTED, or is
-// claiming: sock_release finds those only while lb_cfg.sk_rev_uncounted
-// is set. It reads the table through a read-only mapping.
+// uncountedSockRev counts the entries of lb_sk_rev beyond the hot part (the
+// warm part and the whole table) that a live socket holds without
+// SK_REV_COUNTED, or is claiming: sock_release finds those only while
+// lb_cfg.sk_rev_uncounted is set. Builds with a hot part of 256 entries
+// left uncounted claims in the warm part, and marked theirs of the whole
+// table 0x01, counted where this build does not look. It reads the table
+// through a read-only mapping.
 func uncountedSockRev(m *ebpf.Map) (int, error) {
 	const (
 		size    = int(unsafe.Sizeof(lbSkRev{}))
 		flags   = int(unsafe.Offsetof(lbSkRev{}.Flags))
 		busy    = uint64(1) << 63 // SK_REV_BUSY
-		counted = 0x01            // SK_REV_COUNTED
+		counted = 0x02            // SK_REV_COUNTED
 	)
 	n := int(m.MaxEntries())
 	mem, err := unix.Mmap(m.FD(), 0, n*size, unix.PROT_READ, unix.MAP_SHARED)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -62,16 +63,17 @@ func TestSocketLB(t *testing.T) {
 	})
 
 	t.Run("ReverseTranslationTable", func(t *testing.T) {
-		// A connected socket's translation is in lb_sk_rev, in its hot
-		// entry (cookie & hot) when that is free, else in its entry of
-		// the whole table (cookie & mask), else in socket-local
-		// storage; sock_release frees it with the socket.
+		// A connected socket's translation is in lb_sk_rev: in its hot
+		// entry (cookie & hot) when that is free, else in its warm entry
+		// (cookie & warm), else in its entry of the whole table
+		// (cookie & mask), those two counted in the hot entry, else in
+		// socket-local storage; sock_release frees it with the socket.
 		before, err := l.dp.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
 		mask := l.dp.objs.LbSkRev.MaxEntries() - 1
-		hot := min(mask+1, 1<<sockHotBits) - 1
+		hot, warm := min(mask+1, 1<<sockHotBits)-1, min(mask+1, 1<<sockWarmBits)-1
 		entry := func(idx uint32) lbSkRev {
 			var e lbSkRev
 			if err := l.dp.objs.LbSkRev.Lookup(idx, &e); err != nil {
@@ -80,11 +82,16 @@ func TestSocketLB(t *testing.T) {
 			return e
 		}
 		vip := netip.MustParseAddr("10.214.100.1")
-		var a, b, c int
-		var ca, cb, cc uint64
+		var fds []int
+		var cookies []uint64
+		defer func() {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+		}()
 		// sharing opens sockets until one's cookie names the same
-		// entries as ca (cookies are handed out in sequence, so some
-		// socket soon lands on them) and connects it.
+		// entries as the first socket's (cookies are handed out in
+		// sequence, so some socket soon lands on them) and connects it.
 		sharing := func() (int, uint64, error) {
 			for range 400000 {
 				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -96,43 +103,55 @@ func TestSocketLB(t *testing.T) {
 					unix.Close(fd)
 					return -1, 0, err
 				}
-				if uint32(ck)&mask == uint32(ca)&mask {
+				if uint32(ck)&mask == uint32(cookies[0])&mask {
 					return fd, ck, unix.Connect(fd, &unix.SockaddrInet4{Addr: vip.As4(), Port: 80})
 				}
 				unix.Close(fd)
 			}
 			return -1, 0, errors.New("no socket cookie landed on the first socket's entries")
 		}
+		// The first socket's entries, without the ones that coincide.
+		var tiers []uint32
 		err = l.cli.Do(func() error {
-			var err error
-			if a, ca, err = connectRaw(vip, 80); err != nil {
+			fd, ck, err := connectRaw(vip, 80)
+			if err != nil {
 				return err
 			}
-			if b, cb, err = sharing(); err != nil {
-				return err
+			fds, cookies = append(fds, fd), append(cookies, ck)
+			for _, idx := range []uint32{uint32(ck) & hot, uint32(ck) & warm, uint32(ck) & mask} {
+				if !slices.Contains(tiers, idx) {
+					tiers = append(tiers, idx)
+				}
 			}
-			c, cc, err = sharing()
-			return err
+			for len(fds) <= len(tiers) {
+				fd, ck, err := sharing()
+				if fd >= 0 {
+					fds, cookies = append(fds, fd), append(cookies, ck)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		hotIdx, fullIdx := uint32(ca)&hot, uint32(ca)&mask
-		if e := entry(hotIdx); e.Cookie != ca || fromLbAddr(e.FeIp).Unmap() != vip || htons(e.FePort) != 80 {
-			t.Fatalf("hot lb_sk_rev entry of an open connection: %+v (cookie %d)", e, ca)
+		// Socket i holds entry tiers[i]; the last one found them all
+		// held.
+		for i, idx := range tiers {
+			e := entry(idx)
+			if e.Cookie != cookies[i] || fromLbAddr(e.FeIp).Unmap() != vip || htons(e.FePort) != 80 {
+				t.Fatalf("lb_sk_rev entry %d: %+v, want socket %d (cookie %d) and the ClusterIP", idx, e, i, cookies[i])
+			}
+			if counted := e.Flags&0x02 != 0; counted != (i > 0) {
+				t.Fatalf("lb_sk_rev entry %d of socket %d: flags %#x, want counted %v", idx, i, e.Flags, i > 0)
+			}
 		}
-		// b found its hot entry (the same as a's) taken and used its
-		// entry of the whole table; c found both taken. When the two
-		// are one entry, b found that too.
-		wantLocal := uint64(1)
-		if hotIdx == fullIdx {
-			wantLocal = 2
-		} else if e := entry(fullIdx); e.Cookie != cb || e.Flags&1 == 0 {
-			t.Fatalf("lb_sk_rev entry %d: %+v, want the second socket %d, counted", fullIdx, e, cb)
-		} else if e := entry(hotIdx); e.Spilled != 1 {
-			t.Fatalf("hot entry %d counts %d claims of the whole table, want 1", hotIdx, e.Spilled)
+		if e := entry(tiers[0]); e.Spilled != uint32(len(tiers)-1) {
+			t.Fatalf("hot entry %d counts %d claims beyond it, want %d", tiers[0], e.Spilled, len(tiers)-1)
 		}
-		for _, fd := range []int{a, b, c} {
+		for _, fd := range fds {
 			sa, err := unix.Getpeername(fd)
 			if err != nil {
 				t.Fatal(err)
@@ -145,26 +164,28 @@ func TestSocketLB(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := after.SocketRevLocal - before.SocketRevLocal; got != wantLocal {
-			t.Fatalf("%d translations went to socket-local storage, want %d", got, wantLocal)
+		if got := after.SocketRevLocal - before.SocketRevLocal; got != 1 {
+			t.Fatalf("%d translations went to socket-local storage, want 1", got)
 		}
-		unix.Close(c)
-		unix.Close(b)
-		if e := entry(hotIdx); e.Cookie != ca {
-			t.Fatalf("closing the other sockets freed the first one's entry: %+v", e)
+		// All but the first close, newest first.
+		for i := len(fds) - 1; i > 0; i-- {
+			unix.Close(fds[i])
 		}
-		if e := entry(fullIdx); hotIdx != fullIdx && (e.Cookie != 0 || e.Flags != 0) {
-			t.Fatalf("entry %d still held after its socket closed: %+v", fullIdx, e)
+		fds = fds[:1]
+		for _, idx := range tiers[1:] {
+			if e := entry(idx); e.Cookie != 0 || e.Flags != 0 {
+				t.Fatalf("entry %d still held after its socket closed: %+v", idx, e)
+			}
 		}
-		if e := entry(hotIdx); e.Spilled != 0 {
-			t.Fatalf("hot entry %d counts %d claims of the whole table after their sockets closed", hotIdx, e.Spilled)
+		if e := entry(tiers[0]); e.Cookie != cookies[0] || e.Spilled != 0 {
+			t.Fatalf("hot entry %d after the other sockets closed: %+v, want the first socket's, counting nothing", tiers[0], e)
 		}
-		unix.Close(a)
-		if e := entry(hotIdx); e.Cookie != 0 {
+		unix.Close(fds[0])
+		fds = nil
+		if e := entry(tiers[0]); e.Cookie != 0 {
 			t.Fatalf("entry still held after close: %+v", e)
 		}
-		t.Logf("cookies %d, %d and %d share entries %d and %d: the third socket's translation went to socket-local storage",
-			ca, cb, cc, hotIdx, fullIdx)
+		t.Logf("cookies %v share entries %v: the last socket's translation went to socket-local storage", cookies, tiers)
 	})
 
 	t.Run("NamedAndMultiPort", func(t *testing.T) {

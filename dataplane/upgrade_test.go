@@ -372,6 +372,10 @@ func stopHammer(t *testing.T, h *hammer, stop chan struct{}, abi string) {
 	t.Logf("%d connections across the upgrade from %s, 0 failed", ok, abi)
 }
 
+// oldSockHotBits sized the hot part of lb_sk_rev in the builds up to ABI 5:
+// 256 entries, this build's warm part.
+const oldSockHotBits = 8
+
 // Objects of the builds whose fast frontend table had 128-byte lines: ABI 3
 // gave a key one line and wrote the table through a shared mapping, ABI 4
 // gave it three lines and a writer program.
@@ -391,12 +395,13 @@ type wideFeFast struct {
 	Be    [10][8]byte
 }
 
-// installWideFast sets up what an agent of the ABI 3 or 4 build (object)
-// leaves behind: its maps pinned under l.pins (sized as that build sized
-// them from l.cfg), its socket programs attached to l.cgroup through pinned
-// links, and one Service vip:port → backends:bport in lb_frontends, lb_slots
-// and its line of lb_fe_fast.
-func installWideFast(t *testing.T, l *sockLab, object, vip string, port uint16, backends []string, bport uint16) {
+// installOld sets up what an agent of an older build (object) leaves
+// behind: its maps pinned under l.pins (sized as that build sized them from
+// l.cfg), its socket programs attached to l.cgroup through pinned links,
+// and one Service vip:port → backends:bport in lb_frontends, lb_slots and
+// its line of lb_fe_fast, whose lines are 128 bytes (wide: ABI 3 and 4) or
+// this build's 64 (ABI 5).
+func installOld(t *testing.T, l *sockLab, object string, wide bool, vip string, port uint16, backends []string, bport uint16) {
 	t.Helper()
 	spec, err := ebpf.LoadCollectionSpec(object)
 	if err != nil {
@@ -418,7 +423,7 @@ func installWideFast(t *testing.T, l *sockLab, object, vip string, port uint16, 
 	}
 	for name, v := range map[string]any{
 		"have_set_retval": retval, "strong_order": strongOrder(), "fe_fast_bits": fastBits,
-		"sk_rev_mask": uint32(1)<<sockBits - 1, "sk_rev_hot_mask": uint32(1)<<min(sockBits, sockHotBits) - 1,
+		"sk_rev_mask": uint32(1)<<sockBits - 1, "sk_rev_hot_mask": uint32(1)<<min(sockBits, oldSockHotBits) - 1,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			t.Fatalf("set %s: %v", name, err)
@@ -451,9 +456,16 @@ func installWideFast(t *testing.T, l *sockLab, object, vip string, port uint16, 
 	}
 	// The frontend's line, as the ABI 3 build wrote it through a shared
 	// mapping of the array (without inline backends: the programs then
-	// read lb_slots). The ABI 4 build reads it the same way.
+	// read lb_slots). The later builds read it the same way.
 	fast := coll.Maps["lb_fe_fast"]
-	size := int(unsafe.Sizeof(wideFeFast{}))
+	wl := wideFeFast{State: fastUsed, Key: k, Val: v}
+	line := unsafe.Slice((*byte)(unsafe.Pointer(&wl)), unsafe.Sizeof(wl))
+	if !wide {
+		nl := lbFeFast{Key: k, Val: v}
+		nl.Val.State = fastUsed
+		line = unsafe.Slice((*byte)(unsafe.Pointer(&nl)), unsafe.Sizeof(nl))
+	}
+	size := len(line)
 	if int(fast.ValueSize()) != size {
 		t.Fatalf("%s: fast lines of %d bytes, want %d", object, fast.ValueSize(), size)
 	}
@@ -461,9 +473,8 @@ func installWideFast(t *testing.T, l *sockLab, object, vip string, port uint16, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := wideFeFast{State: fastUsed, Key: k, Val: v}
 	off := int(fastIndex(key, fastBits)) * size
-	copy(mem[off:off+size], unsafe.Slice((*byte)(unsafe.Pointer(&line)), size))
+	copy(mem[off:off+size], line)
 	unix.Munmap(mem)
 
 	for _, p := range []struct {
@@ -516,13 +527,13 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	uncountedFirst, uncountedEvery = 100*time.Millisecond, 100*time.Millisecond
 	l := newSockNet(t)
 	serveTCP(t, l.be, 8080)
-	installWideFast(t, l, object, "10.214.100.1", 80, labBackends[:2], 8080)
+	installOld(t, l, object, true, "10.214.100.1", 80, labBackends[:2], 8080)
 	rev, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_sk_rev"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rev.Close()
-	hot := min(rev.MaxEntries(), 1<<sockHotBits)
+	hot := min(rev.MaxEntries(), 1<<oldSockHotBits)
 	for i := range hot {
 		// Cookies no socket has: the kernel counts up from 1.
 		if err := rev.Put(i, &lbSkRev{Cookie: 1<<62 + uint64(i)}); err != nil {
@@ -565,6 +576,13 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	if err := rev.Lookup(oldIdx, &e); err != nil || e.Cookie != 0 {
 		t.Fatalf("entry %d still held after the connection of the %s build closed: %+v, %v", oldIdx, abi, e, err)
 	}
+	// The made-up holders of the old hot part go too: this build takes
+	// those beyond its own hot part for claims of the old build.
+	for i := range hot {
+		if err := rev.Put(i, &lbSkRev{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if err := dp.objs.LbConfig.Lookup(uint32(0), &cfg); err != nil {
@@ -585,4 +603,137 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 		t.Fatalf("change after the upgrade not applied: %v", got)
 	}
 	stopHammer(t, h, stop, abi)
+}
+
+// abi5Object is the build whose hot part of lb_sk_rev was 256 entries, and
+// which marked the claims it counted there 0x01.
+const abi5Object = "testdata/lb_abi5_bpfel.o"
+
+// TestUpgradeFromABI5 upgrades a node that the ABI 5 build serves. The maps
+// keep their layout, so the new agent adopts them all and its programs
+// serve at once; what changed is where sockets claim lb_sk_rev entries. A
+// connection opened under the old programs in an entry that is now warm,
+// and one in its entry of the whole table (counted where the new build
+// does not look), still show the ClusterIP as their peer, and closing them
+// frees their entries; the agent stops asking sock_release to look for
+// such entries once they are gone.
+func TestUpgradeFromABI5(t *testing.T) {
+	defer func(first, every time.Duration) { uncountedFirst, uncountedEvery = first, every }(uncountedFirst, uncountedEvery)
+	uncountedFirst, uncountedEvery = 100*time.Millisecond, 100*time.Millisecond
+	l := newSockNet(t)
+	serveTCP(t, l.be, 8080)
+	installOld(t, l, abi5Object, false, "10.214.100.1", 80, labBackends[:2], 8080)
+	rev, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_sk_rev"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rev.Close()
+	mask, oldHot := rev.MaxEntries()-1, uint32(1)<<oldSockHotBits-1
+	testnet.JoinCgroup(t, l.cgroup)
+	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
+	held := func(idx uint32, ck uint64, flags uint32, what string) {
+		t.Helper()
+		var e lbSkRev
+		if err := rev.Lookup(idx, &e); err != nil || e.Cookie != ck || e.Flags != flags {
+			t.Fatalf("entry %d of %s: %+v, %v; want cookie %d, flags %#x", idx, what, e, err, ck, flags)
+		}
+	}
+
+	// A connection whose old hot entry is beyond the new hot part.
+	var warm net.Conn
+	var warmCk uint64
+	for range 100 {
+		c := openHeld(t, l, "ABI 5")
+		if ck := cookieOf(t, c); uint32(ck)&oldHot >= 1<<sockHotBits {
+			warm, warmCk = c, ck
+			break
+		}
+		c.Close()
+	}
+	if warm == nil {
+		t.Fatal("no connection landed beyond the new hot part")
+	}
+	defer warm.Close()
+	held(uint32(warmCk)&oldHot, warmCk, 0, "the connection in the old hot part")
+	// Every other entry of the old hot part held: the next connection
+	// claims its entry of the whole table, counted (0x01) in its old hot
+	// entry.
+	fake := func(i uint32) bool { return i != uint32(warmCk)&oldHot }
+	for i := range oldHot + 1 {
+		if fake(i) {
+			if err := rev.Put(i, &lbSkRev{Cookie: 1<<62 + uint64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var whole net.Conn
+	var wholeCk uint64
+	for range 100 {
+		c := openHeld(t, l, "ABI 5")
+		if ck := cookieOf(t, c); uint32(ck)&mask > oldHot {
+			whole, wholeCk = c, ck
+			break
+		}
+		c.Close()
+	}
+	if whole == nil {
+		t.Fatal("no connection landed beyond the old hot part")
+	}
+	defer whole.Close()
+	held(uint32(wholeCk)&mask, wholeCk, 0x01, "the connection in the whole table")
+
+	stop := make(chan struct{})
+	h := startHammer(t, l.cli, "10.214.100.1:80", stop)
+	time.Sleep(50 * time.Millisecond)
+	dp, err := New(l.cfg)
+	if err != nil {
+		t.Fatalf("New over ABI 5 pins: %v", err)
+	}
+	l.dp = dp
+	if dp.deferAttach {
+		t.Fatal("the maps kept their layout, yet the agent waits to attach its programs")
+	}
+	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
+	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
+	dp.UpsertService(web)
+	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
+	if err := dp.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	checkNewServe(t, dp, l, warm, "ABI 5")
+	if p := peerOf(t, whole); p != "10.214.100.1:80" {
+		t.Fatalf("getpeername of the connection in the whole table = %s after the upgrade", p)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var cfg lbLbCfg
+	if err := dp.objs.LbConfig.Lookup(uint32(0), &cfg); err != nil || cfg.SkRevUncounted == 0 {
+		t.Fatalf("lb_config %+v (%v) while sockets of the ABI 5 build hold entries this build does not count", cfg, err)
+	}
+	warm.Close()
+	whole.Close()
+	time.Sleep(50 * time.Millisecond)
+	held(uint32(warmCk)&oldHot, 0, 0, "the closed connection in the old hot part")
+	held(uint32(wholeCk)&mask, 0, 0, "the closed connection in the whole table")
+	for i := range oldHot + 1 {
+		if fake(i) {
+			if err := rev.Put(i, &lbSkRev{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if err := dp.objs.LbConfig.Lookup(uint32(0), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.SkRevUncounted == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			n, err := uncountedSockRev(rev)
+			t.Fatalf("lb_config still asks sock_release for uncounted entries; %d found (%v)", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopHammer(t, h, stop, "ABI 5")
 }

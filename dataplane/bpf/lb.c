@@ -55,9 +55,11 @@ volatile const __u64 host_netns_cookie = 0;
 volatile const __u32 fe_fast_bits = 10;
 volatile const __u32 sk_rev_mask = 1023;
 /* The first entries of lb_sk_rev that a socket tries before its entry in
- * the whole table: sockets that close soon reuse them while they are still
- * in the CPU caches (see struct sk_rev). */
-volatile const __u32 sk_rev_hot_mask = 255;
+ * the whole table: its hot entry among the first page (sockets that close
+ * soon reuse those while they are still in the CPU caches), then its warm
+ * entry among the first few hundred (see struct sk_rev). */
+volatile const __u32 sk_rev_hot_mask = 63;
+volatile const __u32 sk_rev_warm_mask = 255;
 /* Set on CPUs that keep loads in order with loads and stores with stores
  * (x86): the lock-free tables then need no fences, only a compiler that
  * keeps the order (barrier()); elsewhere their counts are read and written
@@ -435,10 +437,11 @@ static __always_inline __u64 rev_owner(struct sk_rev *e)
 /* Claims lb_sk_rev entry idx for the socket with cookie and writes the
  * translation to it: a free entry, or one the socket holds already (it
  * connected again). Returns 0 when another socket holds it, 2 when it
- * claimed a free entry, 1 when it held the entry already. A free entry of
- * the whole table (whole) is marked SK_REV_COUNTED: the caller counts it. */
+ * claimed a free entry, 1 when it held the entry already. A free entry
+ * beyond the socket's hot one (counted) is marked SK_REV_COUNTED: the
+ * caller counts it. */
 static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_addr *fe_ip, __u16 fe_port,
-				     const struct slot *be, int whole)
+				     const struct slot *be, int counted)
 {
 	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
 	__u64 cur;
@@ -455,7 +458,7 @@ static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_ad
 	e->be_port = be->port;
 	/* A socket that connects again keeps the mark of its first claim. */
 	if (cur == 0)
-		e->flags = whole ? SK_REV_COUNTED : 0;
+		e->flags = counted ? SK_REV_COUNTED : 0;
 	if (strong_order) {
 		barrier();
 		*(volatile __u64 *)&e->cookie = cookie;
@@ -466,22 +469,27 @@ static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_ad
 }
 
 /* Records the reverse translation of a connected socket: in its hot entry
- * of lb_sk_rev, else in its entry of the whole table (counted in the hot
- * entry), else (both held by live sockets) in socket-local storage. */
+ * of lb_sk_rev, else in its warm entry, else in its entry of the whole
+ * table (those two counted in the hot entry), else (all held by live
+ * sockets) in socket-local storage. */
 static __always_inline void rev_store(struct bpf_sock_addr *ctx, __u64 cookie, const struct lb_addr *fe_ip,
 				      __u16 fe_port, const struct slot *be)
 {
-	__u32 hot = (__u32)cookie & sk_rev_hot_mask, idx = (__u32)cookie & sk_rev_mask;
+	__u32 hot = (__u32)cookie & sk_rev_hot_mask, warm = (__u32)cookie & sk_rev_warm_mask;
+	__u32 whole = (__u32)cookie & sk_rev_mask;
 	struct sk_rnat *rn;
 	struct sk_rev *h;
-	int r;
+	int r = 0;
 
 	if (rev_claim(hot, cookie, fe_ip, fe_port, be, 0))
 		return;
-	/* The two entries are one for a socket whose cookie is below the hot
-	 * size in the whole table's range: nothing to count then. */
-	r = rev_claim(idx, cookie, fe_ip, fe_port, be, idx != hot);
-	if (r == 2 && idx != hot) {
+	/* A socket's entries coincide when its cookie is below the smaller
+	 * size in the larger range: it tries each once. */
+	if (warm != hot)
+		r = rev_claim(warm, cookie, fe_ip, fe_port, be, 1);
+	if (!r && whole != warm)
+		r = rev_claim(whole, cookie, fe_ip, fe_port, be, 1);
+	if (r == 2) {
 		h = bpf_map_lookup_elem(&lb_sk_rev, &hot);
 		if (h)
 			__sync_fetch_and_add(&h->spilled, 1);
@@ -608,6 +616,7 @@ static __always_inline int sock_rev(struct bpf_sock_addr *ctx, struct lb_addr *s
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 
 	if (rev_find((__u32)cookie & sk_rev_hot_mask, cookie, src, port) ||
+	    rev_find((__u32)cookie & sk_rev_warm_mask, cookie, src, port) ||
 	    rev_find((__u32)cookie & sk_rev_mask, cookie, src, port))
 		return 1;
 	/* Sockets whose entry was taken, and sockets connected by programs
@@ -749,19 +758,42 @@ int sock6_getpeername(struct bpf_sock_addr *ctx)
 	return sock6_rev(ctx, 0);
 }
 
-/* Frees the socket's lb_sk_rev entries when the application closes it:
+/* Frees the socket's lb_sk_rev entry when the application closes it:
  * from then on nobody can ask for its peer. Only the owner frees an entry,
  * and nobody else writes an entry that is not free, so plain stores will
- * do. A socket that connected more than once may hold both of its entries.
- * Its entry of the whole table is only looked at while the hot entry
- * counts claims of the whole table (or uncounted ones may exist): most
- * sockets, translated or not, read one cache line here. */
+ * do. Its warm entry and its entry of the whole table are only looked at
+ * while the hot entry counts claims beyond it (or uncounted ones may exist):
+ * most sockets, translated or not, read one cache line here. */
+static __always_inline void rev_release(struct sk_rev *h, __u32 idx, __u64 cookie)
+{
+	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
+
+	if (!e || *(volatile __u64 *)&e->cookie != cookie)
+		return;
+	/* Counted in this socket's hot entry; a claim counted elsewhere by an
+	 * older build must not take the count below zero. */
+	if ((e->flags & SK_REV_COUNTED) && __sync_fetch_and_sub(&h->spilled, 1) == 0)
+		__sync_fetch_and_add(&h->spilled, 1);
+	/* Unmarked while free, and before it is free: a claim of an older
+	 * build, which leaves flags alone, is never taken for a counted one,
+	 * and the mark of the next claim stays. */
+	*(volatile __u32 *)&e->flags = 0;
+	if (strong_order) {
+		barrier();
+		*(volatile __u64 *)&e->cookie = 0;
+	} else {
+		__sync_lock_test_and_set(&e->cookie, 0);
+	}
+}
+
+/* A socket that connected more than once may hold several of its entries. */
 SEC("cgroup/sock_release")
 int sock_release(struct bpf_sock *ctx)
 {
 	__u64 cookie = bpf_get_socket_cookie(ctx);
-	__u32 hot = (__u32)cookie & sk_rev_hot_mask, idx, zero = 0;
-	struct sk_rev *h = bpf_map_lookup_elem(&lb_sk_rev, &hot), *e;
+	__u32 hot = (__u32)cookie & sk_rev_hot_mask, warm = (__u32)cookie & sk_rev_warm_mask;
+	__u32 whole = (__u32)cookie & sk_rev_mask, zero = 0;
+	struct sk_rev *h = bpf_map_lookup_elem(&lb_sk_rev, &hot);
 	struct lb_cfg *cfg;
 
 	if (!h)
@@ -773,22 +805,10 @@ int sock_release(struct bpf_sock *ctx)
 		if (!cfg || !cfg->sk_rev_uncounted)
 			return 1;
 	}
-	idx = (__u32)cookie & sk_rev_mask;
-	e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
-	if (idx != hot && e && *(volatile __u64 *)&e->cookie == cookie) {
-		if (e->flags & SK_REV_COUNTED)
-			__sync_fetch_and_sub(&h->spilled, 1);
-		/* Unmarked while free, and before it is free: a claim of an
-		 * older build, which leaves flags alone, is never taken for a
-		 * counted one, and the mark of the next claim stays. */
-		*(volatile __u32 *)&e->flags = 0;
-		if (strong_order) {
-			barrier();
-			*(volatile __u64 *)&e->cookie = 0;
-		} else {
-			__sync_lock_test_and_set(&e->cookie, 0);
-		}
-	}
+	if (warm != hot)
+		rev_release(h, warm, cookie);
+	if (whole != warm)
+		rev_release(h, whole, cookie);
 	return 1;
 }
 

@@ -173,26 +173,29 @@ static __inline __u32 fe_fast_index(const struct fe_key *k, __u32 bits)
  * recvmsg show the frontend while the socket's peer is the backend it was
  * sent to. It lives in lb_sk_rev, a preallocated table indexed by the
  * socket cookie and emptied by the sock_release program, so a connect
- * allocates nothing. A socket has two entries: its hot one among the first
- * few hundred (cookie & sk_rev_hot_mask), which short-lived sockets keep
- * reusing while they are in the CPU caches, and, when a live socket holds
- * that, its entry in the whole table (cookie & sk_rev_mask). A socket
+ * allocates nothing. A socket has three entries: its hot one in the first
+ * page (cookie & sk_rev_hot_mask), which short-lived sockets keep reusing
+ * while it is in the CPU caches and the TLB; when a live socket holds that,
+ * its warm one among the first few hundred (cookie & sk_rev_warm_mask),
+ * which takes the sockets of an index that a long-lived one holds; and
+ * then its entry in the whole table (cookie & sk_rev_mask). A socket
  * claims a free entry with an atomic compare-and-exchange of cookie, marked
  * SK_REV_BUSY while it writes the rest; readers match cookie without the
- * mark. A socket whose two entries are both held by live sockets keeps its
+ * mark. A socket whose entries are all held by live sockets keeps its
  * translation in socket-local storage instead (sk_rnat), as every socket
  * did before lb_sk_rev existed. One 64-byte entry per cache line.
  *
  * A hot entry also counts, in spilled, the live sockets of its index that
- * claimed their entry of the whole table (those claims carry
- * SK_REV_COUNTED). sock_release reads a socket's entry of the whole table
- * only while that count is not zero, so closing a socket costs one cache
- * line that its connect touched, not a line of the whole table. Entries
- * that builds before the count claimed are not counted: while the agent
- * may find such entries, lb_cfg.sk_rev_uncounted makes sock_release read
- * every socket's entry of the whole table. */
+ * claimed their warm entry or their entry of the whole table (those claims
+ * carry SK_REV_COUNTED). sock_release reads a socket's further entries only
+ * while that count is not zero, so closing a socket costs one cache line
+ * that its connect touched. Entries that other builds claimed are not
+ * counted here: builds before the count marked nothing, and builds with a
+ * hot part of 256 entries counted their claims there and marked them 0x01.
+ * While the agent may find such entries, lb_cfg.sk_rev_uncounted makes
+ * sock_release read every socket's further entries. */
 #define SK_REV_BUSY (1ULL << 63)	/* cookies count up from 1 and never reach it */
-#define SK_REV_COUNTED 0x01	/* a claim of the whole table, counted in its hot entry */
+#define SK_REV_COUNTED 0x02	/* a claim beyond the hot entry, counted in it */
 
 struct sk_rev {
 	__u64 cookie;		/* owner; 0: free */
@@ -201,7 +204,7 @@ struct sk_rev {
 	__u16 fe_port;		/* network byte order */
 	__u16 be_port;
 	__u32 flags;		/* SK_REV_* of the owner's claim */
-	__u32 spilled;		/* hot entries: counted claims of the whole table by sockets of this index */
+	__u32 spilled;		/* hot entries: counted claims beyond it by sockets of this index */
 	__u32 pad[3];
 };
 
