@@ -306,13 +306,7 @@ func upgradeWeb(t *testing.T, l *sockLab, abi string) (*Dataplane, []discoveryv1
 	time.Sleep(100 * time.Millisecond)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 5))
 
-	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
-	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
-	dp.UpsertService(web)
-	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
-	if err := dp.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	ports := syncWeb(t, dp)
 	if dp.deferAttach {
 		t.Fatal("programs not attached after the first Sync")
 	}
@@ -523,23 +517,9 @@ func TestUpgradeFromABI4(t *testing.T) { testUpgradeFromWideFast(t, abi4Object, 
 // which their build did not count: the new sock_release still frees them,
 // and the agent stops looking for them once they are gone.
 func testUpgradeFromWideFast(t *testing.T, object, abi string) {
-	defer func(first, every time.Duration) { uncountedFirst, uncountedEvery = first, every }(uncountedFirst, uncountedEvery)
-	uncountedFirst, uncountedEvery = 100*time.Millisecond, 100*time.Millisecond
-	l := newSockNet(t)
-	serveTCP(t, l.be, 8080)
-	installOld(t, l, object, true, "10.214.100.1", 80, labBackends[:2], 8080)
-	rev, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_sk_rev"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rev.Close()
+	l, rev := oldNode(t, object, true)
 	hot := min(rev.MaxEntries(), 1<<oldSockHotBits)
-	for i := range hot {
-		// Cookies no socket has: the kernel counts up from 1.
-		if err := rev.Put(i, &lbSkRev{Cookie: 1<<62 + uint64(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	holdSkRev(t, rev, hot, hot, true)
 	testnet.JoinCgroup(t, l.cgroup)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
 
@@ -578,25 +558,8 @@ func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	}
 	// The made-up holders of the old hot part go too: this build takes
 	// those beyond its own hot part for claims of the old build.
-	for i := range hot {
-		if err := rev.Put(i, &lbSkRev{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if err := dp.objs.LbConfig.Lookup(uint32(0), &cfg); err != nil {
-			t.Fatal(err)
-		}
-		if cfg.SkRevUncounted == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			n, err := uncountedSockRev(rev)
-			t.Fatalf("lb_config still asks sock_release for uncounted entries; %d found (%v)", n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	holdSkRev(t, rev, hot, hot, false)
+	waitCounted(t, dp, rev)
 	// A change now goes through the new writer.
 	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[2], "node-a")))
 	if got := countBackends(t, dialN(l.cli, "10.214.100.1:80", 10)); got[labBackends[2]] != 10 {
@@ -618,16 +581,7 @@ const abi5Object = "testdata/lb_abi5_bpfel.o"
 // frees their entries; the agent stops asking sock_release to look for
 // such entries once they are gone.
 func TestUpgradeFromABI5(t *testing.T) {
-	defer func(first, every time.Duration) { uncountedFirst, uncountedEvery = first, every }(uncountedFirst, uncountedEvery)
-	uncountedFirst, uncountedEvery = 100*time.Millisecond, 100*time.Millisecond
-	l := newSockNet(t)
-	serveTCP(t, l.be, 8080)
-	installOld(t, l, abi5Object, false, "10.214.100.1", 80, labBackends[:2], 8080)
-	rev, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_sk_rev"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rev.Close()
+	l, rev := oldNode(t, abi5Object, false)
 	mask, oldHot := rev.MaxEntries()-1, uint32(1)<<oldSockHotBits-1
 	testnet.JoinCgroup(t, l.cgroup)
 	countBackends(t, dialN(l.cli, "10.214.100.1:80", 10))
@@ -639,47 +593,29 @@ func TestUpgradeFromABI5(t *testing.T) {
 		}
 	}
 
-	// A connection whose old hot entry is beyond the new hot part.
-	var warm net.Conn
-	var warmCk uint64
-	for range 100 {
-		c := openHeld(t, l, "ABI 5")
-		if ck := cookieOf(t, c); uint32(ck)&oldHot >= 1<<sockHotBits {
-			warm, warmCk = c, ck
-			break
+	// openWhere opens connections under the old programs until one's
+	// cookie is what want asks for, and keeps that one.
+	openWhere := func(want func(ck uint32) bool, what string) (net.Conn, uint64) {
+		t.Helper()
+		for range 100 {
+			c := openHeld(t, l, "ABI 5")
+			if ck := cookieOf(t, c); want(uint32(ck)) {
+				t.Cleanup(func() { c.Close() })
+				return c, ck
+			}
+			c.Close()
 		}
-		c.Close()
+		t.Fatalf("no connection landed %s", what)
+		return nil, 0
 	}
-	if warm == nil {
-		t.Fatal("no connection landed beyond the new hot part")
-	}
-	defer warm.Close()
+	// A connection whose old hot entry is beyond the new hot part.
+	warm, warmCk := openWhere(func(ck uint32) bool { return ck&oldHot >= 1<<sockHotBits }, "beyond the new hot part")
 	held(uint32(warmCk)&oldHot, warmCk, 0, "the connection in the old hot part")
 	// Every other entry of the old hot part held: the next connection
 	// claims its entry of the whole table, counted (0x01) in its old hot
 	// entry.
-	fake := func(i uint32) bool { return i != uint32(warmCk)&oldHot }
-	for i := range oldHot + 1 {
-		if fake(i) {
-			if err := rev.Put(i, &lbSkRev{Cookie: 1<<62 + uint64(i)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	var whole net.Conn
-	var wholeCk uint64
-	for range 100 {
-		c := openHeld(t, l, "ABI 5")
-		if ck := cookieOf(t, c); uint32(ck)&mask > oldHot {
-			whole, wholeCk = c, ck
-			break
-		}
-		c.Close()
-	}
-	if whole == nil {
-		t.Fatal("no connection landed beyond the old hot part")
-	}
-	defer whole.Close()
+	holdSkRev(t, rev, oldHot+1, uint32(warmCk)&oldHot, true)
+	whole, wholeCk := openWhere(func(ck uint32) bool { return ck&mask > oldHot }, "beyond the old hot part")
 	held(uint32(wholeCk)&mask, wholeCk, 0x01, "the connection in the whole table")
 
 	stop := make(chan struct{})
@@ -693,13 +629,7 @@ func TestUpgradeFromABI5(t *testing.T) {
 	if dp.deferAttach {
 		t.Fatal("the maps kept their layout, yet the agent waits to attach its programs")
 	}
-	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
-	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
-	dp.UpsertService(web)
-	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
-	if err := dp.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	syncWeb(t, dp)
 	checkNewServe(t, dp, l, warm, "ABI 5")
 	if p := peerOf(t, whole); p != "10.214.100.1:80" {
 		t.Fatalf("getpeername of the connection in the whole table = %s after the upgrade", p)
@@ -714,20 +644,77 @@ func TestUpgradeFromABI5(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	held(uint32(warmCk)&oldHot, 0, 0, "the closed connection in the old hot part")
 	held(uint32(wholeCk)&mask, 0, 0, "the closed connection in the whole table")
-	for i := range oldHot + 1 {
-		if fake(i) {
-			if err := rev.Put(i, &lbSkRev{}); err != nil {
-				t.Fatal(err)
-			}
+	holdSkRev(t, rev, oldHot+1, uint32(warmCk)&oldHot, false)
+	waitCounted(t, dp, rev)
+	stopHammer(t, h, stop, "ABI 5")
+}
+
+// oldNode sets up a node that an older build (object, see installOld)
+// serves, with the Service 10.214.100.1:80 on two backends, and returns it
+// with its pinned lb_sk_rev. The new agent looks for uncounted lb_sk_rev
+// entries every 100 ms.
+func oldNode(t *testing.T, object string, wide bool) (*sockLab, *ebpf.Map) {
+	t.Helper()
+	first, every := uncountedFirst, uncountedEvery
+	t.Cleanup(func() { uncountedFirst, uncountedEvery = first, every })
+	uncountedFirst, uncountedEvery = 100*time.Millisecond, 100*time.Millisecond
+	l := newSockNet(t)
+	serveTCP(t, l.be, 8080)
+	installOld(t, l, object, wide, "10.214.100.1", 80, labBackends[:2], 8080)
+	rev, err := ebpf.LoadPinnedMap(filepath.Join(l.pins, "maps", "lb_sk_rev"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rev.Close() })
+	return l, rev
+}
+
+// syncWeb gives dp the Service web, 10.214.100.1:80 on the first two lab
+// backends' port 8080, and runs the first Sync. It returns web's endpoint
+// ports.
+func syncWeb(t *testing.T, dp *Dataplane) []discoveryv1.EndpointPort {
+	t.Helper()
+	web := service("web", "10.214.100.1", svcPort("http", corev1.ProtocolTCP, 80, intstr.FromInt32(8080)))
+	ports := []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}
+	dp.UpsertService(web)
+	dp.UpsertEndpointSlice(epSlice("web-1", "web", ports, readyEP(labBackends[0], "node-a"), readyEP(labBackends[1], "node-a")))
+	if err := dp.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ports
+}
+
+// holdSkRev gives entries [0, n) of lb_sk_rev but skip made-up holders
+// (hold), cookies no socket has (the kernel counts up from 1), or frees
+// them.
+func holdSkRev(t *testing.T, rev *ebpf.Map, n, skip uint32, hold bool) {
+	t.Helper()
+	for i := range n {
+		if i == skip {
+			continue
+		}
+		var e lbSkRev
+		if hold {
+			e.Cookie = 1<<62 + uint64(i)
+		}
+		if err := rev.Put(i, &e); err != nil {
+			t.Fatal(err)
 		}
 	}
+}
+
+// waitCounted waits until the agent no longer asks sock_release to look
+// for uncounted lb_sk_rev entries.
+func waitCounted(t *testing.T, dp *Dataplane, rev *ebpf.Map) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		var cfg lbLbCfg
 		if err := dp.objs.LbConfig.Lookup(uint32(0), &cfg); err != nil {
 			t.Fatal(err)
 		}
 		if cfg.SkRevUncounted == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			n, err := uncountedSockRev(rev)
@@ -735,5 +722,4 @@ func TestUpgradeFromABI5(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	stopHammer(t, h, stop, "ABI 5")
 }
