@@ -245,7 +245,7 @@ var strongOrder = func() uint8 {
 // which sockets try first: small enough to stay in a CPU's caches and TLB
 // while short-lived connections keep reusing it, since the work of a TCP
 // connect and close between two uses of an entry evicts a larger one (256
-// entries cost 40-60 ns more per connect on a busy host, 4,096 more still).
+// entries cost 40-80 ns more per connect on a busy host, 4,096 more still).
 // sockWarmBits sizes the warm part (256 entries), which a socket tries when
 // a live one holds its hot entry: large enough that a few hundred
 // long-lived sockets leave most of it free.

@@ -758,12 +758,8 @@ int sock6_getpeername(struct bpf_sock_addr *ctx)
 	return sock6_rev(ctx, 0);
 }
 
-/* Frees the socket's lb_sk_rev entry when the application closes it:
- * from then on nobody can ask for its peer. Only the owner frees an entry,
- * and nobody else writes an entry that is not free, so plain stores will
- * do. Its warm entry and its entry of the whole table are only looked at
- * while the hot entry counts claims beyond it (or uncounted ones may exist):
- * most sockets, translated or not, read one cache line here. */
+/* Frees lb_sk_rev entry idx if the socket with cookie holds it, and takes a
+ * counted claim off the count of its hot entry h. */
 static __always_inline void rev_release(struct sk_rev *h, __u32 idx, __u64 cookie)
 {
 	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
@@ -786,7 +782,13 @@ static __always_inline void rev_release(struct sk_rev *h, __u32 idx, __u64 cooki
 	}
 }
 
-/* A socket that connected more than once may hold several of its entries. */
+/* Frees the socket's lb_sk_rev entries when the application closes it:
+ * from then on nobody can ask for its peer. Only the owner frees an entry,
+ * and nobody else writes an entry that is not free, so plain stores will
+ * do. A socket that connected more than once may hold several of its
+ * entries. Its warm entry and its entry of the whole table are only looked
+ * at while the hot entry counts claims beyond it (or uncounted ones may
+ * exist): most sockets, translated or not, read one cache line here. */
 SEC("cgroup/sock_release")
 int sock_release(struct bpf_sock *ctx)
 {
