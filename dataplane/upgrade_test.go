@@ -512,10 +512,11 @@ func TestUpgradeFromABI4(t *testing.T) { testUpgradeFromWideFast(t, abi4Object, 
 // maps until the first Sync has filled the new ones, then the links move to
 // the new programs. lb_sk_rev is kept: no connection fails on the way, and
 // connections opened under the old programs (their reverse translations in
-// lb_sk_rev) still show the ClusterIP as their peer. Every hot entry of
-// lb_sk_rev is held, so the old programs claim entries of the whole table,
-// which their build did not count: the new sock_release still frees them,
-// and the agent stops looking for them once they are gone.
+// lb_sk_rev) still show the ClusterIP as their peer. Every entry of the
+// old build's hot part of lb_sk_rev is held, so the old programs claim
+// entries of the whole table, which their build did not count: the new
+// sock_release still frees them, and the agent stops looking for them once
+// they are gone.
 func testUpgradeFromWideFast(t *testing.T, object, abi string) {
 	l, rev := oldNode(t, object, true)
 	hot := min(rev.MaxEntries(), 1<<oldSockHotBits)
