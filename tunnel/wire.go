@@ -251,22 +251,18 @@ const featureParity = 1 // the edge decodes parity packets (see fecConn)
 
 func marshalFeatures(flags uint64) []byte { return binary.AppendUvarint(nil, flags) }
 
-func unmarshalFeatures(b []byte) (uint64, error) {
-	p := payloadReader{b: b}
-	v := p.uvarint()
-	if p.err != nil {
-		return 0, fmt.Errorf("decode features: %w", p.err)
-	}
-	return v, nil
-}
+func unmarshalFeatures(b []byte) (uint64, error) { return unmarshalUvarint(b, "features") }
 
 func marshalGoAway(windowMillis uint64) []byte { return binary.AppendUvarint(nil, windowMillis) }
 
-func unmarshalGoAway(b []byte) (uint64, error) {
+func unmarshalGoAway(b []byte) (uint64, error) { return unmarshalUvarint(b, "goaway") }
+
+// unmarshalUvarint decodes the payload of a frame that is one uvarint.
+func unmarshalUvarint(b []byte, frame string) (uint64, error) {
 	p := payloadReader{b: b}
 	v := p.uvarint()
 	if p.err != nil {
-		return 0, fmt.Errorf("decode goaway: %w", p.err)
+		return 0, fmt.Errorf("decode %s: %w", frame, p.err)
 	}
 	return v, nil
 }
