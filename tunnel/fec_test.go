@@ -364,12 +364,7 @@ func TestFECOverLossyPath(t *testing.T) {
 	rand.Read(data)
 	want := sha256.Sum256(data)
 	start := time.Now()
-	werr := upload(c, data, 1)
-	conn, err := h.srv.Listener().Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	werr, conn := acceptUpload(t, h, c, data, 1)
 	hash := sha256.New()
 	n, err := io.Copy(hash, conn)
 	if err != nil {
@@ -401,12 +396,7 @@ func TestFECOffOnCleanPath(t *testing.T) {
 	c := startClient(t, p, relay.front.LocalAddr().String(), "n1", nil)
 	waitConnected(t, c, 10*time.Second)
 	data := make([]byte, 4<<20)
-	done := upload(c, data, 3) // long enough for a few loss samples
-	conn, err := h.srv.Listener().Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	done, conn := acceptUpload(t, h, c, data, 3) // long enough for a few loss samples
 	if _, err := io.Copy(io.Discard, conn); err != nil {
 		t.Fatal(err)
 	}

@@ -330,6 +330,19 @@ func dropUntil(pc net.PacketConn, stop chan struct{}) {
 	}
 }
 
+// acceptUpload starts upload(c, data, reps) and accepts its stream at hub
+// h; the stream is closed when the test ends.
+func acceptUpload(t *testing.T, h *testHub, c *testClient, data []byte, reps int) (<-chan error, net.Conn) {
+	t.Helper()
+	werr := upload(c, data, reps)
+	conn, err := h.srv.Listener().Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return werr, conn
+}
+
 // upload sends data through the tunnel from c to the hub's Listener,
 // reps times over one stream, then half-closes it; the returned channel
 // yields the edge side's error.

@@ -123,12 +123,7 @@ func TestNATRebindingMidTransfer(t *testing.T) {
 	data := make([]byte, size)
 	rand.Read(data)
 	want := sha256.Sum256(data)
-	werr := upload(c, data, 1)
-	conn, err := h.srv.Listener().Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	werr, conn := acceptUpload(t, h, c, data, 1)
 	hash := sha256.New()
 	if _, err := io.CopyN(hash, conn, 2<<20); err != nil {
 		t.Fatal(err)
