@@ -40,7 +40,8 @@ type Config struct {
 	// not reached waits for it before failing; zero means 3 seconds.
 	FutureWait time.Duration
 	// Admission runs on every create, after the kind's own admission,
-	// in order: quota and limit ranges, for example.
+	// in order: quota and limit ranges, for example; those that are
+	// UpdateAdmitters run on updates too.
 	Admission []Admitter
 }
 
@@ -52,6 +53,13 @@ type Admitter interface {
 	// lock until then so that the decisions of concurrent writes see each
 	// other's results.
 	AdmitCreate(ctx context.Context, k *registry.Kind, obj runtime.Object, dryRun bool) (done func(), err error)
+}
+
+// UpdateAdmitter is an Admitter that also checks updates of an object's
+// main resource (not of its subresources).
+type UpdateAdmitter interface {
+	// AdmitUpdate checks obj, about to replace old.
+	AdmitUpdate(ctx context.Context, k *registry.Kind, obj, old runtime.Object, dryRun bool) error
 }
 
 // Storage implements API and registry.Lister on a store.Store.
@@ -499,4 +507,19 @@ func (s *Storage) updateConverter() managedfields.TypeConverter {
 func (s *Storage) buildTypeConverters() {
 	s.tc = applyconfigurations.NewTypeConverter(s.scheme)
 	s.uc = newUpdateConverter(s.tc, s.scheme)
+}
+
+// admitUpdate runs the UpdateAdmitters on an update of a main resource.
+func (s *Storage) admitUpdate(ctx context.Context, k *registry.Kind, obj, cur runtime.Object, opts Options) error {
+	if opts.Subresource != "" {
+		return nil
+	}
+	for _, a := range s.admission {
+		if ua, ok := a.(UpdateAdmitter); ok {
+			if err := ua.AdmitUpdate(ctx, k, obj, cur, opts.DryRun); err != nil {
+				return admitError(err)
+			}
+		}
+	}
+	return nil
 }

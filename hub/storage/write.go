@@ -660,6 +660,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 			return nil, admitError(err)
 		}
 	}
+	if err := s.admitUpdate(ctx, k, obj, cur, opts); err != nil {
+		return nil, err
+	}
 	if recordFields {
 		if obj, err = s.recordUpdate(k, opts.Subresource, cur, obj, opts.FieldManager); err != nil {
 			return nil, err
