@@ -1,7 +1,8 @@
 // Package admission is the hub's admission that applies across kinds, run
 // by hub/storage on every create: LimitRange defaults and limits for pods
 // and claims, ResourceQuota enforcement with its usage accounting, and the
-// protection finalizers of claims and volumes.
+// protection finalizers of claims and volumes. LimitRanges are applied to
+// claim updates too, so a claim cannot be resized past them.
 //
 // Both read the namespace's LimitRanges and ResourceQuotas from storage at
 // each create, so a change to them takes effect on the next request.
@@ -69,6 +70,8 @@ func (a *Admission) Run(ctx context.Context) { a.quota.run(ctx) }
 func kindOf(resource, group string) *registry.Kind {
 	return registry.Lookup(schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource})
 }
+
+var _ storage.UpdateAdmitter = (*limitRanger)(nil)
 
 var (
 	podsKind        = kindOf("pods", "")

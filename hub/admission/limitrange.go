@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	"github.com/tether-edge/tether/hub/registry"
 )
@@ -27,28 +29,47 @@ func (l *limitRanger) AdmitCreate(ctx context.Context, k *registry.Kind, obj run
 	if k != podsKind && k != pvcKind {
 		return nil, nil
 	}
-	var ns string
+	return nil, l.admit(ctx, k, obj)
+}
+
+// AdmitUpdate implements storage.UpdateAdmitter. As upstream, a claim is
+// checked again on every update (a resize above the maximum is refused),
+// unless it is being deleted; pods are not, their resources being fixed
+// once created.
+func (l *limitRanger) AdmitUpdate(ctx context.Context, k *registry.Kind, obj, old runtime.Object, _ bool) error {
+	if k != pvcKind {
+		return nil
+	}
+	if o, ok := old.(*corev1.PersistentVolumeClaim); ok && o.DeletionTimestamp != nil {
+		return nil
+	}
+	return l.admit(ctx, k, obj)
+}
+
+// admit applies the namespace's LimitRanges to a pod or claim.
+func (l *limitRanger) admit(ctx context.Context, k *registry.Kind, obj runtime.Object) error {
+	var ns, name string
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		ns = o.Namespace
+		ns, name = o.Namespace, o.Name
 	case *corev1.PersistentVolumeClaim:
-		ns = o.Namespace
+		ns, name = o.Namespace, o.Name
 	default:
-		return nil, nil
+		return nil
 	}
 	objs, err := l.a.listIn(ctx, limitRangesKind, ns)
 	if err != nil {
-		return nil, fmt.Errorf("list limit ranges: %w", err)
+		return fmt.Errorf("list limit ranges: %w", err)
 	}
 	if len(objs) == 0 {
-		return nil, nil
+		return nil
 	}
 	ranges := make([]*corev1.LimitRange, 0, len(objs))
 	for _, o := range objs {
 		ranges = append(ranges, o.(*corev1.LimitRange))
 	}
 	sort.Slice(ranges, func(i, j int) bool { return ranges[i].Name < ranges[j].Name })
-	var errs []string
+	var errs []error
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		setPodDefaults(o, ranges)
@@ -64,14 +85,11 @@ func (l *limitRanger) AdmitCreate(ctx context.Context, k *registry.Kind, obj run
 		}
 	}
 	if len(errs) == 0 {
-		return nil, nil
+		return nil
 	}
-	m, _ := obj.(interface{ GetName() string })
-	msg := errs[0]
-	if len(errs) > 1 {
-		msg = "[" + strings.Join(errs, ", ") + "]"
-	}
-	return nil, apierrors.NewForbidden(k.GroupResource(), m.GetName(), fmt.Errorf("%s", msg))
+	// An aggregate prints one message alone and several, without
+	// repeats, in brackets, as upstream's admission does.
+	return apierrors.NewForbidden(k.GroupResource(), name, utilerrors.NewAggregate(errs))
 }
 
 // setPodDefaults fills missing container requests and limits from the
@@ -133,19 +151,22 @@ func containerWord(pod *corev1.Pod, c *corev1.Container) string {
 	return "container"
 }
 
-// validatePod checks a pod against one LimitRange.
-func validatePod(pod *corev1.Pod, lr *corev1.LimitRange) []string {
-	var errs []string
+// validatePod checks a pod against one LimitRange: every container, then
+// every init container, then the pod's totals, as upstream orders them.
+func validatePod(pod *corev1.Pod, lr *corev1.LimitRange) []error {
+	var errs []error
 	for _, item := range lr.Spec.Limits {
 		switch item.Type {
 		case corev1.LimitTypeContainer:
-			all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-			for _, c := range all {
-				errs = append(errs, checkItem(item, "Container", c.Resources.Requests, c.Resources.Limits)...)
+			for _, c := range pod.Spec.Containers {
+				errs = append(errs, checkItem(item, c.Resources.Requests, c.Resources.Limits)...)
+			}
+			for _, c := range pod.Spec.InitContainers {
+				errs = append(errs, checkItem(item, c.Resources.Requests, c.Resources.Limits)...)
 			}
 		case corev1.LimitTypePod:
 			req, lim := podTotals(pod)
-			errs = append(errs, checkItem(item, "Pod", req, lim)...)
+			errs = append(errs, checkItem(item, req, lim)...)
 		}
 	}
 	return errs
@@ -166,57 +187,130 @@ func podTotals(pod *corev1.Pod) (req, lim corev1.ResourceList) {
 	return req, lim
 }
 
-func validateClaim(pvc *corev1.PersistentVolumeClaim, lr *corev1.LimitRange) []string {
-	var errs []string
+// validateClaim checks a claim against one LimitRange. A claim's limits
+// are not what it asks for: its minimum and maximum both apply to its
+// requests.
+func validateClaim(pvc *corev1.PersistentVolumeClaim, lr *corev1.LimitRange) []error {
+	var errs []error
 	for _, item := range lr.Spec.Limits {
 		if item.Type != corev1.LimitTypePersistentVolumeClaim {
 			continue
 		}
-		errs = append(errs, checkItem(item, "PersistentVolumeClaim", pvc.Spec.Resources.Requests, pvc.Spec.Resources.Limits)...)
+		what := string(item.Type)
+		req := pvc.Spec.Resources.Requests
+		for _, name := range sortedNames(item.Min) {
+			errs = appendErr(errs, minConstraint(what, name, item.Min[name], req, nil))
+		}
+		for _, name := range sortedNames(item.Max) {
+			errs = appendErr(errs, maxRequestConstraint(what, name, item.Max[name], req))
+		}
 	}
 	return errs
 }
 
-// checkItem applies min, max and maxLimitRequestRatio of one item.
-func checkItem(item corev1.LimitRangeItem, what string, req, lim corev1.ResourceList) []string {
-	var errs []string
+// checkItem applies min, max and maxLimitRequestRatio of one Container or
+// Pod item.
+func checkItem(item corev1.LimitRangeItem, req, lim corev1.ResourceList) []error {
+	var errs []error
+	what := string(item.Type)
 	for _, name := range sortedNames(item.Min) {
-		min := item.Min[name]
-		r, ok := req[name]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Sprintf("minimum %s usage per %s is %s.  No request is specified", name, what, min.String()))
-		case r.Cmp(min) < 0:
-			errs = append(errs, fmt.Sprintf("minimum %s usage per %s is %s, but request is %s", name, what, min.String(), r.String()))
-		}
+		errs = appendErr(errs, minConstraint(what, name, item.Min[name], req, lim))
 	}
 	for _, name := range sortedNames(item.Max) {
-		max := item.Max[name]
-		l, ok := lim[name]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Sprintf("maximum %s usage per %s is %s.  No limit is specified", name, what, max.String()))
-		case l.Cmp(max) > 0:
-			errs = append(errs, fmt.Sprintf("maximum %s usage per %s is %s, but limit is %s", name, what, max.String(), l.String()))
-		}
+		errs = appendErr(errs, maxConstraint(what, name, item.Max[name], req, lim))
 	}
 	for _, name := range sortedNames(item.MaxLimitRequestRatio) {
-		ratio := item.MaxLimitRequestRatio[name]
-		l, lok := lim[name]
-		r, rok := req[name]
-		if !lok || !rok {
-			errs = append(errs, fmt.Sprintf("%s max limit to request ratio per %s is %s, but no request or limit is specified", name, what, ratio.String()))
-			continue
-		}
-		if r.IsZero() {
-			continue
-		}
-		got := float64(l.MilliValue()) / float64(r.MilliValue())
-		if got > float64(ratio.MilliValue())/1000 {
-			errs = append(errs, fmt.Sprintf("%s max limit to request ratio per %s is %s, but provided ratio is %f", name, what, ratio.String(), got))
-		}
+		errs = appendErr(errs, ratioConstraint(what, name, item.MaxLimitRequestRatio[name], req, lim))
 	}
 	return errs
+}
+
+func appendErr(errs []error, err error) []error {
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// values returns request, limit and bound in milli-units when none of
+// them would overflow, in units otherwise, as upstream compares them.
+func values(req, lim, bound resource.Quantity) (r, l, b int64) {
+	r, l, b = req.Value(), lim.Value(), bound.Value()
+	if r <= resource.MaxMilliValue && l <= resource.MaxMilliValue && b <= resource.MaxMilliValue {
+		r, l, b = req.MilliValue(), lim.MilliValue(), bound.MilliValue()
+	}
+	return r, l, b
+}
+
+// minConstraint requires a request, and a request and limit (when set)
+// of at least lo.
+func minConstraint(what string, name corev1.ResourceName, lo resource.Quantity, req, lim corev1.ResourceList) error {
+	rq, rok := req[name]
+	lq, lok := lim[name]
+	r, l, b := values(rq, lq, lo)
+	switch {
+	case !rok:
+		return fmt.Errorf("minimum %s usage per %s is %s.  No request is specified", name, what, lo.String())
+	case r < b:
+		return fmt.Errorf("minimum %s usage per %s is %s, but request is %s", name, what, lo.String(), rq.String())
+	case lok && l < b:
+		return fmt.Errorf("minimum %s usage per %s is %s, but limit is %s", name, what, lo.String(), lq.String())
+	}
+	return nil
+}
+
+// maxConstraint requires a limit, and a limit and request (when set) of
+// at most hi.
+func maxConstraint(what string, name corev1.ResourceName, hi resource.Quantity, req, lim corev1.ResourceList) error {
+	rq, rok := req[name]
+	lq, lok := lim[name]
+	r, l, b := values(rq, lq, hi)
+	switch {
+	case !lok:
+		return fmt.Errorf("maximum %s usage per %s is %s.  No limit is specified", name, what, hi.String())
+	case l > b:
+		return fmt.Errorf("maximum %s usage per %s is %s, but limit is %s", name, what, hi.String(), lq.String())
+	case rok && r > b:
+		return fmt.Errorf("maximum %s usage per %s is %s, but request is %s", name, what, hi.String(), rq.String())
+	}
+	return nil
+}
+
+// maxRequestConstraint requires a request of at most hi; it is the
+// maximum of claims, which ask for storage by their requests alone.
+func maxRequestConstraint(what string, name corev1.ResourceName, hi resource.Quantity, req corev1.ResourceList) error {
+	rq, rok := req[name]
+	r, _, b := values(rq, resource.Quantity{}, hi)
+	switch {
+	case !rok:
+		return fmt.Errorf("maximum %s usage per %s is %s.  No request is specified", name, what, hi.String())
+	case r > b:
+		return fmt.Errorf("maximum %s usage per %s is %s, but request is %s", name, what, hi.String(), rq.String())
+	}
+	return nil
+}
+
+// ratioConstraint bounds limit / request.
+func ratioConstraint(what string, name corev1.ResourceName, ratio resource.Quantity, req, lim corev1.ResourceList) error {
+	rq, rok := req[name]
+	lq, lok := lim[name]
+	r, l, _ := values(rq, lq, ratio)
+	if !rok || r == 0 {
+		return fmt.Errorf("%s max limit to request ratio per %s is %s, but no request is specified or request is 0", name, what, ratio.String())
+	}
+	if !lok || l == 0 {
+		return fmt.Errorf("%s max limit to request ratio per %s is %s, but no limit is specified or limit is 0", name, what, ratio.String())
+	}
+	got := float64(l) / float64(r)
+	shown, bound := got, float64(ratio.Value())
+	if ratio.Value() <= resource.MaxMilliValue {
+		got *= 1000
+		bound = float64(ratio.MilliValue())
+	}
+	if got > bound {
+		return fmt.Errorf("%s max limit to request ratio per %s is %s, but provided ratio is %f", name, what, ratio.String(), shown)
+	}
+	return nil
 }
 
 func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
