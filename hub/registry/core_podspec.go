@@ -312,9 +312,7 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 	} else if !supportedDNSPolicies.Has(string(spec.DNSPolicy)) {
 		errs = append(errs, field.NotSupported(path.Child("dnsPolicy"), spec.DNSPolicy, sets.List(supportedDNSPolicies)))
 	}
-	if spec.DNSPolicy == corev1.DNSNone && (spec.DNSConfig == nil || len(spec.DNSConfig.Nameservers) == 0) {
-		errs = append(errs, field.Required(path.Child("dnsConfig", "nameservers"), fmt.Sprintf("must provide at least one DNS nameserver when DNSPolicy is %s", corev1.DNSNone)))
-	}
+	errs = append(errs, validatePodDNSConfig(spec.DNSConfig, spec.DNSPolicy, path.Child("dnsConfig"))...)
 	for k, v := range spec.NodeSelector {
 		_ = v
 		for _, msg := range validation.IsQualifiedName(k) {
