@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -638,11 +637,7 @@ var serviceKind = &Kind{
 		ageColumn,
 		column("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this selector."),
 	},
-	Cells: func(obj runtime.Object, now time.Time) []any {
-		svc := obj.(*corev1.Service)
-		return []any{svc.Name, string(svc.Spec.Type), orNone(svc.Spec.ClusterIP), serviceExternalIP(svc),
-			servicePorts(svc.Spec.Ports), age(svc.CreationTimestamp, now), labels.FormatLabels(svc.Spec.Selector)}
-	},
+	Cells: func(obj runtime.Object, now time.Time) []any { return serviceCells(obj.(*corev1.Service), now) },
 }
 
 // maskTrailingDash lets a generateName prefix end with "-".
@@ -651,45 +646,6 @@ func maskTrailingDash(name string) string {
 		return name[:len(name)-2] + "a"
 	}
 	return name
-}
-
-func serviceExternalIP(svc *corev1.Service) string {
-	switch svc.Spec.Type {
-	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort:
-		if len(svc.Spec.ExternalIPs) > 0 {
-			return strings.Join(svc.Spec.ExternalIPs, ",")
-		}
-		return "<none>"
-	case corev1.ServiceTypeLoadBalancer:
-		var out []string
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			if in.IP != "" {
-				out = append(out, in.IP)
-			} else if in.Hostname != "" {
-				out = append(out, in.Hostname)
-			}
-		}
-		out = append(out, svc.Spec.ExternalIPs...)
-		if len(out) == 0 {
-			return "<pending>"
-		}
-		return strings.Join(out, ",")
-	case corev1.ServiceTypeExternalName:
-		return svc.Spec.ExternalName
-	}
-	return "<unknown>"
-}
-
-func servicePorts(ports []corev1.ServicePort) string {
-	out := make([]string, len(ports))
-	for i, p := range ports {
-		if p.NodePort > 0 {
-			out[i] = fmt.Sprintf("%d:%d/%s", p.Port, p.NodePort, p.Protocol)
-		} else {
-			out[i] = fmt.Sprintf("%d/%s", p.Port, p.Protocol)
-		}
-	}
-	return strings.Join(out, ",")
 }
 
 // maxClientIPAffinitySeconds is the longest ClientIP session affinity

@@ -343,7 +343,7 @@ func TestServiceCells(t *testing.T) {
 		}, []any{"lb", "LoadBalancer", "10.0.0.22", "<pending>", "80:30081/TCP", "<unknown>", "app=lb"}},
 		{"external name", func() *corev1.Service {
 			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "en"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}
-		}, []any{"en", "ExternalName", "<none>", "example.com", "", "<unknown>", "<none>"}},
+		}, []any{"en", "ExternalName", "<none>", "example.com", "<none>", "<unknown>", "<none>"}},
 	}
 	for _, tt := range tests {
 		got := serviceKind.Cells(tt.svc(), now)
