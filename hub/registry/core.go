@@ -32,6 +32,8 @@ func coreKinds() []*Kind {
 		pvcKind,
 		pvKind,
 		podKind,
+		podTemplateKind,
+		replicationControllerKind,
 		resourceQuotaKind,
 		secretKind,
 		serviceAccountKind,

@@ -192,29 +192,10 @@ var replicaSetKind = &Kind{
 		errs := validateReplicaSetSpec(&r.Spec)
 		return append(errs, apivalidation.ValidateImmutableField(r.Spec.Selector, o.Spec.Selector, gSpec.Child("selector"))...)
 	},
-	ValidateStatusUpdate: func(obj, old runtime.Object) field.ErrorList {
+	ValidateStatusUpdate: func(obj, _ runtime.Object) field.ErrorList {
 		s := obj.(*appsv1.ReplicaSet).Status
-		p := field.NewPath("status")
-		var errs field.ErrorList
-		errs = append(errs, nonNegative(int64(s.Replicas), p.Child("replicas"))...)
-		errs = append(errs, nonNegative(int64(s.FullyLabeledReplicas), p.Child("fullyLabeledReplicas"))...)
-		errs = append(errs, nonNegative(int64(s.ReadyReplicas), p.Child("readyReplicas"))...)
-		errs = append(errs, nonNegative(int64(s.AvailableReplicas), p.Child("availableReplicas"))...)
-		errs = append(errs, nonNegativePtr(s.TerminatingReplicas, p.Child("terminatingReplicas"))...)
-		errs = append(errs, nonNegative(s.ObservedGeneration, p.Child("observedGeneration"))...)
-		if s.FullyLabeledReplicas > s.Replicas {
-			errs = append(errs, field.Invalid(p.Child("fullyLabeledReplicas"), s.FullyLabeledReplicas, "cannot be greater than status.replicas"))
-		}
-		if s.ReadyReplicas > s.Replicas {
-			errs = append(errs, field.Invalid(p.Child("readyReplicas"), s.ReadyReplicas, "cannot be greater than status.replicas"))
-		}
-		if s.AvailableReplicas > s.Replicas {
-			errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, "cannot be greater than status.replicas"))
-		}
-		if s.AvailableReplicas > s.ReadyReplicas {
-			errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, "cannot be greater than readyReplicas"))
-		}
-		return errs
+		errs := validateReplicaCounts(s.Replicas, s.FullyLabeledReplicas, s.ReadyReplicas, s.AvailableReplicas, s.ObservedGeneration)
+		return append(errs, nonNegativePtr(s.TerminatingReplicas, field.NewPath("status", "terminatingReplicas"))...)
 	},
 	Fields: func(obj runtime.Object) fields.Set {
 		return fields.Set{"status.replicas": itoa32(obj.(*appsv1.ReplicaSet).Status.Replicas)}
