@@ -40,6 +40,10 @@ var builtins = []builtin{
 	{"replicaset", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return replicaset.New(replicaset.Config{Client: k, Informers: inf, Workers: w, Logger: l})
 	}},
+	// ReplicationControllers, run by the ReplicaSet controller's logic.
+	{"replicationcontroller", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return replicaset.NewForReplicationControllers(replicaset.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
 	{"deployment", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return deployment.New(deployment.Config{Client: k, Informers: inf, Workers: w, Logger: l})
 	}},

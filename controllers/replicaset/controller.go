@@ -1,7 +1,9 @@
 // Package replicaset runs tether's ReplicaSet controller: it keeps
 // spec.replicas pods matching a ReplicaSet's selector, creating them from
 // its template and deleting the surplus, adopts matching orphans, releases
-// pods whose labels stop matching, and reports the counts in status.
+// pods whose labels stop matching, and reports the counts in status. The
+// same controller, working on ReplicaSet views of them, runs core/v1
+// ReplicationControllers (see [NewForReplicationControllers]).
 //
 // The controller is level-based: informer events queue ReplicaSet keys, and
 // a worker compares the cached pods with the desired count. Expectations
@@ -27,19 +29,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
-// controllerKind is the kind in the owner references this controller writes.
-var controllerKind = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
-
 // Config configures the controller. Client and Informers are required.
 type Config struct {
-	// Client reaches the hub with rights over pods, replicasets and events.
+	// Client reaches the hub with rights over pods, the owners' kind
+	// (replicasets or replicationcontrollers) and events.
 	Client kubernetes.Interface
 	// Informers is the shared factory New registers its informers on; the
 	// caller starts it after New.
@@ -56,15 +55,15 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Controller is the ReplicaSet controller.
+// Controller is the ReplicaSet controller, or the ReplicationController
+// one.
 type Controller struct {
 	client   kubernetes.Interface
 	log      *slog.Logger
 	workers  int
 	burst    int
 	now      func() time.Time
-	rsLister appslisters.ReplicaSetLister
-	rsIndex  cache.Indexer
+	owners   *owners
 	pods     corelisters.PodLister
 	podIndex cache.Indexer
 	synced   []cache.InformerSynced
@@ -97,11 +96,18 @@ type carriedBatch struct {
 	at   time.Time
 }
 
-// New registers the controller's informers on cfg.Informers.
+var errNeedClient = errors.New("create replicaset controller: client and informers are required")
+
+// New registers the ReplicaSet controller's informers on cfg.Informers.
 func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
-		return nil, errors.New("create replicaset controller: client and informers are required")
+		return nil, errNeedClient
 	}
+	return newController(cfg, replicaSets(cfg.Client, cfg.Informers))
+}
+
+// newController registers a controller of o on cfg.Informers.
+func newController(cfg Config, o *owners) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 5
 	}
@@ -114,22 +120,21 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	log := cfg.Logger.With("controller", "replicaset")
-	rsInf := cfg.Informers.Apps().V1().ReplicaSets()
+	log := cfg.Logger.With("controller", o.name)
 	podInf := cfg.Informers.Core().V1().Pods()
 	if err := kit.AddControllerIndex(podInf.Informer()); err != nil {
-		return nil, fmt.Errorf("create replicaset controller: %w", err)
+		return nil, fmt.Errorf("create %s controller: %w", o.name, err)
 	}
-	if err := kit.AddControllerIndex(rsInf.Informer()); err != nil {
-		return nil, fmt.Errorf("create replicaset controller: %w", err)
+	if err := kit.AddControllerIndex(o.informer); err != nil {
+		return nil, fmt.Errorf("create %s controller: %w", o.name, err)
 	}
-	rec := kit.NewRecorder(cfg.Client, "replicaset-controller", log)
+	rec := kit.NewRecorder(cfg.Client, o.component, log)
 	c := &Controller{
 		client: cfg.Client, log: log, workers: cfg.Workers, burst: cfg.BurstReplicas, now: cfg.Now,
-		rsLister: rsInf.Lister(), rsIndex: rsInf.Informer().GetIndexer(),
-		pods: podInf.Lister(), podIndex: podInf.Informer().GetIndexer(),
-		synced:  []cache.InformerSynced{rsInf.Informer().HasSynced, podInf.Informer().HasSynced},
-		queue:   kit.NewQueue("replicaset"),
+		owners: o,
+		pods:   podInf.Lister(), podIndex: podInf.Informer().GetIndexer(),
+		synced:  []cache.InformerSynced{o.informer.HasSynced, podInf.Informer().HasSynced},
+		queue:   kit.NewQueue(o.name),
 		exp:     kit.NewExpectations(0, cfg.Now),
 		batches: map[string]carriedBatch{},
 
@@ -137,7 +142,7 @@ func New(cfg Config) (*Controller, error) {
 		recorder:      rec,
 		control:       kit.PodControl{Client: cfg.Client, Recorder: rec},
 	}
-	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := o.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.queue.Enqueue,
 		UpdateFunc: func(_, cur any) { c.queue.Enqueue(cur) },
 		DeleteFunc: func(obj any) {
@@ -149,7 +154,7 @@ func New(cfg Config) (*Controller, error) {
 			}
 		},
 	}); err != nil {
-		return nil, fmt.Errorf("watch replicasets: %w", err)
+		return nil, fmt.Errorf("watch %ss: %w", o.name, err)
 	}
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addPod,
@@ -167,7 +172,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil // ctx ended first
 	}
-	c.log.Info("replicaset controller running", "workers", c.workers)
+	c.log.Info(c.owners.name+" controller running", "workers", c.workers)
 	c.queue.Run(ctx, c.workers, c.log, c.sync)
 	return nil
 }
@@ -175,11 +180,11 @@ func (c *Controller) Run(ctx context.Context) error {
 // ownerOf returns the ReplicaSet a controller reference names, if it is
 // in the cache with the same UID.
 func (c *Controller) ownerOf(ns string, ref *metav1.OwnerReference) *appsv1.ReplicaSet {
-	if ref == nil || ref.Kind != controllerKind.Kind {
+	if ref == nil || ref.Kind != c.owners.gvk.Kind {
 		return nil
 	}
-	rs, err := c.rsLister.ReplicaSets(ns).Get(ref.Name)
-	if err != nil || rs.UID != ref.UID {
+	rs, ok := c.owners.cached(cache.NewObjectName(ns, ref.Name).String())
+	if !ok || rs.UID != ref.UID {
 		return nil
 	}
 	return rs
@@ -187,12 +192,8 @@ func (c *Controller) ownerOf(ns string, ref *metav1.OwnerReference) *appsv1.Repl
 
 // matching returns the ReplicaSets of ns whose selector matches pod.
 func (c *Controller) matching(pod *corev1.Pod) []*appsv1.ReplicaSet {
-	all, err := c.rsLister.ReplicaSets(pod.Namespace).List(labels.Everything())
-	if err != nil {
-		return nil
-	}
 	var out []*appsv1.ReplicaSet
-	for _, rs := range all {
+	for _, rs := range c.owners.list(pod.Namespace) {
 		sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
 		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
 			continue

@@ -78,11 +78,10 @@ func (c *Controller) updateStatus(ctx context.Context, rs *appsv1.ReplicaSet, st
 	if apiequality.Semantic.DeepEqual(rs.Status, status) {
 		return nil
 	}
-	api := c.client.AppsV1().ReplicaSets(rs.Namespace)
 	cur := rs
 	for attempt := 0; ; attempt++ {
 		cur.Status = status
-		_, err := api.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		err := c.owners.updateStatus(ctx, cur)
 		if err == nil {
 			return nil
 		}
@@ -90,12 +89,12 @@ func (c *Controller) updateStatus(ctx context.Context, rs *appsv1.ReplicaSet, st
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("update replicaset status: %w", err)
+			return fmt.Errorf("update %s status: %w", c.owners.name, err)
 		}
 		// Our cache is behind: retry once on the fresh object.
-		fresh, gerr := api.Get(ctx, rs.Name, metav1.GetOptions{})
+		fresh, gerr := c.owners.get(ctx, rs.Namespace, rs.Name)
 		if gerr != nil {
-			return fmt.Errorf("read replicaset for status: %w", gerr)
+			return fmt.Errorf("read %s for status: %w", c.owners.name, gerr)
 		}
 		if fresh.UID != rs.UID {
 			return nil

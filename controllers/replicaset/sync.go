@@ -20,17 +20,13 @@ import (
 
 // sync converges one ReplicaSet.
 func (c *Controller) sync(ctx context.Context, key string) error {
-	ns, name := kit.SplitKey(key)
-	cached, err := c.rsLister.ReplicaSets(ns).Get(name)
-	if apierrors.IsNotFound(err) {
+	cached, ok := c.owners.cached(key)
+	if !ok {
 		c.exp.Forget(key)
 		c.statusMu.Lock()
 		delete(c.statusWritten, key)
 		c.statusMu.Unlock()
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read replicaset: %w", err)
 	}
 	rs := cached.DeepCopy()
 	sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
@@ -51,6 +47,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	now := c.now()
 	status := computeStatus(rs, pods, active, manageErr, now)
+	if c.owners.trimStatus != nil {
+		c.owners.trimStatus(&status)
+	}
 	if wait := c.statusDue(key, rs, status, now); wait > 0 {
 		c.queue.AddAfter(key, wait)
 	} else if err := c.updateStatus(ctx, rs, status); err != nil {
@@ -76,9 +75,9 @@ func (c *Controller) claimPods(ctx context.Context, rs *appsv1.ReplicaSet, sel l
 	cands := kit.ByIndex[*corev1.Pod](c.podIndex, string(rs.UID))
 	cands = append(cands, kit.ByIndex[*corev1.Pod](c.podIndex, kit.OrphanIndexKey(rs.Namespace))...)
 	claimer := &kit.Claimer{
-		Owner: rs, OwnerGVK: controllerKind, Selector: sel,
+		Owner: rs, OwnerGVK: c.owners.gvk, Selector: sel,
 		Fresh: func(ctx context.Context) (metav1.Object, error) {
-			return c.client.AppsV1().ReplicaSets(rs.Namespace).Get(ctx, rs.Name, metav1.GetOptions{})
+			return c.owners.get(ctx, rs.Namespace, rs.Name)
 		},
 	}
 	pods, err := kit.Claim(ctx, claimer, cands, func(ctx context.Context, name string, data []byte) error {
@@ -99,9 +98,9 @@ func (c *Controller) manage(ctx context.Context, key string, rs *appsv1.ReplicaS
 	case diff < 0:
 		n := min(-diff, c.burst)
 		c.exp.ExpectCreations(key, n)
-		c.log.Debug("creating pods", "replicaset", key, "need", want, "have", len(active), "creating", n)
+		c.log.Debug("creating pods", "owner", key, "need", want, "have", len(active), "creating", n)
 		created, err := SlowStart(n, c.firstBatch(key), func() error {
-			pod := kit.PodFromTemplate(&rs.Spec.Template, rs, controllerKind)
+			pod := kit.PodFromTemplate(&rs.Spec.Template, rs, c.owners.gvk)
 			_, err := c.control.CreatePod(ctx, rs, pod)
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 				return nil // the namespace is going away: not an error
@@ -122,7 +121,7 @@ func (c *Controller) manage(ctx context.Context, key string, rs *appsv1.ReplicaS
 			uids[i] = p.UID
 		}
 		c.exp.ExpectDeletions(key, uids)
-		c.log.Debug("deleting pods", "replicaset", key, "need", want, "have", len(active), "deleting", n)
+		c.log.Debug("deleting pods", "owner", key, "need", want, "have", len(active), "deleting", n)
 		var mu sync.Mutex
 		var errs []error
 		var wg sync.WaitGroup
@@ -180,7 +179,7 @@ func (c *Controller) noteBatch(key string, n int, ok bool) {
 func (c *Controller) relatedPods(rs *appsv1.ReplicaSet) []*corev1.Pod {
 	owners := []types.UID{rs.UID}
 	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil {
-		for _, sib := range kit.ByIndex[*appsv1.ReplicaSet](c.rsIndex, string(ref.UID)) {
+		for _, sib := range c.owners.controlledBy(string(ref.UID)) {
 			if sib.UID != rs.UID {
 				owners = append(owners, sib.UID)
 			}
