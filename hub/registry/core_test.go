@@ -29,6 +29,8 @@ func TestCoreDiscovery(t *testing.T) {
 		{"persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", true, true, []string{"pvc"}, nil},
 		{"persistentvolumes", "persistentvolume", "PersistentVolume", false, true, []string{"pv"}, nil},
 		{"pods", "pod", "Pod", true, true, []string{"po"}, []string{"all"}},
+		{"podtemplates", "podtemplate", "PodTemplate", true, false, nil, nil},
+		{"replicationcontrollers", "replicationcontroller", "ReplicationController", true, true, []string{"rc"}, []string{"all"}},
 		{"resourcequotas", "resourcequota", "ResourceQuota", true, true, []string{"quota"}, nil},
 		{"secrets", "secret", "Secret", true, false, nil, nil},
 		{"serviceaccounts", "serviceaccount", "ServiceAccount", true, false, []string{"sa"}, nil},
