@@ -182,6 +182,37 @@ spec:
 		}
 	})
 
+	t.Run("quota", func(t *testing.T) {
+		h.MustRun("create", "namespace", "q")
+		h.MustRun("create", "quota", "rcs", "-n", "q", "--hard=replicationcontrollers=1")
+		rc := func(name string) string {
+			return "apiVersion: v1\nkind: ReplicationController\nmetadata: {name: " + name + ", namespace: q}\n" +
+				"spec:\n  template:\n    metadata: {labels: {app: " + name + "}}\n    spec: {containers: [{name: c, image: busybox}]}\n"
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			// The quota counts only once its status is written.
+			q, err := kube.CoreV1().ResourceQuotas("q").Get(ctx, "rcs", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := q.Status.Hard[corev1.ResourceReplicationControllers]; ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("quota status never written: %+v", q.Status)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, err := h.RunInput(ctx, rc("one"), nil, "create", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := h.RunInput(ctx, rc("two"), nil, "create", "-f", "-")
+		if err == nil || !strings.Contains(err.Error(), "exceeded quota: rcs, requested: replicationcontrollers=1, used: replicationcontrollers=1, limited: replicationcontrollers=1") {
+			t.Errorf("second replicationcontroller under a quota of one: %v", err)
+		}
+	})
+
 	t.Run("orphan by default", func(t *testing.T) {
 		cur, err := rcAPI.Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {

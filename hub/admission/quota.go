@@ -387,6 +387,8 @@ func kindsCounting(name corev1.ResourceName) []*registry.Kind {
 		return []*registry.Kind{kindOf("secrets", "")}
 	case corev1.ResourceQuotas:
 		return []*registry.Kind{quotasKind}
+	case corev1.ResourceReplicationControllers:
+		return []*registry.Kind{kindOf("replicationcontrollers", "")}
 	}
 	s := string(name)
 	if strings.HasPrefix(s, "requests.") && !strings.Contains(s, "/") {
@@ -475,6 +477,8 @@ func usageOf(k *registry.Kind, o runtime.Object) corev1.ResourceList {
 		u[corev1.ResourceSecrets] = one.DeepCopy()
 	case *corev1.ResourceQuota:
 		u[corev1.ResourceQuotas] = one.DeepCopy()
+	case *corev1.ReplicationController:
+		u[corev1.ResourceReplicationControllers] = one.DeepCopy()
 	}
 	return u
 }
