@@ -48,7 +48,7 @@ func TestReplicationControllerAPI(t *testing.T) {
 	rcAPI := kube.CoreV1().ReplicationControllers("default")
 
 	// Selector, labels and replicas default from the template.
-	if _, err := h.RunInput(ctx, `apiVersion: v1
+	web := `apiVersion: v1
 kind: ReplicationController
 metadata: {name: web}
 spec:
@@ -56,8 +56,12 @@ spec:
     metadata: {labels: {app: web}}
     spec:
       containers: [{name: nginx, image: "nginx:1.27"}]
-`, nil, "apply", "-f", "-"); err != nil {
+`
+	if _, err := h.RunInput(ctx, web, nil, "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
+	}
+	if out, err := h.RunInput(ctx, web, nil, "apply", "-f", "-"); err != nil || strings.TrimSpace(out) != "replicationcontroller/web unchanged" {
+		t.Errorf("second apply: %q, %v", out, err)
 	}
 	rc, err := rcAPI.Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
