@@ -186,6 +186,17 @@ func TestCreateNamespaceRules(t *testing.T) {
 			wantReason(t, err, tc.reason)
 		})
 	}
+	for _, name := range []string{"default", "kube-system", "kube-public"} {
+		rev := f.st.Revision()
+		_, _, err := f.s.Delete(ctx, nsk, "", name, nil, false)
+		wantReason(t, err, metav1.StatusReasonForbidden)
+		if want := `namespaces "` + name + `" is forbidden: this namespace may not be deleted`; err.Error() != want {
+			t.Errorf("delete namespace %s: %q, want %q", name, err, want)
+		}
+		if f.st.Revision() != rev {
+			t.Errorf("refused delete of namespace %s wrote", name)
+		}
+	}
 	if _, err := f.s.Create(ctx, nsk, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, Options{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}

@@ -192,8 +192,14 @@ func (s *Storage) namespaceAdmits(ctx context.Context, k *registry.Kind, name, n
 		return apierrors.NewInternalError(fmt.Errorf("decode namespace %s: %w", namespace, err))
 	}
 	if terminating {
-		return apierrors.NewForbidden(k.GroupResource(), name,
+		err := apierrors.NewForbidden(k.GroupResource(), name,
 			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type:    corev1.NamespaceTerminatingCause,
+			Message: fmt.Sprintf("namespace %s is being terminated", namespace),
+			Field:   "metadata.namespace",
+		})
+		return err
 	}
 	return nil
 }
@@ -266,14 +272,14 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 	if err := checkNamespace(k, m, namespace); err != nil {
 		return nil, err
 	}
-	generated := m.GetName() == "" && m.GetGenerateName() != ""
-	if generated {
-		m.SetName(m.GetGenerateName() + utilrand.String(5))
-	}
 	if k.Namespaced {
 		if err := s.namespaceAdmits(ctx, k, m.GetName(), m.GetNamespace()); err != nil {
 			return nil, err
 		}
+	}
+	generated := m.GetName() == "" && m.GetGenerateName() != ""
+	if generated {
+		m.SetName(m.GetGenerateName() + utilrand.String(5))
 	}
 	m.SetUID(uuid.NewUUID())
 	m.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
