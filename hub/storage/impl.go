@@ -262,27 +262,29 @@ func (s *Storage) fieldSelector(k *registry.Kind, sel fields.Selector) (fields.S
 	if sel == nil || sel.Empty() {
 		return nil, nil
 	}
-	allowed := map[string]bool{"metadata.name": true}
-	if k.Namespaced {
-		allowed["metadata.namespace"] = true
-	}
-	for _, f := range k.FieldLabels {
-		allowed[f] = true
-	}
-	out, err := sel.Transform(func(field, value string) (string, string, error) {
-		if a, ok := k.FieldAliases[field]; ok {
-			field = a
+	convert := runtime.DefaultMetaV1FieldSelectorConversion
+	if len(k.FieldLabels) > 0 || len(k.FieldAliases) > 0 {
+		// A kind with fields of its own names the label it refuses, as
+		// upstream's conversion functions for those kinds do.
+		allowed := map[string]bool{"metadata.name": true}
+		if k.Namespaced {
+			allowed["metadata.namespace"] = true
 		}
-		if !allowed[field] {
-			return "", "", apierrors.NewBadRequest(fmt.Sprintf("field label not supported: %s", field))
+		for _, f := range k.FieldLabels {
+			allowed[f] = true
 		}
-		return field, value, nil
-	})
+		convert = func(field, value string) (string, string, error) {
+			if a, ok := k.FieldAliases[field]; ok {
+				field = a
+			}
+			if !allowed[field] {
+				return "", "", fmt.Errorf("field label not supported: %s", field)
+			}
+			return field, value, nil
+		}
+	}
+	out, err := sel.Transform(convert)
 	if err != nil {
-		var se *apierrors.StatusError
-		if errors.As(err, &se) {
-			return nil, se
-		}
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	return out, nil
