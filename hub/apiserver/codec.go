@@ -1,18 +1,22 @@
 package apiserver
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tether-edge/tether/hub/registry"
 )
 
 // Media types the server reads and writes.
@@ -50,6 +54,12 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	if st.Status == "" {
 		st.Status = metav1.StatusFailure
 	}
+	if st.Details == nil {
+		// Clients read details without checking for them (kubectl debug
+		// reads the name of a 404's), so every failure carries them, if
+		// only empty, as upstream's not-found routes do.
+		st.Details = &metav1.StatusDetails{}
+	}
 	code := int(st.Code)
 	if code == 0 {
 		code = http.StatusInternalServerError
@@ -65,7 +75,7 @@ func (s *Server) writeRawJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		code = http.StatusInternalServerError
-		b = []byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"encode response","reason":"InternalError","code":500}`)
+		b = []byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"encode response","reason":"InternalError","details":{},"code":500}`)
 	}
 	w.Header().Set("Content-Type", mediaJSON)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -233,7 +243,8 @@ func (s *Server) bodySerializer(r *http.Request) (runtime.SerializerInfo, error)
 }
 
 // decodeBody decodes a request body into a new object of gvk, honouring
-// fieldValidation. It returns warnings for fieldValidation=Warn.
+// fieldValidation. It returns warnings for fieldValidation=Warn. A body
+// that is not an object of gvk is refused as upstream refuses it.
 func (s *Server) decodeBody(r *http.Request, body []byte, gvk schema.GroupVersionKind, validation string) (runtime.Object, []string, error) {
 	info, err := s.bodySerializer(r)
 	if err != nil {
@@ -243,32 +254,107 @@ func (s *Server) decodeBody(r *http.Request, body []byte, gvk schema.GroupVersio
 	if err != nil {
 		return nil, nil, apierrors.NewInternalError(fmt.Errorf("create %s: %w", gvk, err))
 	}
-	return s.decodeWith(info, body, gvk, into, validation)
+	obj, actual, warnings, err := decodeValidated(info, body, gvk, into, validation)
+	if err != nil {
+		return nil, nil, decodeError(err, actual, gvk, body)
+	}
+	if actual != nil && actual.Kind != gvk.Kind {
+		// Upstream decodes the body as what it says it is, then fails to
+		// convert that into the endpoint's kind.
+		return nil, nil, decodeError(fmt.Errorf("converting (%s) to (%s): unknown conversion", typeName(obj), internalTypeName(gvk)), actual, gvk, body)
+	}
+	if actual != nil && actual.GroupVersion() != gvk.GroupVersion() {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", actual.GroupVersion(), gvk.GroupVersion()))
+	}
+	return obj, warnings, nil
 }
 
-func (s *Server) decodeWith(info runtime.SerializerInfo, body []byte, gvk schema.GroupVersionKind, into runtime.Object, validation string) (runtime.Object, []string, error) {
-	if len(body) == 0 {
-		return nil, nil, apierrors.NewBadRequest("the body of the request was empty")
-	}
+// decodeValidated decodes body with info's serializer, strictly unless
+// validation is Ignore; with Warn, strict decoding errors become warnings.
+func decodeValidated(info runtime.SerializerInfo, body []byte, gvk schema.GroupVersionKind, into runtime.Object, validation string) (runtime.Object, *schema.GroupVersionKind, []string, error) {
 	dec := info.Serializer
 	if validation != metav1.FieldValidationIgnore && info.StrictSerializer != nil {
 		dec = info.StrictSerializer
 	}
 	obj, actual, err := dec.Decode(body, &gvk, into)
+	if err == nil {
+		return obj, actual, nil, nil
+	}
+	strict, ok := runtime.AsStrictDecodingError(err)
+	if !ok || obj == nil || validation != metav1.FieldValidationWarn {
+		return nil, actual, nil, err
+	}
 	var warnings []string
-	if err != nil {
-		if strict, ok := runtime.AsStrictDecodingError(err); ok && obj != nil {
-			switch validation {
-			case metav1.FieldValidationStrict:
-				return nil, nil, apierrors.NewBadRequest(err.Error())
-			case metav1.FieldValidationWarn:
-				for _, e := range strict.Errors() {
-					warnings = append(warnings, e.Error())
-				}
-			}
-		} else {
-			return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding %s: %v", strings.ToUpper(strings.TrimPrefix(info.MediaType, "application/")), err))
+	for _, e := range strict.Errors() {
+		warnings = append(warnings, e.Error())
+	}
+	return obj, actual, warnings, nil
+}
+
+// decodeError is upstream's 400 for a body that does not decode as want:
+// it names the kind and version the body claimed when it could be read,
+// and otherwise shows the start of the body.
+func decodeError(err error, actual *schema.GroupVersionKind, want schema.GroupVersionKind, body []byte) error {
+	if actual != nil && actual.Kind != "" {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %v", actual.Kind, actual.Version, want.Kind, err))
+	}
+	return apierrors.NewBadRequest(fmt.Sprintf("the object provided is unrecognized (must be of type %s): %v (%s)", want.Kind, err, summarizeBody(body, 30)))
+}
+
+// summarizeBody shows up to n bytes of a body: as text when it looks like
+// JSON, in hex otherwise.
+func summarizeBody(b []byte, n int) string {
+	more := ""
+	if len(b) > n {
+		b, more = b[:n], " ..."
+	}
+	switch {
+	case len(b) == 0:
+		return "<empty>"
+	case b[0] == '{':
+		return string(b) + more
+	default:
+		return hex.EncodeToString(b) + more
+	}
+}
+
+// typeName is the Go type of obj as conversion errors print it: v1.Pod.
+func typeName(obj runtime.Object) string {
+	t := reflect.TypeOf(obj)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.String()
+}
+
+// internalTypeName is the name upstream's internal type for gvk has in
+// conversion errors: core.Namespace, apps.Deployment, and core.Event for
+// events.k8s.io, whose objects are core Events.
+func internalTypeName(gvk schema.GroupVersionKind) string {
+	group := gvk.Group
+	for _, k := range registry.All() {
+		if k.GVK == gvk && !k.StoredAs.Empty() {
+			group = k.StoredAs.Group
 		}
+	}
+	if group == "" {
+		return "core." + gvk.Kind
+	}
+	pkg, _, _ := strings.Cut(group, ".")
+	return pkg + "." + gvk.Kind
+}
+
+// decodeWith decodes a patched object for the patch handler.
+func (s *Server) decodeWith(info runtime.SerializerInfo, body []byte, gvk schema.GroupVersionKind, into runtime.Object, validation string) (runtime.Object, []string, error) {
+	if len(body) == 0 {
+		return nil, nil, apierrors.NewBadRequest("the body of the request was empty")
+	}
+	obj, actual, warnings, err := decodeValidated(info, body, gvk, into, validation)
+	if err != nil {
+		if _, ok := runtime.AsStrictDecodingError(err); ok {
+			return nil, nil, apierrors.NewBadRequest(err.Error())
+		}
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding %s: %v", strings.ToUpper(strings.TrimPrefix(info.MediaType, "application/")), err))
 	}
 	if actual != nil && actual.GroupVersion() != gvk.GroupVersion() {
 		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", actual.GroupVersion(), gvk.GroupVersion()))
@@ -307,5 +393,6 @@ func statusErr(code int, message string) *apierrors.StatusError {
 	case http.StatusServiceUnavailable:
 		reason = metav1.StatusReasonServiceUnavailable
 	}
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message}}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message,
+		Details: &metav1.StatusDetails{}}}
 }

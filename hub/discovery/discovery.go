@@ -458,6 +458,7 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 		Status:   metav1.StatusFailure,
 		Message:  msg,
 		Reason:   reason,
+		Details:  &metav1.StatusDetails{},
 		Code:     int32(code),
 	}
 	var buf bytes.Buffer

@@ -221,6 +221,9 @@ func writeStatus(w http.ResponseWriter, err error) {
 	st := se.ErrStatus
 	st.Kind, st.APIVersion = "Status", "v1"
 	st.Status = metav1.StatusFailure
+	if st.Details == nil {
+		st.Details = &metav1.StatusDetails{}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(int(st.Code))
 	_ = json.NewEncoder(w).Encode(st)
