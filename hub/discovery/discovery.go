@@ -7,6 +7,7 @@ package discovery
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -241,6 +242,8 @@ func resourceList(v *groupVersion) metav1.APIResourceList {
 			Verbs:        verbsOf(k),
 			ShortNames:   slices.Clone(k.ShortNames),
 			Categories:   slices.Clone(k.Categories),
+
+			StorageVersionHash: storageVersionHash(k),
 		})
 		for _, s := range r.subs {
 			ar := metav1.APIResource{
@@ -256,6 +259,20 @@ func resourceList(v *groupVersion) metav1.APIResourceList {
 		}
 	}
 	return l
+}
+
+// storageVersionHash is the storageVersionHash upstream's legacy discovery
+// gives a resource: the first 8 bytes of the SHA-256 of the group, version
+// and kind it is stored as, "group/version/kind", in base64. It changes
+// only when the stored form does: events.k8s.io Events are core Events
+// and hash as such. The aggregated documents have no such field.
+func storageVersionHash(k *registry.Kind) string {
+	gvk := k.GVK
+	if !k.StoredAs.Empty() {
+		gvk = k.StoredAs
+	}
+	sum := sha256.Sum256([]byte(gvk.Group + "/" + gvk.Version + "/" + gvk.Kind))
+	return base64.StdEncoding.EncodeToString(sum[:8])
 }
 
 func scopeOf(k *registry.Kind) apidiscoveryv2.ResourceScope {

@@ -29,24 +29,26 @@ func testKinds() []*registry.Kind {
 	}
 }
 
+// wantResources is what discovery lists for testKinds. The storage
+// version hashes are the ones upstream's kube-apiserver serves.
 func wantResources() map[string][]metav1.APIResource {
 	all := []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 	gpu := []string{"get", "patch", "update"}
 	return map[string][]metav1.APIResource{
 		"v1": {
 			{Name: "namespaces", SingularName: "namespace", Kind: "Namespace", ShortNames: []string{"ns"},
-				Verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"}},
+				Verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"}, StorageVersionHash: "Q3oi5N2YM8M="},
 			{Name: "namespaces/finalize", Kind: "Namespace", Verbs: []string{"update"}},
 			{Name: "namespaces/status", Kind: "Namespace", Verbs: gpu},
 			{Name: "pods", SingularName: "pod", Namespaced: true, Kind: "Pod", Verbs: all,
-				ShortNames: []string{"po"}, Categories: []string{"all"}},
+				ShortNames: []string{"po"}, Categories: []string{"all"}, StorageVersionHash: "xPOwRZ+Yhw8="},
 			{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: []string{"create"}},
 			{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: []string{"create", "get"}},
 			{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: gpu},
 		},
 		"apps/v1": {
 			{Name: "deployments", SingularName: "deployment", Namespaced: true, Kind: "Deployment", Verbs: all,
-				ShortNames: []string{"deploy"}, Categories: []string{"all"}},
+				ShortNames: []string{"deploy"}, Categories: []string{"all"}, StorageVersionHash: "8aSe+NMegvE="},
 			{Name: "deployments/scale", Namespaced: true, Group: "autoscaling", Version: "v1", Kind: "Scale", Verbs: gpu},
 			{Name: "deployments/status", Namespaced: true, Kind: "Deployment", Verbs: gpu},
 		},
@@ -110,7 +112,16 @@ func TestDiscoveryClient(t *testing.T) {
 				sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
 				got[l.GroupVersion] = rs
 			}
-			if diff := cmp.Diff(wantResources(), got); diff != "" {
+			want := wantResources()
+			if tt.name == "aggregated" {
+				// The aggregated documents have no storageVersionHash.
+				for _, rs := range want {
+					for i := range rs {
+						rs[i].StorageVersionHash = ""
+					}
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("resources (-want +got):\n%s", diff)
 			}
 
@@ -211,5 +222,54 @@ func TestRegistryKinds(t *testing.T) {
 	}
 	if n != len(kinds) {
 		t.Errorf("discovery lists %d resources, registry has %d kinds", n, len(kinds))
+	}
+}
+
+func TestStorageVersionHashes(t *testing.T) {
+	serve := func() map[string]metav1.APIResource {
+		srv := httptest.NewServer(legacyOnly{New(registry.All(), Config{})})
+		defer srv.Close()
+		dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, lists, err := dc.ServerGroupsAndResources()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]metav1.APIResource{}
+		for _, l := range lists {
+			for _, r := range l.APIResources {
+				out[l.GroupVersion+" "+r.Name] = r
+			}
+		}
+		return out
+	}
+	first := serve()
+	for name, r := range first {
+		switch sub := containsSlash(r.Name); {
+		case sub && r.StorageVersionHash != "":
+			t.Errorf("%s: subresource with storageVersionHash %q", name, r.StorageVersionHash)
+		case !sub && r.StorageVersionHash == "":
+			t.Errorf("%s: no storageVersionHash", name)
+		}
+	}
+	// Values kube-apiserver serves; events.k8s.io Events are stored as
+	// core Events and share their hash.
+	for name, want := range map[string]string{
+		"v1 pods":                   "xPOwRZ+Yhw8=",
+		"v1 configmaps":             "qFsyl6wFWjQ=",
+		"v1 namespaces":             "Q3oi5N2YM8M=",
+		"v1 events":                 "r2yiGXH7wu8=",
+		"events.k8s.io/v1 events":   "r2yiGXH7wu8=",
+		"apps/v1 deployments":       "8aSe+NMegvE=",
+		"apps/v1 deployments/scale": "",
+	} {
+		if got := first[name].StorageVersionHash; got != want {
+			t.Errorf("%s: storageVersionHash %q, want %q", name, got, want)
+		}
+	}
+	if diff := cmp.Diff(first, serve()); diff != "" {
+		t.Errorf("a second handler lists other resources (-first +second):\n%s", diff)
 	}
 }
