@@ -231,7 +231,8 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		return err
 	}
 	adm.SetStorage(objs)
-	if err := objs.Bootstrap(ctx, storage.BootstrapConfig{AdvertiseAddress: advertise, Port: int32(port), ServiceIP: serviceIP.String()}); err != nil {
+	bootCfg := storage.BootstrapConfig{AdvertiseAddress: advertise, Port: int32(port), ServiceIP: serviceIP.String()}
+	if err := objs.Bootstrap(ctx, bootCfg); err != nil {
 		return fmt.Errorf("bootstrap objects: %w", err)
 	}
 
@@ -335,6 +336,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	go authz.Run(bgCtx)
 	go leases.Run(bgCtx)
 	go adm.Run(bgCtx)
+	go objs.KeepBootstrapped(bgCtx, bootCfg, 0)
 
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()

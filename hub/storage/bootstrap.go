@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -34,9 +35,42 @@ const bootstrapManager = "kube-apiserver"
 
 // Bootstrap creates the namespaces, the kubernetes Service with its
 // Endpoints and EndpointSlice, the system PriorityClasses and, in a cluster
-// without StorageClasses, the local-path one if they are missing, and points the endpoints at the configured address. It is safe
-// to call at every start.
+// without StorageClasses, the local-path one if they are missing, and
+// points the endpoints at the configured address. It is safe to call at
+// every start.
 func (s *Storage) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
+	if err := s.bootstrapSystem(ctx, cfg); err != nil {
+		return err
+	}
+	return s.bootstrapDefaults(ctx)
+}
+
+// KeepBootstrapped recreates the system namespaces and the kubernetes
+// Service with its endpoints whenever they are missing, checking every
+// interval until ctx ends, as kube-apiserver's own controllers do: a
+// kube-node-lease deleted with every other namespace comes back once its
+// deletion is over, without a restart. Zero interval means 10 seconds.
+func (s *Storage) KeepBootstrapped(ctx context.Context, cfg BootstrapConfig, interval time.Duration) {
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.bootstrapSystem(ctx, cfg); err != nil && ctx.Err() == nil {
+			s.log.Warn("bootstrap: recreate system objects", "error", err)
+		}
+	}
+}
+
+// bootstrapSystem ensures what the API server itself keeps: the system
+// namespaces and the kubernetes Service with its endpoints.
+func (s *Storage) bootstrapSystem(ctx context.Context, cfg BootstrapConfig) error {
 	ip := net.ParseIP(cfg.AdvertiseAddress)
 	if ip == nil {
 		return fmt.Errorf("bootstrap: advertise address %q is not an IP", cfg.AdvertiseAddress)
@@ -109,6 +143,13 @@ func (s *Storage) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
 	}); err != nil {
 		return err
 	}
+	return nil
+}
+
+// bootstrapDefaults creates the objects a new cluster starts with that
+// users may remove for good: the system PriorityClasses and a default
+// StorageClass.
+func (s *Storage) bootstrapDefaults(ctx context.Context) error {
 	// A cluster without StorageClasses gets tether's local-path class as
 	// its default, as k3s clusters get theirs: claims without a class are
 	// provisioned on the node of their first pod. A cluster whose classes
@@ -152,13 +193,17 @@ func (s *Storage) ensure(ctx context.Context, namespace string, obj runtime.Obje
 	}
 	obj.GetObjectKind().SetGroupVersionKind(k.GVK)
 	name := obj.(metav1.Object).GetName()
-	_, err = s.Create(ctx, k, namespace, obj.DeepCopyObject(), Options{FieldManager: bootstrapManager})
-	if err == nil {
-		s.log.Info("bootstrap created", "kind", k.GVK.Kind, "namespace", namespace, "name", name)
-		return nil
-	}
-	if !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("bootstrap %s %s: %w", k.Resource, name, err)
+	// Most objects are there: look before trying a create, which would
+	// run admission.
+	if _, err := s.st.Get(ctx, s.key(k, namespace, name)); err != nil {
+		_, err = s.Create(ctx, k, namespace, obj.DeepCopyObject(), Options{FieldManager: bootstrapManager})
+		if err == nil {
+			s.log.Info("bootstrap created", "kind", k.GVK.Kind, "namespace", namespace, "name", name)
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("bootstrap %s %s: %w", k.Resource, name, err)
+		}
 	}
 	if fix == nil {
 		return nil

@@ -110,6 +110,44 @@ func TestBootstrapIdempotent(t *testing.T) {
 	}
 }
 
+func TestKeepBootstrapped(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	svcs, nsk := kind(t, "", "v1", "services"), kind(t, "", "v1", "namespaces")
+	if _, deleted, err := f.s.Delete(ctx, svcs, "default", "kubernetes", nil, false); err != nil || !deleted {
+		t.Fatalf("delete kubernetes service: deleted %v, %v", deleted, err)
+	}
+	// A deleted kube-node-lease goes once finalized, then comes back.
+	if _, _, err := f.s.Delete(ctx, nsk, "", "kube-node-lease", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.GuaranteedUpdate(ctx, nsk, "", "kube-node-lease", Options{Subresource: "finalize"}, func(cur runtime.Object) (runtime.Object, error) {
+		cur.(*corev1.Namespace).Spec.Finalizers = nil
+		return cur, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go f.s.KeepBootstrapped(ctx, BootstrapConfig{AdvertiseAddress: "192.0.2.10", Port: 6443}, 20*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, errSvc := f.s.Get(ctx, svcs, "default", "kubernetes")
+		ns, errNS := f.s.Get(ctx, nsk, "", "kube-node-lease")
+		if errSvc == nil && errNS == nil && ns.(*corev1.Namespace).DeletionTimestamp == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not recreated: kubernetes service %v, kube-node-lease %v", errSvc, errNS)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// With everything in place, the checks write nothing.
+	rev := f.st.Revision()
+	time.Sleep(100 * time.Millisecond)
+	if got := f.st.Revision(); got != rev {
+		t.Errorf("checks of present objects wrote: revision %d → %d", rev, got)
+	}
+}
+
 func TestCreateGetList(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
