@@ -23,18 +23,6 @@ import (
 // namespace that is still being emptied.
 const namespaceContentMessage = "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
 
-// protectedNamespace reports whether the namespace name may never be
-// deleted. As upstream's NamespaceLifecycle admission, these are default,
-// kube-system and kube-public: kube-node-lease may be deleted and is
-// recreated at the next start.
-func protectedNamespace(name string) bool {
-	switch name {
-	case metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic:
-		return true
-	}
-	return false
-}
-
 // Delete implements API.
 func (s *Storage) Delete(ctx context.Context, k *registry.Kind, namespace, name string, opts *metav1.DeleteOptions, dryRun bool) (runtime.Object, bool, error) {
 	if opts == nil {
