@@ -47,9 +47,9 @@ func (s *Storage) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
 
 // KeepBootstrapped recreates the system namespaces and the kubernetes
 // Service with its endpoints whenever they are missing, checking every
-// interval until ctx ends, as kube-apiserver's own controllers do: a
-// kube-node-lease deleted with every other namespace comes back once its
-// deletion is over, without a restart. Zero interval means 10 seconds.
+// interval until ctx ends, as kube-apiserver's own controllers do: the
+// kubernetes Service, which may be deleted, comes back without a restart.
+// Zero interval means 10 seconds.
 func (s *Storage) KeepBootstrapped(ctx context.Context, cfg BootstrapConfig, interval time.Duration) {
 	if interval <= 0 {
 		interval = 10 * time.Second

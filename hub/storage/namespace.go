@@ -19,12 +19,14 @@ import (
 // new content.
 
 // protectedNamespace reports whether the namespace name may never be
-// deleted. As upstream's NamespaceLifecycle admission, these are default,
-// kube-system and kube-public: kube-node-lease may be deleted, and
-// KeepBootstrapped makes a new one.
+// deleted. Upstream's NamespaceLifecycle admission protects default,
+// kube-system and kube-public. tether protects kube-node-lease as well:
+// its node lifecycle reads every node's liveness from the Leases there,
+// and emptying it would make every node of the fleet look silent at
+// once. Upstream lets it be deleted; a refusal is the safer difference.
 func protectedNamespace(name string) bool {
 	switch name {
-	case metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic:
+	case metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease:
 		return true
 	}
 	return false
