@@ -236,14 +236,14 @@ func (a *Agent) hello() tunnel.Hello {
 	return h
 }
 
-// dialTarget connects a stream the hub opened to its target.
+// dialTarget connects a stream the hub opened to its target: the node
+// server, or "tcp:IP:PORT" of one of the node's pods.
 func (a *Agent) dialTarget(ctx context.Context, target string) (net.Conn, error) {
 	if target == tunnel.TargetNode {
 		return a.listener.dial(ctx)
 	}
 	if addr, ok := strings.CutPrefix(target, "tcp:"); ok {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", addr)
+		return a.dialPod(ctx, addr)
 	}
 	return nil, fmt.Errorf("%w %q", errUnknownTarget, target)
 }
