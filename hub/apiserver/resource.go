@@ -144,6 +144,14 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		return
 	}
 	verb := verbFor(r, t)
+	if !longRunning(verb, t.subresource) {
+		var cancel context.CancelFunc
+		if r, cancel, err = withRequestDeadline(r); err != nil {
+			s.writeError(w, err)
+			return
+		}
+		defer cancel()
+	}
 	req.kind = t.kind
 	req.attrs = Attributes{Verb: verb, Resource: true, Group: gv.Group, Version: gv.Version, Kind: t.kind.Resource,
 		Namespace: t.namespace, Name: t.name, Subresource: t.subresource, Path: r.URL.Path}
