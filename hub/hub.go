@@ -267,6 +267,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		Kinds:                kinds,
 		Authorizer:           authz,
 		DialNode:             dialNode(edges),
+		DialPod:              dialPod(edges),
 		ServiceAccountTokens: saTokens,
 		ExtraMetrics:         tunnelMetrics(edges),
 		Profiling:            cfg.Profiling,
@@ -497,6 +498,10 @@ var servedSubresources = []discovery.Subresource{
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodPortForwardOptions"}, Verbs: []string{"create", "get"}},
 	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, Name: "proxy",
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "NodeProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "proxy",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "services"}, Name: "proxy",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "ServiceProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
 }
 
 // localConfig is the client configuration of a component running inside

@@ -76,6 +76,18 @@ func dialNode(edges *tunnel.Server) apiserver.NodeDialer {
 	}
 }
 
+// dialPod opens a stream through node's tunnel that its agent connects to
+// addr, one of the node's pods' IP:port.
+func dialPod(edges *tunnel.Server) apiserver.PodDialer {
+	return func(ctx context.Context, node, addr string) (net.Conn, error) {
+		c, err := edges.Dial(ctx, node, "tcp:"+addr)
+		if errors.Is(err, tunnel.ErrNoSession) {
+			return nil, apiserver.ErrNodeNotConnected
+		}
+		return c, err
+	}
+}
+
 // loadOrCreateResetKey returns the key QUIC derives stateless resets from.
 // It outlives the process so that a restarted hub answers packets of
 // connections its previous run held with a reset the edge recognises: the

@@ -33,7 +33,8 @@ type target struct {
 	namespace   string
 	name        string
 	subresource string
-	// proxyPath is what follows nodes/<name>/proxy, with its leading slash.
+	// proxyPath is what follows nodes/<name>/proxy (or the pods' or
+	// services'), with its leading slash.
 	proxyPath string
 }
 
@@ -65,7 +66,10 @@ func (s *Server) parseResourcePath(segs []string) (target, schema.GroupVersion, 
 			case 2:
 				t.name, t.subresource = rest[0], rest[1]
 			default:
-				return target{}, gv, notFoundPath()
+				if rest[1] != "proxy" || !proxiable(k) {
+					return target{}, gv, notFoundPath()
+				}
+				t.name, t.subresource, t.proxyPath = rest[0], "proxy", "/"+strings.Join(rest[2:], "/")
 			}
 			return t, gv, nil
 		}
@@ -231,6 +235,8 @@ func (s *Server) serveSubresource(w http.ResponseWriter, r *http.Request, t targ
 		s.update(w, r, t, "finalize")
 	case t.subresource == "proxy" && k.GVK.Group == "" && k.Resource == "nodes":
 		s.nodeProxy(w, r, t)
+	case t.subresource == "proxy" && proxiable(k):
+		s.proxyToPods(w, r, t)
 	case t.subresource == "token" && k.GVK.Group == "" && k.Resource == "serviceaccounts":
 		if verb != "create" {
 			s.writeError(w, notAllowed)

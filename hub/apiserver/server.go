@@ -110,6 +110,9 @@ type Config struct {
 	// DialNode reaches node agents for nodes/proxy, pods/log, pods/exec,
 	// pods/attach and pods/portforward; nil answers 503 there.
 	DialNode NodeDialer
+	// DialPod reaches pods' addresses through their nodes for pods/proxy
+	// and services/proxy; nil answers 503 there.
+	DialPod PodDialer
 	// Extensions serve tether's own endpoints, keyed by exact path (e.g.
 	// the node join exchanges under /tether/). They run with the
 	// authenticated user in the request context when the request carries
