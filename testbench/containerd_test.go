@@ -348,8 +348,10 @@ func natFailures(t *testing.T, h *labHub, n *ctrNode) {
 	_, _ = n.exec("rm", "-rf", logDir)
 }
 
-// natStreams drives logs, exec, port-forward and cp from the hub's side.
+// natStreams drives logs, exec, port-forward, cp and the proxy
+// subresources from the hub's side.
 func natStreams(t *testing.T, l *Lab, h *labHub) {
+	t.Run("pods/proxy and services/proxy", func(t *testing.T) { natProxy(t, h) })
 	t.Run("logs -f", func(t *testing.T) {
 		if out := h.must(t, "logs", "deploy/web"); !strings.Contains(out, "listening on :8080") {
 			t.Errorf("logs of deploy/web: %q", out)
@@ -953,4 +955,41 @@ func slotPod(slots []natSlot, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// natProxy reaches the web pod's HTTP server through the API as
+// pods/proxy and services/proxy: the hub forwards each request through the
+// node's tunnel, and the agent connects the pod's address from the host.
+func natProxy(t *testing.T, h *labHub) {
+	start := time.Now()
+	pod := strings.TrimSpace(h.must(t, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
+	want := "hello from " + pod + "\n"
+	const ns = "/api/v1/namespaces/default"
+	if out := h.must(t, "get", "--raw", ns+"/pods/"+pod+":8080/proxy/"); out != want {
+		t.Errorf("pods/%s:8080/proxy/: %q, want %q", pod, out, want)
+	}
+	if out := h.must(t, "get", "--raw", ns+"/pods/http:"+pod+":8080/proxy/healthz"); out != "ok\n" {
+		t.Errorf("pods/http:%s:8080/proxy/healthz: %q", pod, out)
+	}
+	h.applyManifest(t, `
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+`)
+	defer func() { _, _ = h.run("delete", "service", "web", "--wait=false") }()
+	eventually(t, 30*time.Second, "services/web:80/proxy/ answered by the pod", func() (bool, string) {
+		out, err := h.run("get", "--raw", ns+"/services/web:80/proxy/")
+		return err == nil && out == want, fmt.Sprintf("%q %v", out, err)
+	})
+	if out := h.must(t, "get", "--raw", ns+"/services/web:http/proxy/healthz"); out != "ok\n" {
+		t.Errorf("services/web:http/proxy/healthz: %q", out)
+	}
+	out, err := h.run("get", "--raw", ns+"/services/web:81/proxy/")
+	if err == nil || !strings.Contains(out, `no service port 81 found for service "web"`) {
+		t.Errorf("services/web:81/proxy/: %q %v", out, err)
+	}
+	t.Logf("pods/proxy and services/proxy through the tunnel: %v", time.Since(start).Round(time.Millisecond))
 }
