@@ -30,11 +30,10 @@ var podKind = &Kind{
 	HasStatus:  true,
 	HasSpec:    true,
 	Default:    func(obj runtime.Object) { defaultPod(obj.(*corev1.Pod)) },
-	Admit:      admitPod,
+	Mutate:     mutatePod,
 	PrepareForCreate: func(obj runtime.Object) {
 		pod := obj.(*corev1.Pod)
 		pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: podQOSClass(&pod.Spec)}
-		addDefaultTolerations(pod)
 	},
 	GenerationChanged: func(obj, old runtime.Object) bool {
 		return !apiequality.Semantic.DeepEqual(obj.(*corev1.Pod).Spec, old.(*corev1.Pod).Spec)
@@ -402,14 +401,44 @@ var systemPriorityClasses = map[string]int32{
 	"system-cluster-critical": 2000000000,
 }
 
-// admitPod resolves the pod's priority from its priority class, as the
-// upstream Priority admission plugin does: a named class must exist, an
-// unnamed pod gets the global default class if there is one, else 0.
-func admitPod(ctx context.Context, l Lister, obj, old runtime.Object) error {
+// mutatePod is the admission upstream's plugins apply to pods, each on
+// the operations it handles there: DefaultTolerationSeconds adds its
+// tolerations on create and update, ServiceAccount names the default
+// account on create only, and Priority resolves the priority on create and
+// keeps the stored one on update.
+func mutatePod(ctx context.Context, l Lister, obj, old runtime.Object) error {
+	pod := obj.(*corev1.Pod)
+	addDefaultTolerations(pod)
 	if old != nil {
+		keepPriority(&pod.Spec, &old.(*corev1.Pod).Spec)
 		return nil
 	}
-	pod := obj.(*corev1.Pod)
+	// Mirror pods, the API's view of a node's static pods, name no
+	// service account: upstream's ServiceAccount admission leaves them
+	// alone, and their pods never run with a token.
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; pod.Spec.ServiceAccountName == "" && !mirror {
+		pod.Spec.ServiceAccountName = "default"
+		pod.Spec.DeprecatedServiceAccount = "default"
+	}
+	return admitPriority(ctx, l, pod)
+}
+
+// keepPriority gives an update that names no priority or preemption
+// policy the stored ones, which admission computed at create: validation
+// then refuses only a real change.
+func keepPriority(spec, old *corev1.PodSpec) {
+	if spec.Priority == nil && old.Priority != nil {
+		spec.Priority = ptr.To(*old.Priority)
+	}
+	if spec.PreemptionPolicy == nil && old.PreemptionPolicy != nil {
+		spec.PreemptionPolicy = ptr.To(*old.PreemptionPolicy)
+	}
+}
+
+// admitPriority resolves a new pod's priority from its priority class, as
+// the upstream Priority admission plugin does: a named class must exist,
+// an unnamed pod gets the global default class if there is one, else 0.
+func admitPriority(ctx context.Context, l Lister, pod *corev1.Pod) error {
 	spec := &pod.Spec
 	name := spec.PriorityClassName
 	var value int32
@@ -461,7 +490,8 @@ func admitPod(ctx context.Context, l Lister, obj, old runtime.Object) error {
 // DefaultTolerationSeconds is how long pods stay bound to a node that went
 // not-ready or unreachable before the node lifecycle controller evicts
 // them, unless they say otherwise: upstream's DefaultTolerationSeconds
-// admission adds these two tolerations to every pod at creation.
+// admission adds these two tolerations to every pod at creation and to
+// every update that lacks them.
 const DefaultTolerationSeconds = 300
 
 func addDefaultTolerations(pod *corev1.Pod) {

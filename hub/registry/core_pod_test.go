@@ -10,10 +10,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 )
 
 func TestPodCells(t *testing.T) {
@@ -273,7 +275,8 @@ func TestAdmitPodPriority(t *testing.T) {
 			p := validPod()
 			p.Spec.PriorityClassName = tt.className
 			p.Spec.Priority = tt.priority
-			err := podKind.Admit(context.Background(), tt.classes, p, nil)
+			p.Spec.PreemptionPolicy = nil
+			err := podKind.Mutate(context.Background(), tt.classes, p, nil)
 			if tt.forbidden {
 				if !apierrors.IsForbidden(err) {
 					t.Fatalf("err = %v, want Forbidden", err)
@@ -290,7 +293,56 @@ func TestAdmitPodPriority(t *testing.T) {
 	}
 	p := validPod()
 	p.Spec.PriorityClassName = "high"
-	if err := podKind.Admit(context.Background(), classLister{high}, p, nil); err != nil || *p.Spec.PreemptionPolicy != corev1.PreemptNever {
+	p.Spec.Priority, p.Spec.PreemptionPolicy = nil, nil
+	if err := podKind.Mutate(context.Background(), classLister{high}, p, nil); err != nil || *p.Spec.PreemptionPolicy != corev1.PreemptNever {
 		t.Errorf("preemption policy from class: %v %v", err, p.Spec.PreemptionPolicy)
+	}
+}
+
+// TestMutatePod: admission gives a new pod the default service account,
+// the not-ready/unreachable tolerations and its priority; an update that
+// lacks them gets the tolerations and the stored priority back, but not
+// the service account, which upstream's ServiceAccount admission names on
+// create only.
+func TestMutatePod(t *testing.T) {
+	p := &corev1.Pod{}
+	p.Name, p.Namespace = "web", "default"
+	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx"}}
+	if err := podKind.Mutate(context.Background(), nil, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	spec := p.Spec
+	if spec.ServiceAccountName != "default" || spec.DeprecatedServiceAccount != "default" {
+		t.Errorf("service account %q/%q, want default", spec.ServiceAccountName, spec.DeprecatedServiceAccount)
+	}
+	if len(spec.Tolerations) != 2 || spec.Tolerations[0].Key != corev1.TaintNodeNotReady || spec.Tolerations[1].Key != corev1.TaintNodeUnreachable ||
+		*spec.Tolerations[1].TolerationSeconds != DefaultTolerationSeconds || spec.Tolerations[0].Effect != corev1.TaintEffectNoExecute {
+		t.Errorf("tolerations %+v", spec.Tolerations)
+	}
+	if spec.Priority == nil || *spec.Priority != 0 || spec.PreemptionPolicy == nil {
+		t.Errorf("priority %v policy %v", spec.Priority, spec.PreemptionPolicy)
+	}
+	// Admitting again adds nothing.
+	again := p.DeepCopy()
+	if err := podKind.Mutate(context.Background(), nil, again, p); err != nil || !apiequality.Semantic.DeepEqual(again, p) {
+		t.Errorf("second admission changed the pod (%v): %+v", err, again.Spec)
+	}
+
+	up := &corev1.Pod{}
+	up.Name, up.Namespace = "web", "default"
+	up.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx"}}
+	if err := podKind.Mutate(context.Background(), nil, up, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(up.Spec.Tolerations) != 2 || up.Spec.Priority == nil || *up.Spec.Priority != 0 || up.Spec.PreemptionPolicy == nil {
+		t.Errorf("update: tolerations %+v priority %v policy %v", up.Spec.Tolerations, up.Spec.Priority, up.Spec.PreemptionPolicy)
+	}
+	if up.Spec.ServiceAccountName != "" {
+		t.Errorf("update got service account %q", up.Spec.ServiceAccountName)
+	}
+	// A priority the update names is left for validation to judge.
+	up.Spec.Priority = ptr.To(int32(7))
+	if err := podKind.Mutate(context.Background(), nil, up, p); err != nil || *up.Spec.Priority != 7 {
+		t.Errorf("update's own priority: %v %v", err, *up.Spec.Priority)
 	}
 }

@@ -52,10 +52,9 @@ func defaultPodSpec(spec *corev1.PodSpec) {
 }
 
 // defaultPod sets the defaults upstream gives pods but not pod templates:
-// service links, host ports on the host network, requests from limits, the
-// default service account (not for mirror pods) and the
-// not-ready/unreachable tolerations the DefaultTolerationSeconds admission
-// plugin adds.
+// service links, host ports on the host network and requests from limits.
+// The default service account and tolerations come from admission
+// (mutatePod).
 func defaultPod(pod *corev1.Pod) {
 	spec := &pod.Spec
 	defaultPodSpec(spec)
@@ -72,15 +71,6 @@ func defaultPod(pod *corev1.Pod) {
 			defaultRequestsFromLimits(&cs[i].Resources)
 		}
 	}
-	// Mirror pods, the API's view of a node's static pods, name no
-	// service account: upstream's ServiceAccount admission leaves them
-	// alone, and their pods never run with a token.
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; spec.ServiceAccountName == "" && !mirror {
-		spec.ServiceAccountName = "default"
-		spec.DeprecatedServiceAccount = "default"
-	}
-	addDefaultToleration(spec, corev1.TaintNodeNotReady)
-	addDefaultToleration(spec, corev1.TaintNodeUnreachable)
 }
 
 // defaultRequestsFromLimits copies limits to requests that are not set.
@@ -96,21 +86,6 @@ func defaultRequestsFromLimits(r *corev1.ResourceRequirements) {
 			r.Requests[k] = v.DeepCopy()
 		}
 	}
-}
-
-func addDefaultToleration(spec *corev1.PodSpec, key string) {
-	for _, t := range spec.Tolerations {
-		if (t.Key == key || t.Key == "") && (t.Effect == corev1.TaintEffectNoExecute || t.Effect == "") {
-			if t.Key == "" && t.Operator != corev1.TolerationOpExists {
-				continue
-			}
-			return
-		}
-	}
-	secs := int64(300)
-	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
-		Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs,
-	})
 }
 
 func defaultHostPorts(ports []corev1.ContainerPort) {

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,9 @@ func validPod() *corev1.Pod {
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx:1.27",
 		Ports: []corev1.ContainerPort{{ContainerPort: 80}}}}
 	defaultPod(p)
+	if err := mutatePod(context.Background(), nil, p, nil); err != nil {
+		panic(err)
+	}
 	return p
 }
 
@@ -48,8 +52,6 @@ func TestDefaultPodSpec(t *testing.T) {
 		{"schedulerName", spec.SchedulerName, "default-scheduler"},
 		{"securityContext", spec.SecurityContext != nil, true},
 		{"enableServiceLinks", *spec.EnableServiceLinks, true},
-		{"serviceAccountName", spec.ServiceAccountName, "default"},
-		{"serviceAccount", spec.DeprecatedServiceAccount, "default"},
 		{"terminationMessagePath", c.TerminationMessagePath, "/dev/termination-log"},
 		{"terminationMessagePolicy", c.TerminationMessagePolicy, corev1.TerminationMessageReadFile},
 		{"imagePullPolicy", c.ImagePullPolicy, corev1.PullAlways},
@@ -66,22 +68,11 @@ func TestDefaultPodSpec(t *testing.T) {
 		{"configMap mode", *spec.Volumes[1].ConfigMap.DefaultMode, int32(0644)},
 		{"secret mode", *spec.Volumes[2].Secret.DefaultMode, int32(0644)},
 		{"hostPath type", *spec.Volumes[3].HostPath.Type, corev1.HostPathUnset},
-		{"tolerations", len(spec.Tolerations), 2},
-		{"not-ready toleration", spec.Tolerations[0].Key, corev1.TaintNodeNotReady},
-		{"unreachable toleration", spec.Tolerations[1].Key, corev1.TaintNodeUnreachable},
-		{"toleration seconds", *spec.Tolerations[1].TolerationSeconds, int64(300)},
-		{"toleration effect", spec.Tolerations[0].Effect, corev1.TaintEffectNoExecute},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
-	}
-
-	// Defaulting twice must not add tolerations again.
-	defaultPod(pod)
-	if len(pod.Spec.Tolerations) != 2 {
-		t.Errorf("tolerations after second defaulting = %d, want 2", len(pod.Spec.Tolerations))
 	}
 }
 
@@ -96,6 +87,9 @@ func TestMirrorPodHasNoServiceAccount(t *testing.T) {
 	p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "hash"}
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "etcd"}}
 	defaultPod(p)
+	if err := mutatePod(context.Background(), nil, p, nil); err != nil {
+		t.Fatal(err)
+	}
 	if p.Spec.ServiceAccountName != "" || p.Spec.DeprecatedServiceAccount != "" {
 		t.Errorf("mirror pod's service account %q, want none", p.Spec.ServiceAccountName)
 	}
@@ -138,12 +132,12 @@ func TestTolerationNotDuplicated(t *testing.T) {
 	secs := int64(10)
 	spec := corev1.PodSpec{Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs}}}
 	pod := &corev1.Pod{Spec: spec}
-	defaultPod(pod)
+	addDefaultTolerations(pod)
 	if len(pod.Spec.Tolerations) != 2 || *pod.Spec.Tolerations[0].TolerationSeconds != 10 {
 		t.Errorf("tolerations = %+v", pod.Spec.Tolerations)
 	}
 	pod = &corev1.Pod{Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}
-	defaultPod(pod)
+	addDefaultTolerations(pod)
 	if len(pod.Spec.Tolerations) != 1 {
 		t.Errorf("wildcard toleration: got %d tolerations, want 1", len(pod.Spec.Tolerations))
 	}

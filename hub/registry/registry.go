@@ -68,6 +68,16 @@ type Kind struct {
 	// Default sets defaults on an object about to be created or updated,
 	// before validation, as upstream's SetObjectDefaults does.
 	Default func(obj runtime.Object)
+	// Mutate is the kind's mutating admission. It runs on create (old is
+	// nil) and on every write of the main resource that updates a stored
+	// object (old is the stored object), whether the write is a put, a
+	// patch or an apply: after Default and after the writer's
+	// managedFields entry is recorded, and before PrepareForCreate or
+	// PrepareForUpdate and validation. As with upstream's admission
+	// plugins, what it sets belongs to no field manager, and each
+	// mutation decides for itself whether it applies on update. Lister
+	// reads what is stored now.
+	Mutate func(ctx context.Context, l Lister, obj, old runtime.Object) error
 	// PrepareForCreate clears or sets server-owned fields on create beyond
 	// what the generic code does (status, generation, uid, timestamps).
 	PrepareForCreate func(obj runtime.Object)

@@ -238,6 +238,24 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 	if k.Default != nil {
 		k.Default(obj)
 	}
+	// The writer owns what it sent and its defaults; what admission and
+	// PrepareForCreate set afterwards belongs to no manager, as upstream,
+	// so that a later apply that leaves such a field out keeps it.
+	if record {
+		empty, err := s.newObject(k.GVK)
+		if err != nil {
+			return nil, err
+		}
+		if obj, err = s.recordUpdate(k, "", empty, obj, opts.FieldManager); err != nil {
+			return nil, err
+		}
+		m, _ = accessor(obj)
+	}
+	if k.Mutate != nil {
+		if err := k.Mutate(ctx, s.Lister(), obj, nil); err != nil {
+			return nil, admitError(err)
+		}
+	}
 	if k.HasStatus && !k.StatusOnCreate {
 		clearStatus(obj)
 	}
@@ -270,18 +288,6 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 		if done != nil {
 			defer done()
 		}
-	}
-	if record {
-		empty, err := s.newObject(k.GVK)
-		if err != nil {
-			release()
-			return nil, err
-		}
-		if obj, err = s.recordUpdate(k, "", empty, obj, opts.FieldManager); err != nil {
-			release()
-			return nil, err
-		}
-		m, _ = accessor(obj)
 	}
 	for attempt := 0; ; attempt++ {
 		enc, err := s.encode(k, obj)
@@ -500,7 +506,13 @@ func shouldDeleteDuringUpdate(obj runtime.Object) bool {
 	return true
 }
 
-// prepareUpdate turns the requested object into the one to store.
+// prepareUpdate turns the requested object into the one to store. Every
+// update of a stored object, put, patch and apply alike, passes here in
+// upstream's order: defaults, the writer's managedFields entry (apply has
+// recorded its own), the kind's mutating admission, PrepareForUpdate,
+// validation, then Admit and the update admitters. So an object sent back as it was created, without
+// what defaulting and admission added then, gets the same additions again
+// before it is compared with the stored one.
 func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj runtime.Object, opts Options, recordFields bool) (runtime.Object, error) {
 	m, err := accessor(obj)
 	if err != nil {
@@ -569,9 +581,21 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 	default:
 		return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
 	}
-	m, _ = meta.Accessor(obj)
 	if k.Default != nil {
 		k.Default(obj)
+	}
+	// As on create, the writer's managedFields entry covers what it sent
+	// and its defaults; admission's changes are nobody's.
+	if recordFields {
+		if obj, err = s.recordUpdate(k, opts.Subresource, cur, obj, opts.FieldManager); err != nil {
+			return nil, err
+		}
+	}
+	m, _ = meta.Accessor(obj)
+	if opts.Subresource == "" && k.Mutate != nil {
+		if err := k.Mutate(ctx, s.Lister(), obj, cur); err != nil {
+			return nil, admitError(err)
+		}
 	}
 	if opts.Subresource == "" && k.PrepareForUpdate != nil {
 		k.PrepareForUpdate(obj, cur)
@@ -612,11 +636,6 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 	}
 	if err := s.admitUpdate(ctx, k, obj, cur, opts); err != nil {
 		return nil, err
-	}
-	if recordFields {
-		if obj, err = s.recordUpdate(k, opts.Subresource, cur, obj, opts.FieldManager); err != nil {
-			return nil, err
-		}
 	}
 	return obj, nil
 }
