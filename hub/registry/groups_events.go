@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metavalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,9 +41,9 @@ var eventsV1Kind = &Kind{
 		}
 		return nil, fmt.Errorf("convert %T to an events.k8s.io/v1 Event: unexpected type", obj)
 	},
-	Validate: func(obj runtime.Object) field.ErrorList { return validateEventsV1(asEventsV1(obj), true) },
+	Validate: func(obj runtime.Object) field.ErrorList { return validateEventsV1(asEventsV1(obj)) },
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
-		return validateEventsV1(asEventsV1(obj), false)
+		return validateEventsV1Update(asCoreEvent(obj), asCoreEvent(old))
 	},
 	Fields: func(obj runtime.Object) fields.Set { return eventFields(asCoreEvent(obj)) },
 	FieldLabels: []string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
@@ -132,9 +134,9 @@ func asCoreEvent(obj runtime.Object) *corev1.Event {
 	return obj.(*corev1.Event)
 }
 
-// validateEventsV1 checks an Event written through events.k8s.io/v1.
-// On create the deprecated fields must be unset.
-func validateEventsV1(e *eventsv1.Event, create bool) field.ErrorList {
+// validateEventsV1 checks an Event created through events.k8s.io/v1: the
+// deprecated fields must be unset.
+func validateEventsV1(e *eventsv1.Event) field.ErrorList {
 	var errs field.ErrorList
 	if e.EventTime.IsZero() {
 		errs = append(errs, field.Required(field.NewPath("eventTime"), ""))
@@ -142,19 +144,17 @@ func validateEventsV1(e *eventsv1.Event, create bool) field.ErrorList {
 	if e.Type != corev1.EventTypeNormal && e.Type != corev1.EventTypeWarning {
 		errs = append(errs, field.Invalid(field.NewPath("type"), "", fmt.Sprintf("has invalid value: %v", e.Type)))
 	}
-	if create {
-		if !e.DeprecatedFirstTimestamp.IsZero() {
-			errs = append(errs, field.Invalid(field.NewPath("deprecatedFirstTimestamp"), "", "needs to be unset"))
-		}
-		if !e.DeprecatedLastTimestamp.IsZero() {
-			errs = append(errs, field.Invalid(field.NewPath("deprecatedLastTimestamp"), "", "needs to be unset"))
-		}
-		if e.DeprecatedCount != 0 {
-			errs = append(errs, field.Invalid(field.NewPath("deprecatedCount"), "", "needs to be unset"))
-		}
-		if e.DeprecatedSource.Component != "" || e.DeprecatedSource.Host != "" {
-			errs = append(errs, field.Invalid(field.NewPath("deprecatedSource"), "", "needs to be unset"))
-		}
+	if !e.DeprecatedFirstTimestamp.IsZero() {
+		errs = append(errs, field.Invalid(field.NewPath("deprecatedFirstTimestamp"), "", "needs to be unset"))
+	}
+	if !e.DeprecatedLastTimestamp.IsZero() {
+		errs = append(errs, field.Invalid(field.NewPath("deprecatedLastTimestamp"), "", "needs to be unset"))
+	}
+	if e.DeprecatedCount != 0 {
+		errs = append(errs, field.Invalid(field.NewPath("deprecatedCount"), "", "needs to be unset"))
+	}
+	if e.DeprecatedSource.Component != "" || e.DeprecatedSource.Host != "" {
+		errs = append(errs, field.Invalid(field.NewPath("deprecatedSource"), "", "needs to be unset"))
 	}
 	if e.ReportingController == "" {
 		errs = append(errs, field.Required(field.NewPath("reportingController"), ""))
@@ -180,6 +180,86 @@ func validateEventsV1(e *eventsv1.Event, create bool) field.ErrorList {
 		if e.Series.LastObservedTime.IsZero() {
 			errs = append(errs, field.Required(field.NewPath("series", "lastObservedTime"), ""))
 		}
+	}
+	return errs
+}
+
+// validateEventsV1Update checks an update written through events.k8s.io/v1
+// as upstream does: the new event passes the checks core/v1 writes get (an
+// event without eventTime, as core/v1 clients write them, needs only its
+// namespace to agree with the object it is about), a changed series is
+// checked again, and what the event reports cannot change.
+func validateEventsV1Update(e, old *corev1.Event) field.ErrorList {
+	errs := legacyValidateEvent(e)
+	if !apiequality.Semantic.DeepEqual(e.Series, old.Series) && e.Series != nil {
+		if e.Series.Count < 2 {
+			errs = append(errs, field.Invalid(field.NewPath("series.count"), "", "should be at least 2"))
+		}
+		if e.Series.LastObservedTime.IsZero() {
+			errs = append(errs, field.Required(field.NewPath("series.lastObservedTime"), ""))
+		}
+	}
+	for _, f := range []struct {
+		name     string
+		cur, was any
+	}{
+		{"involvedObject", e.InvolvedObject, old.InvolvedObject},
+		{"reason", e.Reason, old.Reason},
+		{"message", e.Message, old.Message},
+		{"source", e.Source, old.Source},
+		{"firstTimestamp", e.FirstTimestamp, old.FirstTimestamp},
+		{"lastTimestamp", e.LastTimestamp, old.LastTimestamp},
+		{"count", e.Count, old.Count},
+		{"type", e.Type, old.Type},
+		{"eventTime", e.EventTime, old.EventTime},
+		{"action", e.Action, old.Action},
+		{"related", e.Related, old.Related},
+		{"reportingController", e.ReportingController, old.ReportingController},
+		{"reportingInstance", e.ReportingInstance, old.ReportingInstance},
+	} {
+		errs = append(errs, metavalidation.ValidateImmutableField(f.cur, f.was, field.NewPath(f.name))...)
+	}
+	return errs
+}
+
+// legacyValidateEvent is what every Event write must pass upstream, through
+// either API: events with an eventTime name who reported what, events
+// without one only agree with their object's namespace.
+func legacyValidateEvent(e *corev1.Event) field.ErrorList {
+	var errs field.ErrorList
+	nsPath := field.NewPath("involvedObject", "namespace")
+	if e.EventTime.IsZero() {
+		if e.InvolvedObject.Namespace == "" {
+			if e.Namespace != metav1.NamespaceNone && e.Namespace != metav1.NamespaceDefault {
+				errs = append(errs, field.Invalid(nsPath, e.InvolvedObject.Namespace, "does not match event.namespace"))
+			}
+		} else if e.Namespace != e.InvolvedObject.Namespace {
+			errs = append(errs, field.Invalid(nsPath, e.InvolvedObject.Namespace, "does not match event.namespace"))
+		}
+		return errs
+	}
+	if e.InvolvedObject.Namespace == "" && e.Namespace != metav1.NamespaceDefault && e.Namespace != metav1.NamespaceSystem {
+		errs = append(errs, field.Invalid(nsPath, e.InvolvedObject.Namespace, "does not match event.namespace"))
+	}
+	if e.ReportingController == "" {
+		errs = append(errs, field.Required(field.NewPath("reportingController"), ""))
+	}
+	for _, m := range validation.IsQualifiedName(e.ReportingController) {
+		errs = append(errs, field.Invalid(field.NewPath("reportingController"), e.ReportingController, m))
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"reportingInstance", e.ReportingInstance, 128}, {"action", e.Action, 128}, {"reason", e.Reason, 128}} {
+		if f.v == "" {
+			errs = append(errs, field.Required(field.NewPath(f.name), ""))
+		}
+		if len(f.v) > f.max {
+			errs = append(errs, field.Invalid(field.NewPath(f.name), "", fmt.Sprintf("can have at most %d characters", f.max)))
+		}
+	}
+	if len(e.Message) > 1024 {
+		errs = append(errs, field.Invalid(field.NewPath("message"), "", "can have at most 1024 characters"))
 	}
 	return errs
 }
