@@ -49,22 +49,26 @@ func TestKubectlReplace(t *testing.T) {
 	})
 
 	t.Run("what get prints", func(t *testing.T) {
-		before := snapshot(t, h, "-f", "testdata/manifests/")
-		list := getJSON(t, h, "-f", "testdata/manifests/")
-		for _, it := range list["items"].([]any) {
-			obj := it.(map[string]any)
-			delete(obj, "status")
-			m := obj["metadata"].(map[string]any)
-			for _, f := range []string{"resourceVersion", "uid", "creationTimestamp", "managedFields"} {
-				delete(m, f)
+		// The events are also read and written through events.k8s.io/v1,
+		// the core/v1 one included.
+		for _, sel := range [][]string{{"-f", "testdata/manifests/"}, {"events.events.k8s.io", "-n", "shop"}} {
+			before := snapshot(t, h, sel...)
+			list := getJSON(t, h, sel...)
+			for _, it := range list["items"].([]any) {
+				obj := it.(map[string]any)
+				delete(obj, "status")
+				m := obj["metadata"].(map[string]any)
+				for _, f := range []string{"resourceVersion", "uid", "creationTimestamp", "managedFields"} {
+					delete(m, f)
+				}
 			}
+			b, _ := json.Marshal(list)
+			out, err := h.RunInput(context.Background(), string(b), nil, "replace", "-f", "-")
+			if err != nil || strings.Count(out, " replaced\n") != len(before) {
+				t.Fatalf("replace of what get %s printed: %v\n%s", strings.Join(sel, " "), err, out)
+			}
+			sameObjects(t, before, snapshot(t, h, sel...))
 		}
-		b, _ := json.Marshal(list)
-		out, err := h.RunInput(context.Background(), string(b), nil, "replace", "-f", "-")
-		if err != nil || strings.Count(out, " replaced\n") != len(before) {
-			t.Fatalf("replace of what get printed: %v\n%s", err, out)
-		}
-		sameObjects(t, before, snapshot(t, h, "-f", "testdata/manifests/"))
 	})
 
 	h.MustRun("create", "namespace", "saved")
@@ -115,6 +119,8 @@ func TestKubectlReplace(t *testing.T) {
 				get(o, "spec", "selector", "matchLabels")["batch.kubernetes.io/controller-uid"] = "x"
 				get(o, "spec", "template", "metadata", "labels")["batch.kubernetes.io/controller-uid"] = "x"
 			}, "field is immutable"},
+			{"events.events.k8s.io/tool.start", "shop", func(o map[string]any) { o["note"] = "rewritten" },
+				`message: Invalid value: "rewritten": field is immutable`},
 			{"pvc/claim", "saved", func(o map[string]any) { get(o, "spec")["storageClassName"] = "other" },
 				"spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"},
 		}
