@@ -16,15 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metavalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/managedfields"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/store"
@@ -34,121 +29,6 @@ import (
 const maxRetries = 16
 
 var namespaceGVK = corev1.SchemeGroupVersion.WithKind("Namespace")
-
-type fmKey struct {
-	gvk schema.GroupVersionKind
-	sub string
-	// update marks the field managers that only record Update entries
-	// (see updateConverter); apply uses the others.
-	update bool
-}
-
-// fieldManager returns the cached field manager of a kind and subresource,
-// for recording Update entries (update) or for server-side apply.
-func (s *Storage) fieldManager(k *registry.Kind, sub string, update bool) (*managedfields.FieldManager, error) {
-	if sub == "finalize" {
-		sub = ""
-	}
-	key := fmKey{k.GVK, sub, update}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if fm := s.fms[key]; fm != nil {
-		return fm, nil
-	}
-	var reset map[fieldpath.APIVersion]fieldpath.Filter
-	if f := resetFilter(k, sub); f != nil {
-		reset = map[fieldpath.APIVersion]fieldpath.Filter{fieldpath.APIVersion(k.GVK.GroupVersion().String()): f}
-	}
-	tc := s.typeConverter()
-	if update {
-		tc = s.updateConverter()
-	}
-	fm, err := managedfields.NewDefaultFieldManager(tc, inPlaceConvertor{s.scheme}, s.scheme, s.scheme,
-		k.GVK, k.GVK.GroupVersion(), sub, reset)
-	if err != nil {
-		return nil, apierrors.NewInternalError(fmt.Errorf("build field manager for %s: %w", k.GVK, err))
-	}
-	s.fms[key] = fm
-	return fm, nil
-}
-
-// inPlaceConvertor is the scheme, except that converting a typed object to
-// the version it already has returns the object itself where the scheme
-// returns a deep copy. The field managers convert the live and the new
-// object of every write only to read them (or convert objects they have
-// just built), so the two copies per write bought nothing.
-type inPlaceConvertor struct{ *runtime.Scheme }
-
-// ConvertToVersion implements runtime.ObjectConvertor.
-func (c inPlaceConvertor) ConvertToVersion(in runtime.Object, target runtime.GroupVersioner) (runtime.Object, error) {
-	if _, ok := in.(runtime.Unstructured); !ok {
-		gvk := in.GetObjectKind().GroupVersionKind()
-		if t, ok := target.KindForGroupVersionKinds([]schema.GroupVersionKind{gvk}); ok && t == gvk && !gvk.Empty() {
-			if kinds, _, err := c.ObjectKinds(in); err == nil {
-				for _, k := range kinds {
-					if k == gvk {
-						return in, nil
-					}
-				}
-			}
-		}
-	}
-	return c.Scheme.ConvertToVersion(in, target)
-}
-
-// recordUpdate records an Update entry for the manager in obj's
-// managedFields. live is only read.
-func (s *Storage) recordUpdate(k *registry.Kind, sub string, live, obj runtime.Object, manager string) (runtime.Object, error) {
-	if manager == "" {
-		if m, err := meta.Accessor(obj); err == nil && len(m.GetManagedFields()) == 0 && live != nil {
-			if lm, err := meta.Accessor(live); err == nil {
-				m.SetManagedFields(lm.GetManagedFields())
-			}
-		}
-		return obj, nil
-	}
-	withType(k, obj)
-	withType(k, live)
-	m, merr := meta.Accessor(live)
-	common := merr == nil && sameVersion(k, m)
-	if common {
-		if entries, ok := s.updateEntries(k, sub, live, obj, manager); ok {
-			nm, _ := meta.Accessor(obj)
-			nm.SetManagedFields(entries)
-			return obj, nil
-		}
-	}
-	fm, err := s.fieldManager(k, sub, true)
-	if err != nil {
-		return nil, err
-	}
-	if common && m.GetUID() != "" {
-		// An update of a stored object: compare only what differs.
-		if plive, pobj, ok := pruneEqual(live, obj, false); ok {
-			out := fm.UpdateNoErrors(plive, pobj, manager)
-			om, err1 := meta.Accessor(out)
-			nm, err2 := meta.Accessor(obj)
-			if err1 == nil && err2 == nil {
-				nm.SetManagedFields(om.GetManagedFields())
-				return obj, nil
-			}
-		}
-	}
-	return fm.UpdateNoErrors(live, obj, manager), nil
-}
-
-// sameVersion reports whether every managedFields entry of m is of k's
-// version: comparisons in other versions convert whole objects, which
-// pruneEqual is not made for.
-func sameVersion(k *registry.Kind, m metav1.Object) bool {
-	gv := k.GVK.GroupVersion().String()
-	for _, e := range m.GetManagedFields() {
-		if e.APIVersion != gv {
-			return false
-		}
-	}
-	return true
-}
 
 func accessor(obj runtime.Object) (metav1.Object, error) {
 	m, err := meta.Accessor(obj)
@@ -431,7 +311,6 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		}
 		enc, err := s.encode(k, out)
 		if err != nil {
-			s.releaseNew(k, out, cur)
 			return nil, err
 		}
 		// An update that changes nothing, or only the timestamps of
@@ -468,12 +347,10 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		rev, err := s.st.Update(ctx, enc, o.Revision)
 		if errors.Is(err, store.ErrConflict) && attempt < maxRetries {
 			forget()
-			s.releaseNew(k, out, cur)
 			continue
 		}
 		if err != nil {
 			forget()
-			s.releaseNew(k, out, cur)
 			return nil, storeError(err, k.GroupResource(), name)
 		}
 		enc.Revision = rev
@@ -485,10 +362,6 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		return s.decodeOwned(k, enc)
 	}
 }
-
-// releaseNew is a no-op hook point: Release undoes reservations for a whole
-// object, which an update that fails must not do for the stored one.
-func (s *Storage) releaseNew(*registry.Kind, runtime.Object, runtime.Object) {}
 
 // shouldDeleteDuringUpdate reports whether an update removed the last
 // finalizer of an object being deleted without grace.
@@ -792,91 +665,4 @@ func specChanged(obj, old runtime.Object) bool {
 		return false
 	}
 	return !apiequality.Semantic.DeepEqual(a.Interface(), b.Interface())
-}
-
-// Apply implements API.
-func (s *Storage) Apply(ctx context.Context, k *registry.Kind, namespace, name string, patch []byte, opts Options) (runtime.Object, bool, error) {
-	if opts.FieldManager == "" {
-		return nil, false, apierrors.NewBadRequest("PATCH /apply requires fieldManager to be set")
-	}
-	var pm map[string]any
-	if err := yaml.Unmarshal(patch, &pm); err != nil {
-		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
-	}
-	if pm == nil {
-		return nil, false, apierrors.NewBadRequest("the apply patch is empty")
-	}
-	po := &unstructured.Unstructured{Object: pm}
-	if po.GetAPIVersion() != k.GVK.GroupVersion().String() || po.GetKind() != k.GVK.Kind {
-		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the apply patch has apiVersion %q and kind %q, expected %q and %q",
-			po.GetAPIVersion(), po.GetKind(), k.GVK.GroupVersion().String(), k.GVK.Kind))
-	}
-	if po.GetName() != "" && po.GetName() != name {
-		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", po.GetName(), name))
-	}
-	if k.Namespaced && po.GetNamespace() != "" && po.GetNamespace() != namespace {
-		return nil, false, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
-	}
-	fm, err := s.fieldManager(k, opts.Subresource, false)
-	if err != nil {
-		return nil, false, err
-	}
-	_, err = s.st.Get(ctx, s.key(k, namespace, name))
-	if errors.Is(err, store.ErrNotFound) {
-		if opts.Subresource != "" {
-			return nil, false, apierrors.NewNotFound(k.GroupResource(), name)
-		}
-		live, err := s.newObject(k.GVK)
-		if err != nil {
-			return nil, false, err
-		}
-		lm, _ := meta.Accessor(live)
-		lm.SetName(name)
-		if k.Namespaced {
-			lm.SetNamespace(namespace)
-		}
-		obj, err := fm.Apply(live, po.DeepCopy(), opts.FieldManager, opts.Force)
-		if err != nil {
-			return nil, false, applyError(err)
-		}
-		out, err := s.create(ctx, k, namespace, obj, opts, false)
-		if apierrors.IsAlreadyExists(err) {
-			// Created concurrently: apply to what is there now.
-			out, err = s.applyUpdate(ctx, k, namespace, name, po, fm, opts)
-			return out, false, err
-		}
-		return out, err == nil, err
-	}
-	if err != nil {
-		return nil, false, storeError(err, k.GroupResource(), name)
-	}
-	out, err := s.applyUpdate(ctx, k, namespace, name, po, fm, opts)
-	return out, false, err
-}
-
-func (s *Storage) applyUpdate(ctx context.Context, k *registry.Kind, namespace, name string, po *unstructured.Unstructured, fm *managedfields.FieldManager, opts Options) (runtime.Object, error) {
-	return s.update(ctx, k, namespace, name, opts, applied, func(cur runtime.Object) (runtime.Object, error) {
-		obj, err := fm.Apply(withType(k, cur), po.DeepCopy(), opts.FieldManager, opts.Force)
-		if err != nil {
-			return nil, applyError(err)
-		}
-		if po.GetResourceVersion() == "" {
-			if m, err := meta.Accessor(obj); err == nil {
-				m.SetResourceVersion("")
-			}
-		}
-		return obj, nil
-	})
-}
-
-func applyError(err error) error {
-	var se *apierrors.StatusError
-	if errors.As(err, &se) {
-		return se
-	}
-	var ae apierrors.APIStatus
-	if errors.As(err, &ae) {
-		return &apierrors.StatusError{ErrStatus: ae.Status()}
-	}
-	return apierrors.NewBadRequest(err.Error())
 }
