@@ -81,6 +81,8 @@ type Controller struct {
 
 	// Pods to look at for NoExecute eviction.
 	evictQueue workqueue.TypedRateLimitingInterface[string]
+	// Nodes whose unschedulable taint disagrees with spec.unschedulable.
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex // guards the following fields
 	// lastSeen is, by node, the controller's time of the last heartbeat
@@ -152,6 +154,9 @@ func New(cfg Config) (*Controller, error) {
 		evictQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "noexecute-eviction", Clock: cfg.Clock}),
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node-taints", Clock: cfg.Clock}),
 		lastSeen:  map[string]heartbeat{},
 		taintSeen: map[taintKey]time.Time{},
 		zoneNext:  map[string]time.Time{},
@@ -198,6 +203,7 @@ func New(cfg Config) (*Controller, error) {
 // ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.evictQueue.ShutDown()
+	defer c.nodeQueue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil
 	}
@@ -208,6 +214,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for range c.cfg.Workers {
 		wg.Go(func() { c.evictWorker(ctx) })
 	}
+	wg.Go(func() { c.nodeWorker(ctx) })
 	t := c.cfg.Clock.NewTicker(c.cfg.MonitorPeriod)
 	defer t.Stop()
 	for {
@@ -215,6 +222,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			c.evictQueue.ShutDown()
+			c.nodeQueue.ShutDown()
 			wg.Wait()
 			return nil
 		case <-t.C():
@@ -268,6 +276,10 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 	}
 	c.lastSeen[n.Name] = hb
 	c.mu.Unlock()
+
+	if unschedulableOutOfStep(n) {
+		c.nodeQueue.Add(n.Name)
+	}
 
 	// A change of NoExecute taints concerns every pod of the node.
 	if o, ok := oldObj.(*corev1.Node); !ok || !sameNoExecute(o.Spec.Taints, n.Spec.Taints) {

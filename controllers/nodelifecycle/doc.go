@@ -6,7 +6,10 @@
 // conditions set to Unknown, the node.kubernetes.io/unreachable NoSchedule
 // and NoExecute taints, and its pods set to Ready=False; a node that
 // reports Ready=False gets the node.kubernetes.io/not-ready taints. The
-// taints go when the node is healthy again.
+// taints go when the node is healthy again. A cordoned node
+// (spec.unschedulable) gets the node.kubernetes.io/unschedulable
+// NoSchedule taint, which goes when it is uncordoned, as upstream's
+// TaintNodesByCondition does.
 //
 // Pods on a node with NoExecute taints are deleted as upstream's taint
 // manager does: at once when they do not tolerate a taint, after the

@@ -230,3 +230,55 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		t.Errorf("pod tolerating for ever was evicted")
 	}
 }
+
+// TestCordonTaintsNode cordons a node with kubectl and sees the controller
+// give it the unschedulable NoSchedule taint, then uncordons it and sees
+// the taint go, while other taints stay.
+func TestCordonTaintsNode(t *testing.T) {
+	e := kittest.Start(t, hubArgs, 1)
+	ctx := context.Background()
+	f := e.Factory()
+	c, err := New(Config{Client: e.Client, Informers: f, Workers: 1, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Run(t, f, c)
+	const name = "node-00000"
+	e.Kubectl(t, "taint", "node", name, "team=a:NoSchedule")
+	unschedulable := func() (*corev1.Taint, []corev1.Taint, error) {
+		n, err := e.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, tt := range n.Spec.Taints {
+			if tt.Key == corev1.TaintNodeUnschedulable {
+				return &n.Spec.Taints[i], n.Spec.Taints, nil
+			}
+		}
+		return nil, n.Spec.Taints, nil
+	}
+
+	start := time.Now()
+	e.Kubectl(t, "cordon", name)
+	kittest.WaitFor(t, "unschedulable taint on the cordoned node", 5*time.Second, func() (bool, error) {
+		tt, all, err := unschedulable()
+		return tt != nil, fmt.Errorf("taints %v: %v", all, err)
+	})
+	t.Logf("taint after %v", time.Since(start).Round(time.Millisecond))
+	tt, all, _ := unschedulable()
+	if tt.Effect != corev1.TaintEffectNoSchedule || tt.Value != "" || tt.TimeAdded == nil {
+		t.Errorf("unschedulable taint %+v, want NoSchedule without value, with timeAdded", tt)
+	}
+	if len(all) != 2 {
+		t.Errorf("taints %v, want the user's and the unschedulable one", all)
+	}
+	if out := e.Kubectl(t, "get", "node", name, "-o", "jsonpath={.spec.taints[*].key}"); !strings.Contains(out, "node.kubernetes.io/unschedulable") {
+		t.Errorf("kubectl shows taints %q", out)
+	}
+
+	e.Kubectl(t, "uncordon", name)
+	kittest.WaitFor(t, "unschedulable taint gone from the uncordoned node", 5*time.Second, func() (bool, error) {
+		tt, all, err := unschedulable()
+		return tt == nil && len(all) == 1, fmt.Errorf("taints %v: %v", all, err)
+	})
+}
