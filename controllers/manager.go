@@ -52,6 +52,13 @@ type Config struct {
 	// LocalPathRoot is the directory on nodes under which local-path
 	// volumes are provisioned; empty means /var/lib/tether/storage.
 	LocalPathRoot string
+	// TerminatedPodGCThreshold is how many finished pods may exist before
+	// the pod garbage collector deletes the oldest, as
+	// --terminated-pod-gc-threshold; 0 means 12500, negative never.
+	TerminatedPodGCThreshold int
+	// PodGCQuarantine is how long a node must be gone before the pod
+	// garbage collector deletes its pods; 0 means 40 seconds.
+	PodGCQuarantine time.Duration
 	// Controllers selects the controllers to run, as
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.

@@ -16,6 +16,7 @@ import (
 	"github.com/tether-edge/tether/controllers/disruption"
 	"github.com/tether-edge/tether/controllers/endpoints"
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
+	"github.com/tether-edge/tether/controllers/podgc"
 	"github.com/tether-edge/tether/controllers/replicaset"
 	"github.com/tether-edge/tether/controllers/serviceaccount"
 	"github.com/tether-edge/tether/controllers/statefulset"
@@ -63,6 +64,11 @@ var builtins = []builtin{
 	}},
 	{"nodelifecycle", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return nodelifecycle.New(nodelifecycle.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
+	// Pods of deleted nodes, unscheduled terminating pods and finished
+	// pods beyond the threshold.
+	{"pod-garbage-collector", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
+		return podgc.New(podgc.Config{Client: k, Informers: inf, Logger: l, TerminatedPodThreshold: c.TerminatedPodGCThreshold, Quarantine: c.PodGCQuarantine})
 	}},
 	{"disruption", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return disruption.New(disruption.Config{Client: k, Informers: inf, Workers: w, Logger: l})

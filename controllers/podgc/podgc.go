@@ -1,0 +1,329 @@
+package podgc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Upstream's defaults.
+const (
+	// DefaultTerminatedPodThreshold is kube-controller-manager's
+	// --terminated-pod-gc-threshold default.
+	DefaultTerminatedPodThreshold = 12500
+	// DefaultQuarantine is how long a node must stay absent before its
+	// pods are taken as orphans.
+	DefaultQuarantine = 40 * time.Second
+	// DefaultPeriod is how often a full pass runs.
+	DefaultPeriod = 20 * time.Second
+)
+
+// The condition an orphaned pod gets before it is deleted, as upstream.
+const (
+	ReasonDeletionByPodGC = "DeletionByPodGC"
+	MessageNodeGone       = "PodGC: node no longer exists"
+)
+
+// Config configures the controller. Client and Informers are required.
+type Config struct {
+	// Client deletes pods and writes their status.
+	Client kubernetes.Interface
+	// Informers is the shared factory the controller registers its Pod
+	// and Node informers on; New must be called before it starts.
+	Informers informers.SharedInformerFactory
+	// Logger receives the controller's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// TerminatedPodThreshold is how many finished pods may exist before
+	// the oldest are deleted (--terminated-pod-gc-threshold); zero means
+	// DefaultTerminatedPodThreshold, negative turns that collection off.
+	TerminatedPodThreshold int
+	// Quarantine is how long a node must be absent before its pods are
+	// deleted; zero means DefaultQuarantine.
+	Quarantine time.Duration
+	// Period is how often every pod is looked at; zero means
+	// DefaultPeriod.
+	Period time.Duration
+}
+
+// Controller deletes orphaned, unscheduled terminating and excess
+// finished pods.
+type Controller struct {
+	cfg    Config
+	log    *slog.Logger
+	pods   corelisters.PodLister
+	nodes  corelisters.NodeLister
+	synced []cache.InformerSynced
+
+	// quarantined holds the names of absent nodes; each comes out of the
+	// queue once its quarantine is over.
+	quarantined workqueue.TypedDelayingInterface[string]
+
+	mu      sync.Mutex      // guards waiting
+	waiting map[string]bool // nodes in quarantine, so each is queued once
+}
+
+// New registers the controller's informers; nothing runs until Run.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, errors.New("create pod garbage collector: client and informers are required")
+	}
+	if cfg.TerminatedPodThreshold == 0 {
+		cfg.TerminatedPodThreshold = DefaultTerminatedPodThreshold
+	}
+	if cfg.Quarantine <= 0 {
+		cfg.Quarantine = DefaultQuarantine
+	}
+	if cfg.Period <= 0 {
+		cfg.Period = DefaultPeriod
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	podInf := cfg.Informers.Core().V1().Pods()
+	nodeInf := cfg.Informers.Core().V1().Nodes()
+	c := &Controller{
+		cfg:   cfg,
+		log:   log.With("controller", "pod-garbage-collector"),
+		pods:  podInf.Lister(),
+		nodes: nodeInf.Lister(),
+		synced: []cache.InformerSynced{
+			podInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
+		},
+		quarantined: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "podgc-nodes"}),
+		waiting:     map[string]bool{},
+	}
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				c.quarantine(n.Name)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("add node handler: %w", err)
+	}
+	return c, nil
+}
+
+// Run waits for the informers, then collects pods until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.quarantined.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return nil
+	}
+	c.log.Info("pod garbage collector running", "terminated_pod_threshold", c.cfg.TerminatedPodThreshold,
+		"quarantine", c.cfg.Quarantine, "period", c.cfg.Period)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.orphanWorker(ctx) })
+	t := time.NewTicker(c.cfg.Period)
+	defer t.Stop()
+	for {
+		c.pass(ctx)
+		select {
+		case <-ctx.Done():
+			c.quarantined.ShutDown()
+			wg.Wait()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// quarantine starts the quarantine of an absent node, unless it is in one.
+func (c *Controller) quarantine(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting[node] {
+		return
+	}
+	c.waiting[node] = true
+	c.quarantined.AddAfter(node, c.cfg.Quarantine)
+}
+
+// pass runs one round of every collection.
+func (c *Controller) pass(ctx context.Context) {
+	pods, err := c.pods.List(labels.Everything())
+	if err != nil {
+		c.log.Warn("list pods", "err", err)
+		return
+	}
+	if c.cfg.TerminatedPodThreshold > 0 {
+		c.gcTerminated(ctx, pods)
+	}
+	c.gcOrphaned(pods)
+	c.gcUnscheduledTerminating(ctx, pods)
+}
+
+func isTerminated(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// gcTerminated deletes the oldest finished pods beyond the threshold.
+func (c *Controller) gcTerminated(ctx context.Context, pods []*corev1.Pod) {
+	var done []*corev1.Pod
+	for _, p := range pods {
+		if isTerminated(p) {
+			done = append(done, p)
+		}
+	}
+	excess := len(done) - c.cfg.TerminatedPodThreshold
+	if excess <= 0 {
+		return
+	}
+	slices.SortStableFunc(done, func(a, b *corev1.Pod) int {
+		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+	})
+	c.log.Info("garbage collecting terminated pods", "count", excess, "threshold", c.cfg.TerminatedPodThreshold)
+	for _, p := range done[:excess] {
+		if err := c.forceDelete(ctx, p); err != nil {
+			c.log.Info("delete terminated pod", "pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+	}
+}
+
+// gcOrphaned quarantines the absent nodes pods are bound to.
+func (c *Controller) gcOrphaned(pods []*corev1.Pod) {
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if _, err := c.nodes.Get(p.Spec.NodeName); apierrors.IsNotFound(err) {
+			c.quarantine(p.Spec.NodeName)
+		}
+	}
+}
+
+// gcUnscheduledTerminating deletes terminating pods no node will finish.
+func (c *Controller) gcUnscheduledTerminating(ctx context.Context, pods []*corev1.Pod) {
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil || p.Spec.NodeName != "" {
+			continue
+		}
+		c.log.Info("garbage collecting unscheduled terminating pod", "pod", p.Namespace+"/"+p.Name)
+		if err := c.forceDelete(ctx, p); err != nil {
+			c.log.Info("delete unscheduled terminating pod", "pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+	}
+}
+
+// orphanWorker takes nodes whose quarantine is over and, if the hub
+// confirms they are gone, deletes their pods.
+func (c *Controller) orphanWorker(ctx context.Context) {
+	for {
+		node, quit := c.quarantined.Get()
+		if quit {
+			return
+		}
+		c.mu.Lock()
+		delete(c.waiting, node)
+		c.mu.Unlock()
+		if err := c.collectNode(ctx, node); err != nil {
+			c.log.Info("garbage collect pods of deleted node; retrying", "node", node, "err", err)
+			c.quarantine(node)
+		}
+		c.quarantined.Done(node)
+	}
+}
+
+// collectNode deletes the pods of node if the hub has no such node.
+func (c *Controller) collectNode(ctx context.Context, node string) error {
+	if _, err := c.nodes.Get(node); err == nil {
+		return nil
+	}
+	_, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get node: %w", err)
+	}
+	pods, err := c.pods.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	var errs []error
+	for _, p := range pods {
+		if p.Spec.NodeName != node {
+			continue
+		}
+		c.log.Info("garbage collecting orphaned pod", "pod", p.Namespace+"/"+p.Name, "node", node)
+		if err := c.markAndDelete(ctx, p); err != nil {
+			errs = append(errs, fmt.Errorf("delete pod %s/%s: %w", p.Namespace, p.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// markAndDelete gives an orphaned pod the DisruptionTarget condition and,
+// unless it finished, phase Failed; then deletes it with no grace period.
+func (c *Controller) markAndDelete(ctx context.Context, p *corev1.Pod) error {
+	api := c.cfg.Client.CoreV1().Pods(p.Namespace)
+	cur, err := api.Get(ctx, p.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get pod: %w", err)
+	}
+	if cur.UID != p.UID {
+		return nil
+	}
+	u := cur.DeepCopy()
+	if !isTerminated(u) {
+		u.Status.Phase = corev1.PodFailed
+	}
+	setCondition(u, corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: ReasonDeletionByPodGC, Message: MessageNodeGone,
+		LastTransitionTime: metav1.Now(),
+	})
+	if _, err := api.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("mark pod failed: %w", err)
+	}
+	return c.forceDelete(ctx, cur)
+}
+
+// setCondition sets cond on the pod, keeping its transition time when the
+// status does not change.
+func setCondition(p *corev1.Pod, cond corev1.PodCondition) {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type != cond.Type {
+			continue
+		}
+		if p.Status.Conditions[i].Status == cond.Status {
+			cond.LastTransitionTime = p.Status.Conditions[i].LastTransitionTime
+		}
+		p.Status.Conditions[i] = cond
+		return
+	}
+	p.Status.Conditions = append(p.Status.Conditions, cond)
+}
+
+// forceDelete deletes a pod with no grace period.
+func (c *Controller) forceDelete(ctx context.Context, p *corev1.Pod) error {
+	err := c.cfg.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: new(int64),
+		Preconditions:      &metav1.Preconditions{UID: &p.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete pod: %w", err)
+	}
+	return nil
+}
