@@ -62,6 +62,10 @@ var builtins = []builtin{
 	{"endpointslice", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return endpoints.New(endpoints.Config{Client: k, Informers: inf, Workers: w, Logger: l})
 	}},
+	// EndpointSlices mirroring the Endpoints of selector-less Services.
+	{"endpointslice-mirroring", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
+		return endpoints.NewMirroring(endpoints.MirrorConfig{Client: k, Informers: inf, Workers: w, Logger: l})
+	}},
 	{"nodelifecycle", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return nodelifecycle.New(nodelifecycle.Config{Client: k, Informers: inf, Workers: w, Logger: l})
 	}},
