@@ -177,6 +177,9 @@ func legacyLabels(svc *corev1.Service) map[string]string {
 		l = map[string]string{}
 	}
 	delete(l, LabelHeadless)
+	// The controller's own Endpoints are not to be mirrored, as
+	// upstream marks them.
+	l[LabelSkipMirror] = "true"
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		l[LabelHeadless] = ""
 	}
