@@ -232,8 +232,10 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 }
 
 // TestCordonTaintsNode cordons a node with kubectl and sees the controller
-// give it the unschedulable NoSchedule taint, then uncordons it and sees
-// the taint go, while other taints stay.
+// give it the unschedulable NoSchedule taint, and the hub's scheduler keep
+// plain pods off it while pods tolerating the taint, DaemonSet pods by
+// default, land there; then uncordons it and sees the taint go, while
+// other taints stay.
 func TestCordonTaintsNode(t *testing.T) {
 	e := kittest.Start(t, hubArgs, 1)
 	ctx := context.Background()
@@ -275,6 +277,61 @@ func TestCordonTaintsNode(t *testing.T) {
 	if out := e.Kubectl(t, "get", "node", name, "-o", "jsonpath={.spec.taints[*].key}"); !strings.Contains(out, "node.kubernetes.io/unschedulable") {
 		t.Errorf("kubectl shows taints %q", out)
 	}
+
+	// The hub's scheduler keeps ordinary pods off the cordoned node, and
+	// places pods that tolerate the taint there, DaemonSet pods among
+	// them.
+	pods := e.Client.CoreV1().Pods("default")
+	mk := func(podName string, tols []corev1.Toleration) {
+		t.Helper()
+		if _, err := pods.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: podName},
+			Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{corev1.LabelHostname: name},
+				Tolerations:  tols, Containers: []corev1.Container{{Name: "c", Image: "app:1"}},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("plain", []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpExists}})
+	mk("tolerant", []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpExists},
+		{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}})
+	e.Apply(t, `apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      tolerations: [{key: team, operator: Exists}]
+      containers: [{name: c, image: agent:1}]
+`)
+	kittest.WaitFor(t, "tolerating pods on the cordoned node, the plain one pending", 20*time.Second, func() (bool, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var state []string
+		ok := 0
+		for _, p := range l.Items {
+			msg := ""
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled {
+					msg = c.Message
+				}
+			}
+			state = append(state, fmt.Sprintf("%s on %q (%s)", p.Name, p.Spec.NodeName, msg))
+			switch {
+			case p.Name == "plain" && p.Spec.NodeName == "" && strings.Contains(msg, "node(s) were unschedulable"):
+				ok++
+			case p.Name != "plain" && p.Spec.NodeName == name:
+				ok++
+			}
+		}
+		return ok == 3 && len(l.Items) == 3, fmt.Errorf("pods %v", state)
+	})
 
 	e.Kubectl(t, "uncordon", name)
 	kittest.WaitFor(t, "unschedulable taint gone from the uncordoned node", 5*time.Second, func() (bool, error) {
