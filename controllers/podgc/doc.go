@@ -8,7 +8,9 @@
 //     condition with reason DeletionByPodGC and, unless it already
 //     finished, phase Failed, and is then deleted with no grace period;
 //   - terminating pods that were never scheduled, which no kubelet will
-//     ever finish deleting;
+//     ever finish deleting, and terminating pods of a node that is not
+//     ready and carries the node.kubernetes.io/out-of-service taint; both
+//     get phase Failed first, unless they finished;
 //   - finished (Succeeded or Failed) pods beyond the terminated-pod
 //     threshold (12500 by default), oldest first.
 //

@@ -167,8 +167,48 @@ func (c *Controller) pass(ctx context.Context) {
 	if c.cfg.TerminatedPodThreshold > 0 {
 		c.gcTerminated(ctx, pods)
 	}
+	c.gcTerminating(ctx, pods)
 	c.gcOrphaned(pods)
 	c.gcUnscheduledTerminating(ctx, pods)
+}
+
+// gcTerminating deletes the terminating pods of nodes that are not ready
+// and carry the node.kubernetes.io/out-of-service taint: their kubelet is
+// known to be gone for good, so nothing else will finish them.
+func (c *Controller) gcTerminating(ctx context.Context, pods []*corev1.Pod) {
+	var doomed []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil || isTerminated(p) || p.Spec.NodeName == "" {
+			continue
+		}
+		n, err := c.nodes.Get(p.Spec.NodeName)
+		if err != nil || isNodeReady(n) || !hasTaint(n, corev1.TaintNodeOutOfService) {
+			continue
+		}
+		doomed = append(doomed, p)
+	}
+	slices.SortStableFunc(doomed, func(a, b *corev1.Pod) int {
+		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+	})
+	for _, p := range doomed {
+		c.log.Info("garbage collecting terminating pod of out-of-service node", "pod", p.Namespace+"/"+p.Name, "node", p.Spec.NodeName)
+		if err := c.markAndDelete(ctx, p, nil); err != nil {
+			c.log.Info("delete terminating pod", "pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+	}
+}
+
+func isNodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
 
 func isTerminated(p *corev1.Pod) bool {
@@ -217,7 +257,7 @@ func (c *Controller) gcUnscheduledTerminating(ctx context.Context, pods []*corev
 			continue
 		}
 		c.log.Info("garbage collecting unscheduled terminating pod", "pod", p.Namespace+"/"+p.Name)
-		if err := c.forceDelete(ctx, p); err != nil {
+		if err := c.markAndDelete(ctx, p, nil); err != nil {
 			c.log.Info("delete unscheduled terminating pod", "pod", p.Namespace+"/"+p.Name, "err", err)
 		}
 	}
@@ -264,16 +304,22 @@ func (c *Controller) collectNode(ctx context.Context, node string) error {
 			continue
 		}
 		c.log.Info("garbage collecting orphaned pod", "pod", p.Namespace+"/"+p.Name, "node", node)
-		if err := c.markAndDelete(ctx, p); err != nil {
+		cond := &corev1.PodCondition{
+			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: ReasonDeletionByPodGC, Message: MessageNodeGone,
+			LastTransitionTime: metav1.Now(),
+		}
+		if err := c.markAndDelete(ctx, p, cond); err != nil {
 			errs = append(errs, fmt.Errorf("delete pod %s/%s: %w", p.Namespace, p.Name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// markAndDelete gives an orphaned pod the DisruptionTarget condition and,
-// unless it finished, phase Failed; then deletes it with no grace period.
-func (c *Controller) markAndDelete(ctx context.Context, p *corev1.Pod) error {
+// markAndDelete sets an unfinished pod's phase to Failed, gives it cond
+// if not nil, and deletes it with no grace period, as upstream's
+// markFailedAndDeletePodWithCondition.
+func (c *Controller) markAndDelete(ctx context.Context, p *corev1.Pod, cond *corev1.PodCondition) error {
 	api := c.cfg.Client.CoreV1().Pods(p.Namespace)
 	cur, err := api.Get(ctx, p.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -289,13 +335,13 @@ func (c *Controller) markAndDelete(ctx context.Context, p *corev1.Pod) error {
 	if !isTerminated(u) {
 		u.Status.Phase = corev1.PodFailed
 	}
-	setCondition(u, corev1.PodCondition{
-		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-		Reason: ReasonDeletionByPodGC, Message: MessageNodeGone,
-		LastTransitionTime: metav1.Now(),
-	})
-	if _, err := api.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("mark pod failed: %w", err)
+	if cond != nil {
+		setCondition(u, *cond)
+	}
+	if u.Status.Phase != cur.Status.Phase || cond != nil {
+		if _, err := api.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("mark pod failed: %w", err)
+		}
 	}
 	return c.forceDelete(ctx, cur)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
@@ -31,14 +32,16 @@ func pod(name string, sel map[string]string, finalizers ...string) *corev1.Pod {
 // TestPodGCAgainstHub runs the collector against a hub with hollow nodes:
 // the pods of a node deleted with kubectl are marked DisruptionTarget and
 // deleted after the quarantine, finished pods beyond the threshold are
-// deleted oldest first, and a terminating pod that was never scheduled is
-// deleted again with no grace period.
+// deleted oldest first, a terminating pod that was never scheduled is
+// deleted again with no grace period, and so is a terminating pod of a
+// node not ready and tainted out-of-service.
 func TestPodGCAgainstHub(t *testing.T) {
 	e := kittest.Start(t, hubArgs, 0)
 	ctx := context.Background()
 	kube := e.Client
 	gone := e.JoinNodes(t, kittest.Nodes{Prefix: "gone-", N: 1})
 	e.JoinNodes(t, kittest.Nodes{Prefix: "stay-", N: 1})
+	oos := e.JoinNodes(t, kittest.Nodes{Prefix: "oos-", N: 1})
 
 	f := e.Factory()
 	c, err := New(Config{
@@ -52,7 +55,9 @@ func TestPodGCAgainstHub(t *testing.T) {
 
 	on := func(n string) map[string]string { return map[string]string{corev1.LabelHostname: n} }
 	pods := kube.CoreV1().Pods("default")
-	for _, p := range []*corev1.Pod{pod("a", on("gone-00000")), pod("b", on("gone-00000")), pod("keep", on("stay-00000"))} {
+	stuck := pod("stuck", on("oos-00000"))
+	stuck.Spec.TerminationGracePeriodSeconds = new(int64(3600))
+	for _, p := range []*corev1.Pod{pod("a", on("gone-00000")), pod("b", on("gone-00000")), pod("keep", on("stay-00000")), stuck} {
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +73,7 @@ func TestPodGCAgainstHub(t *testing.T) {
 				running++
 			}
 		}
-		return running == 3, fmt.Errorf("%d of 3 running", running)
+		return running == 4, fmt.Errorf("%d of 4 running", running)
 	})
 
 	// Orphans: the node's machine goes off and the node is deleted.
@@ -89,7 +94,7 @@ func TestPodGCAgainstHub(t *testing.T) {
 		for _, p := range l.Items {
 			names = append(names, p.Name)
 		}
-		return len(l.Items) == 1 && l.Items[0].Name == "keep", fmt.Errorf("pods %v", names)
+		return fmt.Sprint(names) == "[keep stuck]", fmt.Errorf("pods %v", names)
 	})
 	t.Logf("orphans deleted %v after the node", time.Since(start).Round(time.Millisecond))
 	if d := time.Since(start); d < 2*time.Second {
@@ -151,7 +156,7 @@ drain:
 		for _, p := range l.Items {
 			names = append(names, p.Name)
 		}
-		return fmt.Sprint(names) == "[done-2 done-3 keep]", fmt.Errorf("pods %v", names)
+		return fmt.Sprint(names) == "[done-2 done-3 keep stuck]", fmt.Errorf("pods %v", names)
 	})
 
 	// A never-scheduled pod held by a finalizer while terminating.
@@ -165,4 +170,33 @@ drain:
 		return n >= before+2, fmt.Errorf("%v pod deletes since", n-before)
 	})
 	e.Kubectl(t, "patch", "pod", "held", "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+
+	// A terminating pod of a node that went off for good: it stays until
+	// the node is not ready and tainted out-of-service.
+	oos.Stop()
+	e.Kubectl(t, "delete", "pod", "stuck", "--wait=false")
+	time.Sleep(1500 * time.Millisecond)
+	if p, err := pods.Get(ctx, "stuck", metav1.GetOptions{}); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("terminating pod of a ready node: %v", err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, "oos-00000", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+		_, err = kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.Kubectl(t, "taint", "node", "oos-00000", "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")
+	kittest.WaitFor(t, "terminating pod of the out-of-service node deleted", 10*time.Second, func() (bool, error) {
+		_, err := pods.Get(ctx, "stuck", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
 }
