@@ -218,11 +218,11 @@ spec:
 	t.Run("BackoffLimit", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
-		j := e.createJob(t, ns, &batchv1.Job{
+		e.createJob(t, ns, &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Name: "fails"},
 			Spec:       batchv1.JobSpec{BackoffLimit: new(int32(2)), Template: template(map[string]string{sim.ExitCode: "1"})},
 		})
-		j = e.waitCondition(t, ns, "fails", batchv1.JobFailed, reasonBackoffLimitExceeded, 60*time.Second)
+		j := e.waitCondition(t, ns, "fails", batchv1.JobFailed, reasonBackoffLimitExceeded, 60*time.Second)
 		took := time.Since(start)
 		if j.Status.Failed != 3 || j.Status.Active != 0 {
 			t.Errorf("status %+v", j.Status)
@@ -260,12 +260,12 @@ spec:
 
 	t.Run("Indexed", func(t *testing.T) {
 		t.Parallel()
-		j := e.createJob(t, ns, &batchv1.Job{
+		e.createJob(t, ns, &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Name: "idx"},
 			Spec: batchv1.JobSpec{Completions: new(int32(3)), Parallelism: new(int32(3)),
 				CompletionMode: new(batchv1.IndexedCompletion), Template: template(ok)},
 		})
-		j = e.waitCondition(t, ns, "idx", batchv1.JobComplete, "", 60*time.Second)
+		j := e.waitCondition(t, ns, "idx", batchv1.JobComplete, "", 60*time.Second)
 		if j.Status.CompletedIndexes != "0-2" || j.Status.Succeeded != 3 {
 			t.Errorf("status %+v", j.Status)
 		}

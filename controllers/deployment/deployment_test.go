@@ -70,11 +70,11 @@ func must[T any](v T, err error) T {
 // bounds watches a Deployment's pods and records the most pods alive at
 // once and the fewest ready ones, once all were first ready.
 type bounds struct {
-	mu                sync.Mutex
-	alive, ready      map[types.UID]bool
-	maxAlive          int
-	minReady, armedAt int
-	armed             bool
+	mu           sync.Mutex
+	alive, ready map[types.UID]bool
+	maxAlive     int
+	minReady     int
+	armed        bool
 }
 
 func watchBounds(t *testing.T, e *kittest.Env, app string) *bounds {

@@ -30,8 +30,6 @@ type group struct {
 	endpoints   map[string]discoveryv1.Endpoint // by endpointKey
 }
 
-func (g *group) key() string { return groupKey(g.addressType, g.ports) }
-
 // groupKey names an address type and a port list. Ports are kept in the
 // Service's order, which is how the controller writes them, so the key of
 // a slice it wrote matches the key of the group it came from.

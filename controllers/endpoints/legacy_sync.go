@@ -1,5 +1,7 @@
 package endpoints
 
+//lint:file-ignore SA1019 Kubernetes still serves v1 Endpoints, deprecated for EndpointSlices, and the endpoints controller keeps them as upstream does
+
 import (
 	"context"
 	"fmt"

@@ -353,15 +353,6 @@ func (e *Env) Writes(t testing.TB, resources ...string) float64 {
 	return total
 }
 
-func hasAny(s string, subs ...string) bool {
-	for _, x := range subs {
-		if strings.Contains(s, x) {
-			return true
-		}
-	}
-	return false
-}
-
 // testWriter sends log lines to the test log while the test runs.
 type testWriter struct{ t testing.TB }
 
