@@ -215,13 +215,14 @@ func (d *Dataplane) watchUncounted() {
 }
 
 func (d *Dataplane) tcMode() string {
-	for _, a := range d.tc {
-		if a.clsact {
-			return "clsact"
-		}
+	switch {
+	case len(d.tc) == 0:
+		return "none"
+	case d.tc[0].clsact:
+		return "clsact"
+	default:
 		return "tcx"
 	}
-	return "none"
 }
 
 // writeNodeConfig fills lb_node_ips and lb_config from the configuration.

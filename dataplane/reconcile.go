@@ -98,10 +98,6 @@ type batch struct {
 	freeSlots []extent
 }
 
-func (b *batch) empty() bool {
-	return len(b.beKeys)+len(b.slotKeys)+len(b.feKeys)+len(b.fastKeys)+len(b.delFE)+len(b.delBE) == 0 && !b.fastClear && !b.fastGen
-}
-
 // kmaps are the kernel maps the reconciler writes.
 type kmaps struct {
 	frontends, slots, backends *ebpf.Map

@@ -167,9 +167,7 @@ func (s *Server) serviceRecords(m *dns.Msg, q dns.Question, svc *corev1.Service,
 			addrs = append(addrs, ep.addr)
 		}
 	} else {
-		for _, ip := range clusterIPs(svc) {
-			addrs = append(addrs, ip)
-		}
+		addrs = append(addrs, clusterIPs(svc)...)
 	}
 	m.Answer = append(m.Answer, s.addrRRs(q.Name, q.Qtype, addrs)...)
 }
