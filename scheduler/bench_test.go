@@ -133,7 +133,7 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained, inHub bool) e2eRes
 	start := time.Now()
 	var s *Scheduler
 	hubCPU0, _ := th.h.CPU()
-	stats := func() string { return "hub scheduler" }
+	var stats func() string
 	if inHub {
 		w.Stop()
 		th.h.Stop()

@@ -204,16 +204,18 @@ func TestLoopAgainstHub(t *testing.T) {
 		}
 		want := "0/3 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 2 Insufficient cpu. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
 		waitFor(t, "FailedScheduling event", 15*time.Second, func() (bool, error) {
-			for _, e := range th.events(t, "big", "FailedScheduling") {
-				if e.Type != corev1.EventTypeWarning || e.Source.Component != "default-scheduler" || e.ReportingController != "default-scheduler" {
-					return false, fmt.Errorf("event %+v", e)
-				}
-				if e.Message == want {
-					return true, nil
-				}
+			evs := th.events(t, "big", "FailedScheduling")
+			if len(evs) == 0 {
+				return false, nil
+			}
+			e := evs[0]
+			if e.Type != corev1.EventTypeWarning || e.Source.Component != "default-scheduler" || e.ReportingController != "default-scheduler" {
+				return false, fmt.Errorf("event %+v", e)
+			}
+			if e.Message != want {
 				return false, fmt.Errorf("message %q, want %q", e.Message, want)
 			}
-			return false, nil
+			return true, nil
 		})
 		waitFor(t, "PodScheduled=False", 10*time.Second, func() (bool, error) {
 			p, err := th.cs.CoreV1().Pods("default").Get(ctx, "big", metav1.GetOptions{})

@@ -72,8 +72,6 @@ func newQueue() *queue {
 	return q
 }
 
-func (q *queue) len() int { return len(q.pods) }
-
 // add queues a new pending pod, or refreshes one already queued. A pod
 // whose spec changed while it waited is tried again as soon as its
 // back-off allows.
