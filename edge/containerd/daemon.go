@@ -149,15 +149,5 @@ func (d *daemon) stop() {
 	}
 }
 
-// exited tells whether the daemon process ended.
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // errNoDaemon means the runtime did not start the containerd it uses.
 var errNoDaemon = errors.New("the agent did not start this containerd")

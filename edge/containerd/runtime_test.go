@@ -79,8 +79,6 @@ type testEnv struct {
 	localPathRoot string
 }
 
-var bridgeSeq = map[string]int{}
-
 // newTestRuntime starts a runtime (and its containerd) whose state is
 // removed at the end of the test, pods, mounts, namespaces and bridge
 // included.

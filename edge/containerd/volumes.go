@@ -328,10 +328,6 @@ func emptyIfOptional(ok bool, err error) (map[string]projFile, os.FileMode, erro
 // is unreachable.
 func (r *Runtime) projectToken(ctx context.Context, p *pod, pod *corev1.Pod, t *corev1.ServiceAccountTokenProjection, def os.FileMode, files map[string]projFile) error {
 	key := filepath.Join(p.dir, "tokens", strings.ReplaceAll(t.Path, "/", "_")+"."+t.Audience)
-	type cached struct {
-		token   []byte
-		renewAt time.Time
-	}
 	if b, err := os.ReadFile(key); err == nil {
 		if at, tok, ok := bytes.Cut(b, []byte{'\n'}); ok {
 			if ts, err := time.Parse(time.RFC3339, string(at)); err == nil && time.Now().Before(ts) {
