@@ -6,17 +6,20 @@
 #
 #   TETHER_FUZZTIME   how long each fuzz target runs (default 10s)
 #   TETHER_TEST_ARGS  extra arguments for `go test` (e.g. -run TestKubectl)
+#   TETHER_STEPS      the steps to run, space-separated (default: all of
+#                     gofmt vet staticcheck test race fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 # Debian packages: a C compiler for the SQLite driver (cgo); iproute2,
 # nftables and conntrack for the network lab and the dataplane tests;
-# iptables for the dataplane's kube-proxy-style comparison. (clang, llvm
-# and libbpf-dev are needed only to regenerate the committed eBPF objects.)
-# containerd, runc, the CNI plugins and a static busybox (the shell inside
-# the test images) for the edge's container runtime.
-packages=(gcc libc6-dev iproute2 nftables conntrack iptables containerd runc containernetworking-plugins busybox-static)
+# iptables for the dataplane's kube-proxy-style comparison; clang, llvm
+# (llvm-strip) and libbpf-dev to regenerate the eBPF objects and check that
+# the committed ones match (internal/repotest). containerd, runc, the CNI
+# plugins and a static busybox (the shell inside the test images) for the
+# edge's container runtime.
+packages=(gcc libc6-dev iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do
@@ -31,24 +34,74 @@ fi
 
 source "$root/scripts/go-env.sh"
 
-echo "== go $(go env GOVERSION)"
-echo "== building kubectl (k8s.io/kubectl $(cd tools/kubectl && go list -m -f '{{.Version}}' k8s.io/kubectl))"
-bash tools/kubectl/build.sh "$root/bin/kubectl"
-export TETHER_KUBECTL=$root/bin/kubectl
+# step reports whether a step is to run.
+step() {
+  [[ " ${TETHER_STEPS:-gofmt vet staticcheck test race fuzz} " == *" $1 "* ]]
+}
 
+echo "== go $(go env GOVERSION)"
+if step test || step race; then
+  echo "== building kubectl (k8s.io/kubectl $(cd tools/kubectl && go list -m -f '{{.Version}}' k8s.io/kubectl))"
+  bash tools/kubectl/build.sh "$root/bin/kubectl"
+  export TETHER_KUBECTL=$root/bin/kubectl
+fi
+
+# Packages whose tests also run under the race detector: the ones with the
+# most concurrency whose tests take seconds, not minutes. Their tests run
+# only with -race, in the race step, not twice.
+race_pkgs=(./store/... ./tunnel/ ./scheduler/ ./controllers/internal/kit/ ./edge/state/)
+
+if step gofmt; then
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+fi
+
+if step vet; then
 echo "== go vet"
 go vet ./...
+fi
 
+if step staticcheck; then
+# staticcheck at a pinned version with the checks of staticcheck.conf; the
+# findings listed in scripts/staticcheck-exclude.txt (file and check) pass.
+staticcheck_version=v0.8.2
+echo "== staticcheck $staticcheck_version"
+GOBIN=$root/bin go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+findings=$(mktemp)
+# It exits 1 when it reports something, which the list below judges.
+status=0
+"$root/bin/staticcheck" ./... >"$findings" 2>&1 || status=$?
+if [ "$status" -gt 1 ]; then
+  cat "$findings"; echo "staticcheck failed (exit status $status)"; exit 1
+fi
+exclude=scripts/staticcheck-exclude.txt
+left=$(awk 'NR == FNR { if ($0 !~ /^(#|[[:space:]]*$)/) ex[$1 " " $2] = 1; next }
+  { f = $0; sub(/:.*/, "", f); c = $NF; gsub(/[()]/, "", c); if (!((f " " c) in ex)) print }' "$exclude" "$findings")
+awk 'NR == FNR { f = $0; sub(/:.*/, "", f); c = $NF; gsub(/[()]/, "", c); seen[f " " c] = 1; next }
+  $0 !~ /^(#|[[:space:]]*$)/ && !(($1 " " $2) in seen) { print "-- " FILENAME ": nothing left to exclude for " $1 " " $2 }' "$findings" "$exclude"
+rm -f "$findings"
+if [ -n "$left" ]; then
+  echo "$left"; exit 1
+fi
+fi
+
+if step test; then
 echo "== go test"
-# shellcheck disable=SC2086
-go test -count=1 -timeout 25m ${TETHER_TEST_ARGS:-} ./...
+# shellcheck disable=SC2046,SC2086
+go test -count=1 -timeout 25m ${TETHER_TEST_ARGS:-} $(go list ./... | grep -vxF -f <(go list "${race_pkgs[@]}"))
+fi
 
+if step race; then
+echo "== go test -race ${race_pkgs[*]}"
+# shellcheck disable=SC2086
+go test -race -count=1 -timeout 15m ${TETHER_TEST_ARGS:-} "${race_pkgs[@]}"
+fi
+
+if step fuzz; then
 echo "== fuzz"
 fuzztime=${TETHER_FUZZTIME:-10s}
 # fuzz_one runs one target. A failing input is always written to
@@ -86,4 +139,5 @@ for pkg in $(go list ./...); do
     fuzz_one "$pkg" "$dir" "$f"
   done
 done
+fi
 echo "== all tests passed"
