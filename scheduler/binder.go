@@ -13,8 +13,11 @@ import (
 )
 
 type bindJob struct {
-	e       *queuedPod
-	pi      *PodInfo
+	e *queuedPod
+	// pod is the pod as it was scheduled. The bind workers read it rather
+	// than its PodInfo, whose object the loop replaces when the informer
+	// reports the binding, perhaps before a worker is done with it.
+	pod     *corev1.Pod
 	node    string
 	volumes []VolumeChoice
 }
@@ -26,31 +29,31 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		err := s.bind(ctx, j)
 		if err == nil {
 			s.count(func(st *Stats) { st.Scheduled++ })
-			s.rec.event(j.pi.Pod, corev1.EventTypeNormal, "Scheduled",
-				fmt.Sprintf("Successfully assigned %s/%s to %s", j.pi.Namespace, j.pi.Name, j.node))
+			s.rec.event(j.pod, corev1.EventTypeNormal, "Scheduled",
+				fmt.Sprintf("Successfully assigned %s/%s to %s", j.pod.Namespace, j.pod.Name, j.node))
 			s.post(func() {
-				if p := s.snap.Pod(j.pi.UID); p != nil && p.assumed {
+				if p := s.snap.Pod(j.pod.UID); p != nil && p.assumed {
 					p.boundAt = time.Now()
 				}
 			})
 			continue
 		}
 		s.count(func(st *Stats) { st.BindErrors++ })
-		s.log.Info("binding failed", "pod", j.pi.Key(), "node", j.node, "err", err)
+		s.log.Info("binding failed", "pod", j.pod.Namespace+"/"+j.pod.Name, "node", j.node, "err", err)
 		gone := apierrors.IsNotFound(err) || apierrors.IsConflict(err)
 		s.post(func() {
 			// Only an unconfirmed assumption is undone; if the informer
 			// already reports the pod on a node, that is the truth.
-			if p := s.snap.Pod(j.pi.UID); p != nil && p.assumed {
-				s.snap.RemovePod(j.pi.UID)
+			if p := s.snap.Pod(j.pod.UID); p != nil && p.assumed {
+				s.snap.RemovePod(j.pod.UID)
 				s.q.event(evPodDelete, time.Now())
 			}
 			if !gone {
 				s.q.retry(j.e, time.Now())
-			} else if s.q.pods[j.pi.UID] == j.e {
+			} else if s.q.pods[j.pod.UID] == j.e {
 				// A conflict means deleted or bound elsewhere; the
 				// informer will say which.
-				s.q.remove(j.pi.UID)
+				s.q.remove(j.pod.UID)
 			}
 		})
 	}
@@ -64,11 +67,11 @@ func (s *Scheduler) bind(ctx context.Context, j bindJob) error {
 		}
 	}
 	b := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: j.pi.Namespace, Name: j.pi.Name, UID: j.pi.UID},
+		ObjectMeta: metav1.ObjectMeta{Namespace: j.pod.Namespace, Name: j.pod.Name, UID: j.pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: j.node},
 	}
-	if err := s.cs.CoreV1().Pods(j.pi.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("bind pod %s to %s: %w", j.pi.Key(), j.node, err)
+	if err := s.cs.CoreV1().Pods(j.pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("bind pod %s to %s: %w", j.pod.Namespace+"/"+j.pod.Name, j.node, err)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, e *queuedPod, now time.Time
 		s.snap.AddPod(pi, dec.Node, true)
 		s.q.assumed(e)
 		select {
-		case s.binds <- bindJob{e: e, pi: pi, node: dec.Node, volumes: dec.Volumes}:
+		case s.binds <- bindJob{e: e, pod: pi.Pod, node: dec.Node, volumes: dec.Volumes}:
 		case <-ctx.Done():
 		}
 		return
