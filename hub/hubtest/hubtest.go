@@ -108,8 +108,27 @@ type Hub struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
-	log  *bytes.Buffer
+	log  *logBuffer
 	args []string // the extra flags of the last start
+}
+
+// logBuffer collects a hub's output: the process writes it while the test
+// reads it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Start runs `tether hub` with a fresh data directory on a free loopback
@@ -181,7 +200,7 @@ func (h *Hub) startArgs(extra []string) {
 	h.args = extra
 	args := append([]string{"hub", "--data-dir", h.DataDir, "--listen", h.Addr}, extra...)
 	cmd := exec.Command(h.Bin, args...)
-	h.log = &bytes.Buffer{}
+	h.log = &logBuffer{}
 	cmd.Stdout = h.log
 	cmd.Stderr = h.log
 	if err := cmd.Start(); err != nil {
