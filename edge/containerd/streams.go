@@ -221,6 +221,9 @@ func (r *Runtime) PortForward(ctx context.Context, uid types.UID, port int32, co
 	_, err = io.Copy(conn, target)
 	conn.Close()
 	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("forward port %d of pod %s: %w", port, p.key(), err)
+	}
 	return nil
 }
 
