@@ -188,16 +188,6 @@ func (m *podManager) pods() []*corev1.Pod {
 	return out
 }
 
-// lookup finds a running pod by namespace and name.
-func (m *podManager) lookup(namespace, name string) *corev1.Pod {
-	for _, p := range m.pods() {
-		if p.Namespace == namespace && p.Name == name {
-			return p
-		}
-	}
-	return nil
-}
-
 func (m *podManager) run(ctx context.Context, w *podWorker) {
 	defer func() {
 		w.mu.Lock()

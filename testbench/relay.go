@@ -91,7 +91,6 @@ type direction struct {
 	q       pktHeap
 	seq     uint64
 	txDone  time.Time
-	queued  int
 	closed  bool
 	packets atomic.Uint64
 	bytes   atomic.Uint64

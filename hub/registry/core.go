@@ -1,5 +1,7 @@
 package registry
 
+//lint:file-ignore SA1019 Kubernetes still serves core/v1 Endpoints and NodeSpec.ConfigSource, so the hub does too
+
 import (
 	"fmt"
 	"net"
@@ -50,10 +52,6 @@ func immutable(newVal, oldVal any, path *field.Path) field.ErrorList {
 		return nil
 	}
 	return field.ErrorList{field.Invalid(path, newVal, "field is immutable")}
-}
-
-func gvk(kind string) metav1.GroupVersionKind {
-	return metav1.GroupVersionKind{Version: "v1", Kind: kind}
 }
 
 // ---- Namespace ----
@@ -248,7 +246,7 @@ func validateNode(n *corev1.Node) field.ErrorList {
 		}
 		k := t.Key + "\x00" + string(t.Effect)
 		if seen.Has(k) {
-			errs = append(errs, field.Duplicate(p, fmt.Sprintf("taints must be unique by key and effect pair")))
+			errs = append(errs, field.Duplicate(p, "taints must be unique by key and effect pair"))
 		}
 		seen.Insert(k)
 	}

@@ -238,9 +238,7 @@ func validatePodStatusUpdate(pod, old *corev1.Pod) field.ErrorList {
 		}
 	}
 	for i, ip := range pod.Status.PodIPs {
-		for _, msg := range validation.IsValidIP(sp.Child("podIPs").Index(i).Child("ip"), ip.IP) {
-			errs = append(errs, msg)
-		}
+		errs = append(errs, validation.IsValidIP(sp.Child("podIPs").Index(i).Child("ip"), ip.IP)...)
 	}
 	if len(pod.Status.PodIPs) > 0 && pod.Status.PodIP != pod.Status.PodIPs[0].IP {
 		errs = append(errs, field.Invalid(sp.Child("podIPs").Index(0).Child("ip"), pod.Status.PodIPs[0].IP, "must match podIP"))
