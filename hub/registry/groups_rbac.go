@@ -5,7 +5,7 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,7 +13,7 @@ import (
 )
 
 // rbacNameRule: RBAC object names are path segments, not DNS names.
-func rbacNameRule(name string, prefix bool) []string { return path.IsValidPathSegmentName(name) }
+func rbacNameRule(name string, prefix bool) []string { return content.IsPathSegmentName(name) }
 
 var createdAtColumn = column("Created At", "date", 0, "CreationTimestamp is a timestamp representing the server time when this object was created.")
 
@@ -201,7 +201,7 @@ func validateBinding(ref rbacv1.RoleRef, subjects []rbacv1.Subject, namespaced b
 	if ref.Name == "" {
 		errs = append(errs, field.Required(rp.Child("name"), ""))
 	} else {
-		for _, m := range path.IsValidPathSegmentName(ref.Name) {
+		for _, m := range content.IsPathSegmentName(ref.Name) {
 			errs = append(errs, field.Invalid(rp.Child("name"), ref.Name, m))
 		}
 	}
