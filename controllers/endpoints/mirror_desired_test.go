@@ -1,5 +1,7 @@
 package endpoints
 
+//lint:file-ignore SA1019 EndpointSlice mirroring reads core/v1 Endpoints by definition
+
 import (
 	"fmt"
 	"testing"

@@ -1,5 +1,7 @@
 package registry
 
+//lint:file-ignore SA1019 Kubernetes still serves core/v1 Endpoints, so the hub does too
+
 import (
 	"reflect"
 	"strings"

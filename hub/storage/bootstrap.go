@@ -1,5 +1,7 @@
 package storage
 
+//lint:file-ignore SA1019 the kubernetes Service keeps its core/v1 Endpoints, as upstream writes them
+
 import (
 	"context"
 	"fmt"

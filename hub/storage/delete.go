@@ -1,5 +1,7 @@
 package storage
 
+//lint:file-ignore SA1019 DeleteOptions.OrphanDependents is still honoured, as upstream does
+
 import (
 	"context"
 	"errors"
