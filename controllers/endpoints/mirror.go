@@ -18,7 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // MirrorConfig configures the mirroring controller. Client and Informers
@@ -42,7 +43,7 @@ type MirrorConfig struct {
 type Mirror struct {
 	cfg       MirrorConfig
 	log       *slog.Logger
-	queue     workqueue.TypedRateLimitingInterface[string]
+	queue     *kit.Queue
 	services  corelisters.ServiceLister
 	endpoints corelisters.EndpointsLister
 	sliceIdx  cache.Indexer
@@ -80,11 +81,9 @@ func NewMirroring(cfg MirrorConfig) (*Mirror, error) {
 		log = slog.Default()
 	}
 	m := &Mirror{
-		cfg: cfg,
-		log: log.With("controller", "endpointslice-mirroring"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice-mirroring"}),
+		cfg:     cfg,
+		log:     log.With("controller", "endpointslice-mirroring"),
+		queue:   kit.NewQueue("endpointslice-mirroring"),
 		created: map[string]map[string]time.Time{},
 	}
 	f := cfg.Informers
@@ -98,9 +97,9 @@ func NewMirroring(cfg MirrorConfig) (*Mirror, error) {
 	}
 	m.synced = []cache.InformerSynced{svcInf.Informer().HasSynced, epInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
 	enqueue := cache.ResourceEventHandlerFuncs{
-		AddFunc:    m.enqueue,
-		UpdateFunc: func(_, obj any) { m.enqueue(obj) },
-		DeleteFunc: m.enqueue,
+		AddFunc:    m.queue.Enqueue,
+		UpdateFunc: func(_, obj any) { m.queue.Enqueue(obj) },
+		DeleteFunc: m.queue.Enqueue,
 	}
 	for _, inf := range []cache.SharedIndexInformer{svcInf.Informer(), epInf.Informer()} {
 		if _, err := inf.AddEventHandler(enqueue); err != nil {
@@ -115,12 +114,6 @@ func NewMirroring(cfg MirrorConfig) (*Mirror, error) {
 		return nil, fmt.Errorf("add event handler: %w", err)
 	}
 	return m, nil
-}
-
-func (m *Mirror) enqueue(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		m.queue.Add(key)
-	}
 }
 
 // sliceChanged requeues the Service of a mirrored slice, so a slice
@@ -138,32 +131,11 @@ func (m *Mirror) sliceChanged(obj any) {
 
 // Run waits for the informers, then mirrors Endpoints until ctx ends.
 func (m *Mirror) Run(ctx context.Context) error {
-	defer m.queue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), m.synced...) {
 		return nil
 	}
 	m.log.Info("endpointslice mirroring controller running", "workers", m.cfg.Workers)
-	var wg sync.WaitGroup
-	for range m.cfg.Workers {
-		wg.Go(func() {
-			for {
-				key, quit := m.queue.Get()
-				if quit {
-					return
-				}
-				if err := m.sync(ctx, key); err != nil {
-					m.log.Info("mirror endpoints; retrying", "endpoints", key, "err", err)
-					m.queue.AddRateLimited(key)
-				} else {
-					m.queue.Forget(key)
-				}
-				m.queue.Done(key)
-			}
-		})
-	}
-	<-ctx.Done()
-	m.queue.ShutDown()
-	wg.Wait()
+	m.queue.Run(ctx, m.cfg.Workers, m.log, m.sync)
 	return nil
 }
 
