@@ -212,9 +212,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.log.Info("node lifecycle controller running", "grace_period", c.cfg.GracePeriod, "monitor_period", c.cfg.MonitorPeriod)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
-		wg.Go(func() { c.evictWorker(ctx) })
+		wg.Go(func() { c.work(ctx, c.evictQueue, "evict pod", c.syncPod) })
 	}
-	wg.Go(func() { c.nodeWorker(ctx) })
+	wg.Go(func() { c.work(ctx, c.nodeQueue, "taint node by spec.unschedulable", c.syncUnschedulable) })
 	t := c.cfg.Clock.NewTicker(c.cfg.MonitorPeriod)
 	defer t.Stop()
 	for {

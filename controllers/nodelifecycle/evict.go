@@ -8,21 +8,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 )
 
-func (c *Controller) evictWorker(ctx context.Context) {
+// work takes keys from q and syncs each until q shuts down; a failed
+// sync is logged as what, with the key, and retried after its back-off.
+// The controller's queues run on its clock, which kit.Queue does not
+// take, so they have this loop of their own.
+func (c *Controller) work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], what string, sync func(context.Context, string) error) {
 	for {
-		key, quit := c.evictQueue.Get()
+		key, quit := q.Get()
 		if quit {
 			return
 		}
-		if err := c.syncPod(ctx, key); err != nil {
-			c.log.Info("evict pod; retrying", "pod", key, "err", err)
-			c.evictQueue.AddRateLimited(key)
+		if err := sync(ctx, key); err != nil {
+			c.log.Info(what+"; retrying", "key", key, "err", err)
+			q.AddRateLimited(key)
 		} else {
-			c.evictQueue.Forget(key)
+			q.Forget(key)
 		}
-		c.evictQueue.Done(key)
+		q.Done(key)
 	}
 }
 

@@ -53,24 +53,6 @@ func unschedulableTaints(n *corev1.Node, now time.Time) ([]corev1.Taint, bool) {
 	return out, true
 }
 
-// nodeWorker keeps the unschedulable taint of the nodes put on the node
-// queue in step with their spec.unschedulable.
-func (c *Controller) nodeWorker(ctx context.Context) {
-	for {
-		name, quit := c.nodeQueue.Get()
-		if quit {
-			return
-		}
-		if err := c.syncUnschedulable(ctx, name); err != nil {
-			c.log.Info("taint node by spec.unschedulable; retrying", "node", name, "err", err)
-			c.nodeQueue.AddRateLimited(name)
-		} else {
-			c.nodeQueue.Forget(name)
-		}
-		c.nodeQueue.Done(name)
-	}
-}
-
 // syncUnschedulable adds or removes one node's unschedulable taint.
 func (c *Controller) syncUnschedulable(ctx context.Context, name string) error {
 	n, err := c.nodes.Get(name)
