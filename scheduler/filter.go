@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -117,25 +118,9 @@ func (d *Decider) filterNode(s *Snapshot, st *cycleState, n *NodeInfo, explain b
 // tolerates tells whether any toleration tolerates t.
 func tolerates(tols []corev1.Toleration, t *corev1.Taint) bool {
 	for i := range tols {
-		if toleratesTaint(&tols[i], t) {
+		if tols[i].ToleratesTaint(logr.Discard(), t, false) {
 			return true
 		}
-	}
-	return false
-}
-
-func toleratesTaint(tol *corev1.Toleration, t *corev1.Taint) bool {
-	if tol.Effect != "" && tol.Effect != t.Effect {
-		return false
-	}
-	if tol.Key != "" && tol.Key != t.Key {
-		return false
-	}
-	switch tol.Operator {
-	case "", corev1.TolerationOpEqual:
-		return tol.Value == t.Value
-	case corev1.TolerationOpExists:
-		return true
 	}
 	return false
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"math"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -187,7 +188,7 @@ func countPreferNoSchedule(p *PodInfo, n *NodeInfo) int64 {
 		tolerated := false
 		for j := range p.tolerations {
 			tol := &p.tolerations[j]
-			if (tol.Effect == "" || tol.Effect == corev1.TaintEffectPreferNoSchedule) && toleratesTaint(tol, t) {
+			if (tol.Effect == "" || tol.Effect == corev1.TaintEffectPreferNoSchedule) && tol.ToleratesTaint(logr.Discard(), t, false) {
 				tolerated = true
 				break
 			}

@@ -3,6 +3,7 @@ package daemonset
 import (
 	"slices"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -81,7 +82,7 @@ func ShouldRun(ds *appsv1.DaemonSet, node *corev1.Node) (run, keep bool) {
 		if taint.Effect != corev1.TaintEffectNoSchedule && taint.Effect != corev1.TaintEffectNoExecute {
 			continue
 		}
-		if slices.ContainsFunc(tols, func(t corev1.Toleration) bool { return tolerates(t, taint) }) {
+		if slices.ContainsFunc(tols, func(t corev1.Toleration) bool { return t.ToleratesTaint(logr.Discard(), &taint, false) }) {
 			continue
 		}
 		run = false
@@ -184,23 +185,4 @@ func targetNode(pod *corev1.Pod) string {
 		}
 	}
 	return ""
-}
-
-// tolerates reports whether toleration t tolerates taint: same effect (or
-// any when empty), same key (or any with Exists and no key), and Exists or
-// an equal value.
-func tolerates(t corev1.Toleration, taint corev1.Taint) bool {
-	if t.Effect != "" && t.Effect != taint.Effect {
-		return false
-	}
-	if t.Key != "" && t.Key != taint.Key {
-		return false
-	}
-	switch t.Operator {
-	case corev1.TolerationOpExists:
-		return true
-	case "", corev1.TolerationOpEqual:
-		return t.Key != "" && t.Value == taint.Value
-	}
-	return false
 }

@@ -3,27 +3,9 @@ package nodelifecycle
 import (
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 )
-
-// tolerates says whether a toleration matches a taint: same key (or an
-// empty key with Exists, which matches every key), same effect (or none),
-// and for Equal the same value.
-func tolerates(tol *corev1.Toleration, taint *corev1.Taint) bool {
-	if tol.Effect != "" && tol.Effect != taint.Effect {
-		return false
-	}
-	if tol.Key != taint.Key && !(tol.Key == "" && tol.Operator == corev1.TolerationOpExists) {
-		return false
-	}
-	switch tol.Operator {
-	case corev1.TolerationOpExists:
-		return true
-	case "", corev1.TolerationOpEqual:
-		return tol.Value == taint.Value
-	}
-	return false
-}
 
 // Eviction is when a pod must leave a node because of its NoExecute taints.
 type Eviction struct {
@@ -51,7 +33,7 @@ func EvictionFor(taints []corev1.Taint, tolerations []corev1.Toleration, since f
 		var secs *int64
 		for j := range tolerations {
 			tol := &tolerations[j]
-			if !tolerates(tol, taint) {
+			if !tol.ToleratesTaint(logr.Discard(), taint, false) {
 				continue
 			}
 			matched = true
