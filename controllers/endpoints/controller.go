@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tether-edge/tether/controllers/internal/kit"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -254,7 +255,7 @@ func podChangeMatters(old, cur *corev1.Pod) bool {
 		return false // a resync
 	}
 	return !maps.Equal(old.Labels, cur.Labels) ||
-		IsPodReady(old) != IsPodReady(cur) ||
+		kit.IsPodReady(old) != kit.IsPodReady(cur) ||
 		old.Status.PodIP != cur.Status.PodIP || len(old.Status.PodIPs) != len(cur.Status.PodIPs) ||
 		old.Status.Phase != cur.Status.Phase ||
 		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||

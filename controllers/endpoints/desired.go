@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tether-edge/tether/controllers/internal/kit"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -146,16 +147,6 @@ func podInEndpoints(pod *corev1.Pod, includeTerminating bool) bool {
 	return true
 }
 
-// IsPodReady says whether a pod's Ready condition is True.
-func IsPodReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // resolvePort finds the number a Service port's targetPort means for a
 // pod: a number as is (zero means the Service port), a name through the
 // pod's container ports of the same protocol.
@@ -230,7 +221,7 @@ func desiredGroups(svc *corev1.Service, pods []*corev1.Pod, zoneOf func(node str
 			continue
 		}
 		ports := endpointPorts(svc, pod)
-		serving := publish || IsPodReady(pod)
+		serving := publish || kit.IsPodReady(pod)
 		terminating := pod.DeletionTimestamp != nil
 		// Ready is never true for a terminating pod unless the Service
 		// asks for unready addresses to be published.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tether-edge/tether/controllers/internal/kit"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -74,7 +75,7 @@ func desiredSubsets(svc *corev1.Service, pods []*corev1.Pod, maxAddrs int) ([]co
 				IP:        ip,
 				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 			},
-			ready: publish || IsPodReady(pod),
+			ready: publish || kit.IsPodReady(pod),
 		}
 		if pod.Spec.NodeName != "" {
 			a.addr.NodeName = ptr(pod.Spec.NodeName)
