@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -24,8 +25,10 @@ type Config struct {
 	// NodeName selects the node-local endpoints (EndpointSlice nodeName)
 	// for the Local traffic policies. Empty: no endpoint is local.
 	NodeName string
-	// NodeIPs are the node addresses NodePorts answer on. The first IPv4
-	// one is also the SNAT source for externalIP traffic to remote
+	// NodeIPs are the node addresses NodePorts answer on: for traffic
+	// that arrives on the uplinks, and for connections of the node's own
+	// processes and pods, which the socket programs balance. The first
+	// IPv4 one is also the SNAT source for externalIP traffic to remote
 	// backends.
 	NodeIPs []netip.Addr
 	// Uplinks are the interfaces that carry NodePort and externalIP
@@ -60,7 +63,8 @@ type Config struct {
 // the defaults in parentheses.
 type MapSizes struct {
 	// (65536) Service frontends: ClusterIP/externalIP/NodePort × port ×
-	// scope. The socket hooks' fast table has the next power of two of
+	// scope, and each NodePort once more per node address (for the
+	// node's own sockets). The socket hooks' fast table has the next power of two of
 	// lines (64 bytes each). With ClusterIPs drawn at random, as
 	// Kubernetes draws them, a quarter-full table has 88 % of its
 	// frontends in the first line they look in and 1 % in none (left to
@@ -138,6 +142,20 @@ func isFS(path string, magic int64) bool {
 		return false
 	}
 	return int64(st.Type) == magic
+}
+
+// nodeAddrs returns the usable node addresses of ips in their order,
+// IPv4-mapped ones unmapped and each once.
+func nodeAddrs(ips []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range ips {
+		a = a.Unmap().WithZone("")
+		if !a.IsValid() || a.IsUnspecified() || slices.Contains(out, a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // pow2Bits returns the smallest b ≥ min with 1<<b ≥ n.

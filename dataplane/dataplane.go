@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,6 +28,7 @@ const labelServiceName = discoveryv1.LabelServiceName
 // are safe for concurrent use.
 type Dataplane struct {
 	cfg      Config
+	nodeIPs  []netip.Addr // cfg.NodeIPs unmapped, without duplicates and unusable ones
 	log      *slog.Logger
 	mapsDir  string
 	linksDir string
@@ -74,6 +76,7 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	d := &Dataplane{
 		cfg:      cfg,
+		nodeIPs:  nodeAddrs(cfg.NodeIPs),
 		log:      cfg.Logger.With("component", "dataplane"),
 		mapsDir:  filepath.Join(cfg.BPFFSPath, "maps"),
 		linksDir: filepath.Join(cfg.BPFFSPath, "links"),
@@ -229,8 +232,7 @@ func (d *Dataplane) tcMode() string {
 func (d *Dataplane) writeNodeConfig() error {
 	want := map[lbLbAddr]bool{}
 	var snat uint32
-	for _, a := range d.cfg.NodeIPs {
-		a = a.Unmap()
+	for _, a := range d.nodeIPs {
 		want[toLbAddr(as16(a))] = true
 		if a.Is4() && snat == 0 {
 			snat = toLbAddr(as16(a)).W[3]
@@ -350,7 +352,7 @@ func (d *Dataplane) desiredFor(key types.NamespacedName) []desiredFE {
 			eps = append(eps, s)
 		}
 	}
-	return desiredFrontends(svc, eps, d.cfg.NodeName)
+	return desiredFrontends(svc, eps, d.cfg.NodeName, d.nodeIPs)
 }
 
 // plan adds to b what Service key needs and returns the frontends it will

@@ -240,8 +240,10 @@ func anyAddr(v6 bool) netip.Addr {
 	return as16(netip.IPv4Unspecified())
 }
 
-// desiredFrontends computes every frontend one Service needs.
-func desiredFrontends(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, node string) []desiredFE {
+// desiredFrontends computes every frontend one Service needs. nodeIPs are
+// the node's addresses (unmapped), on which its NodePorts also answer the
+// sockets of the node and its pods.
+func desiredFrontends(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, node string, nodeIPs []netip.Addr) []desiredFE {
 	if !serviceHandled(svc) {
 		return nil
 	}
@@ -329,6 +331,16 @@ func desiredFrontends(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, nod
 			}
 			if nodePorts && sp.NodePort > 0 && sp.NodePort < 65536 {
 				add(anyAddr(fam), sp.NodePort, scopeExternal, extFlags, external)
+				// A socket of the node or of one of its pods that
+				// dials a node address never crosses the uplink: the
+				// socket programs balance it, with the backends the
+				// tc programs use (externalTrafficPolicy Local: this
+				// node's only, refused when there is none).
+				for _, ip := range nodeIPs {
+					if ip.Is6() == fam {
+						add(ip, sp.NodePort, scopeInternal, extFlags, external)
+					}
+				}
 			}
 		}
 	}

@@ -34,6 +34,7 @@ const (
 	npClientIP = "10.214.1.10"
 	npRemoteIP = "10.214.1.20"
 	npPodIP    = "10.214.3.2"
+	npPodGW    = "10.214.3.1" // the node's end of the pod's veth
 	npExtIP    = "10.214.1.100"
 )
 
@@ -56,8 +57,8 @@ func newNPLab(t *testing.T, tcMode string) *npLab {
 		testnet.Veth(t, m.ns, m.dev, []string{m.addr}, l.lan, m.port, nil)
 		testnet.MustIP(t, "-n", l.lan.Name, "link", "set", m.port, "master", "br0")
 	}
-	testnet.Veth(t, l.node, "pod0", []string{"10.214.3.1/24"}, l.pod, "eth0", []string{npPodIP + "/24"})
-	testnet.MustIP(t, "-n", l.pod.Name, "route", "add", "default", "via", "10.214.3.1")
+	testnet.Veth(t, l.node, "pod0", []string{npPodGW + "/24"}, l.pod, "eth0", []string{npPodIP + "/24"})
+	testnet.MustIP(t, "-n", l.pod.Name, "route", "add", "default", "via", npPodGW)
 	testnet.MustIP(t, "-n", l.client.Name, "route", "add", npExtIP+"/32", "via", npNodeIP)
 	// Forwarding on in the node's namespace only: it routes to its pods.
 	l.node.Sysctl(t, "net.ipv4.ip_forward", "1")
@@ -66,11 +67,13 @@ func newNPLab(t *testing.T, tcMode string) *npLab {
 		CgroupPath: testnet.NewCgroup(t),
 		BPFFSPath:  testnet.BPFFSDir(t),
 		NodeName:   "node-a",
-		NodeIPs:    []netip.Addr{netip.MustParseAddr(npNodeIP)},
-		Uplinks:    []string{"up0"},
-		NetnsPath:  l.node.Path(),
-		TCAttach:   tcMode,
-		Logger:     testLogger(t),
+		// The pods' gateway is a node address too: NodePorts answer
+		// the node's own sockets on it.
+		NodeIPs:   []netip.Addr{netip.MustParseAddr(npNodeIP), netip.MustParseAddr(npPodGW)},
+		Uplinks:   []string{"up0"},
+		NetnsPath: l.node.Path(),
+		TCAttach:  tcMode,
+		Logger:    testLogger(t),
 	}
 	dp, err := New(l.cfg)
 	if err != nil {
