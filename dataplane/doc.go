@@ -6,7 +6,12 @@
 // sendmsg4/6, recvmsg4/6 and getpeername4/6 rewrite the address a socket asks
 // for into a backend before the first packet exists, so established flows pay
 // no per-packet NAT and leave no conntrack entry, and applications still see
-// the ClusterIP as their peer. post_bind4/6 keep host processes off NodePorts.
+// the ClusterIP as their peer. The same hooks answer NodePorts that the node's
+// own processes and pods dial on a node address (Config.NodeIPs): each
+// NodePort has a socket-scope frontend per node address with the backends of
+// its externalTrafficPolicy (Local: this node's only, refused at once when
+// there is none): those connections never cross the uplink, where the tc
+// programs are. post_bind4/6 keep host processes off NodePorts.
 //
 // North-south traffic (NodePort, externalIPs) is translated per packet by tc
 // programs on the node's uplinks (TCX links where the kernel has them, a
