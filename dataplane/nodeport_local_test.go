@@ -24,6 +24,8 @@ import (
 const (
 	npRemoteIP2 = "10.214.1.21"
 	npPodIP2    = "10.214.3.3"
+	npNodeIP6   = "fd00:214:1::1"
+	npRemoteIP6 = "fd00:214:1::20"
 )
 
 // TestNodePortFromNode dials NodePorts on the node's addresses from the
@@ -35,6 +37,8 @@ func TestNodePortFromNode(t *testing.T) {
 	l := newNPLab(t, "")
 	testnet.MustIP(t, "-n", l.remote.Name, "addr", "add", npRemoteIP2+"/24", "dev", "eth0")
 	testnet.MustIP(t, "-n", l.pod.Name, "addr", "add", npPodIP2+"/24", "dev", "eth0")
+	testnet.MustIP(t, "-n", l.node.Name, "addr", "add", npNodeIP6+"/64", "dev", "up0", "nodad")
+	testnet.MustIP(t, "-n", l.remote.Name, "addr", "add", npRemoteIP6+"/64", "dev", "eth0", "nodad")
 	// Pod addresses are routed to their node, as a site's routes do.
 	testnet.MustIP(t, "-n", l.remote.Name, "route", "add", "10.214.3.0/24", "via", npNodeIP)
 	for _, b := range []struct {
@@ -60,6 +64,14 @@ func TestNodePortFromNode(t *testing.T) {
 		readyEP(npRemoteIP, "node-b"), readyEP(npPodIP, "node-a"), readyEP(npPodIP2, "node-a"))
 	np("fn-nolocal", "10.214.101.12", 30094, corev1.ServiceExternalTrafficPolicyLocal,
 		readyEP(npRemoteIP, "node-b"), readyEP(npRemoteIP2, "node-b"))
+
+	v6 := service("fn-v6", "10.214.101.13", corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 30096, TargetPort: intstr.FromString("http")})
+	v6.Spec.ClusterIPs = []string{"10.214.101.13", "fd00:214:101::13"}
+	v6.Spec.Type = corev1.ServiceTypeNodePort
+	l.dp.UpsertService(v6)
+	v6eps := epSlice("fn-v6-1", "fn-v6", ports[:1], readyEP(npRemoteIP6, "node-b"))
+	v6eps.AddressType = discoveryv1.AddressTypeIPv6
+	l.dp.UpsertEndpointSlice(v6eps)
 
 	// The node's processes live in the dataplane's cgroup, the pod's in
 	// one below it. Sockets take the cgroup of the process that creates
@@ -197,6 +209,18 @@ func TestNodePortFromNode(t *testing.T) {
 			})
 			if !errors.Is(err, want) {
 				t.Fatalf("bind %s in the node namespace: %v, want %v", addr, err, want)
+			}
+		}
+	})
+	t.Run("IPv6", func(t *testing.T) {
+		// The process is in the node's cgroup again (BindStillProtected).
+		addr := "[" + npNodeIP6 + "]:30096"
+		for _, r := range dialN(l.node, addr, 5) {
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.backend != npRemoteIP6 || r.client != npNodeIP6 || r.peer != addr {
+				t.Fatalf("backend %s saw client %s, client saw peer %s; want %s, %s, %s", r.backend, r.client, r.peer, npRemoteIP6, npNodeIP6, addr)
 			}
 		}
 	})

@@ -68,8 +68,9 @@ func newNPLab(t *testing.T, tcMode string) *npLab {
 		BPFFSPath:  testnet.BPFFSDir(t),
 		NodeName:   "node-a",
 		// The pods' gateway is a node address too: NodePorts answer
-		// the node's own sockets on it.
-		NodeIPs:   []netip.Addr{netip.MustParseAddr(npNodeIP), netip.MustParseAddr(npPodGW)},
+		// the node's own sockets on it. The IPv6 address is put on
+		// up0 by the tests that use it.
+		NodeIPs:   []netip.Addr{netip.MustParseAddr(npNodeIP), netip.MustParseAddr(npPodGW), netip.MustParseAddr(npNodeIP6)},
 		Uplinks:   []string{"up0"},
 		NetnsPath: l.node.Path(),
 		TCAttach:  tcMode,
