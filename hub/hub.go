@@ -182,12 +182,12 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("create data directory: %w", err)
 	}
 	cidr := netip.MustParsePrefix(cfg.ServiceCIDR).Masked()
-	if err := registry.SetServiceNetwork(registry.ServiceNetwork{CIDR: cidr}); err != nil {
-		return err
-	}
 	serviceIP := cidr.Addr().Next()
-	if err := registry.SetClusterNetwork(registry.ClusterNetwork{
-		CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize}); err != nil {
+	reg, err := registry.New(registry.Config{
+		Services: registry.ServiceNetwork{CIDR: cidr},
+		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
+	})
+	if err != nil {
 		return err
 	}
 
@@ -223,7 +223,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 
-	kinds := registry.All()
+	kinds := reg.Kinds()
 	adm := admission.New(cfg.Logger.With("component", "admission"))
 	objs, err := storage.New(storage.Config{Store: st, Kinds: kinds, Logger: cfg.Logger.With("component", "storage"),
 		Admission: adm.Admitters()})

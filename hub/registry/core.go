@@ -11,15 +11,15 @@ import (
 )
 
 // coreKinds returns the served kinds of the core (legacy) group, v1, in
-// discovery order.
-func coreKinds() []*Kind {
+// discovery order; Services and Nodes allocate from the given allocators.
+func coreKinds(services *serviceAllocator, podCIDRs *podCIDRAllocator) []*Kind {
 	return []*Kind{
 		configMapKind,
 		endpointsKind,
 		eventKind,
 		limitRangeKind,
 		namespaceKind,
-		nodeKind,
+		newNodeKind(podCIDRs),
 		pvcKind,
 		pvKind,
 		podKind,
@@ -28,7 +28,7 @@ func coreKinds() []*Kind {
 		resourceQuotaKind,
 		secretKind,
 		serviceAccountKind,
-		serviceKind,
+		newServiceKind(services),
 	}
 }
 

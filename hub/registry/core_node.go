@@ -18,64 +18,67 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-var nodeKind = &Kind{
-	GVK:            corev1.SchemeGroupVersion.WithKind("Node"),
-	Resource:       "nodes",
-	Singular:       "node",
-	ShortNames:     []string{"no"},
-	HasStatus:      true,
-	StatusOnCreate: true,
-	Default: func(obj runtime.Object) {
-		n := obj.(*corev1.Node)
-		// The v1 API carries both podCIDR and podCIDRs; upstream's
-		// conversion fills one from the other.
-		if n.Spec.PodCIDR != "" && len(n.Spec.PodCIDRs) == 0 {
-			n.Spec.PodCIDRs = []string{n.Spec.PodCIDR}
-		} else if n.Spec.PodCIDR == "" && len(n.Spec.PodCIDRs) > 0 {
-			n.Spec.PodCIDR = n.Spec.PodCIDRs[0]
-		}
-		if n.Status.Allocatable == nil && n.Status.Capacity != nil {
-			n.Status.Allocatable = n.Status.Capacity.DeepCopy()
-		}
-	},
-	PrepareForCreate: func(obj runtime.Object) {
-		obj.(*corev1.Node).Spec.ConfigSource = nil
-	},
-	Validate: func(obj runtime.Object) field.ErrorList { return validateNode(obj.(*corev1.Node)) },
-	Admit:    admitNode,
-	Release:  releaseNode,
-	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
-		n, o := obj.(*corev1.Node), old.(*corev1.Node)
-		errs := validateNode(n)
-		sp := field.NewPath("spec")
-		if len(o.Spec.PodCIDRs) > 0 && !apiequality.Semantic.DeepEqual(n.Spec.PodCIDRs, o.Spec.PodCIDRs) {
-			errs = append(errs, field.Forbidden(sp.Child("podCIDRs"), "node updates may not change podCIDR except from \"\" to valid"))
-		}
-		if o.Spec.ProviderID != "" && n.Spec.ProviderID != o.Spec.ProviderID {
-			errs = append(errs, field.Forbidden(sp.Child("providerID"), "node updates may not change providerID except from \"\" to valid"))
-		}
-		return errs
-	},
-	ValidateStatusUpdate: func(obj, old runtime.Object) field.ErrorList {
-		return validateNodeStatus(obj.(*corev1.Node))
-	},
-	Fields: func(obj runtime.Object) fields.Set {
-		return fields.Set{"spec.unschedulable": strconv.FormatBool(obj.(*corev1.Node).Spec.Unschedulable)}
-	},
-	FieldLabels: []string{"spec.unschedulable"},
-	Columns: []metav1.TableColumnDefinition{
-		nameColumn,
-		column("Status", "string", 0, "The status of the node"),
-		column("Roles", "string", 0, "The roles of the node"),
-		ageColumn,
-		column("Version", "string", 0, "Kubelet Version reported by the node."),
-		column("Internal-IP", "string", 1, "List of addresses reachable to the node."),
-		column("External-IP", "string", 1, "List of addresses reachable to the node."),
-		column("OS-Image", "string", 1, "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
-		column("Kernel-Version", "string", 1, "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
-		column("Container-Runtime", "string", 1, "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
-	},
-	Cells: func(obj runtime.Object, now time.Time) []any { return nodeCells(obj.(*corev1.Node), now) },
+// newNodeKind returns the Node kind, giving pod CIDRs from a.
+func newNodeKind(a *podCIDRAllocator) *Kind {
+	return &Kind{
+		GVK:            corev1.SchemeGroupVersion.WithKind("Node"),
+		Resource:       "nodes",
+		Singular:       "node",
+		ShortNames:     []string{"no"},
+		HasStatus:      true,
+		StatusOnCreate: true,
+		Default: func(obj runtime.Object) {
+			n := obj.(*corev1.Node)
+			// The v1 API carries both podCIDR and podCIDRs; upstream's
+			// conversion fills one from the other.
+			if n.Spec.PodCIDR != "" && len(n.Spec.PodCIDRs) == 0 {
+				n.Spec.PodCIDRs = []string{n.Spec.PodCIDR}
+			} else if n.Spec.PodCIDR == "" && len(n.Spec.PodCIDRs) > 0 {
+				n.Spec.PodCIDR = n.Spec.PodCIDRs[0]
+			}
+			if n.Status.Allocatable == nil && n.Status.Capacity != nil {
+				n.Status.Allocatable = n.Status.Capacity.DeepCopy()
+			}
+		},
+		PrepareForCreate: func(obj runtime.Object) {
+			obj.(*corev1.Node).Spec.ConfigSource = nil
+		},
+		Validate: func(obj runtime.Object) field.ErrorList { return validateNode(obj.(*corev1.Node)) },
+		Admit:    a.admitNode,
+		Release:  a.releaseNode,
+		ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
+			n, o := obj.(*corev1.Node), old.(*corev1.Node)
+			errs := validateNode(n)
+			sp := field.NewPath("spec")
+			if len(o.Spec.PodCIDRs) > 0 && !apiequality.Semantic.DeepEqual(n.Spec.PodCIDRs, o.Spec.PodCIDRs) {
+				errs = append(errs, field.Forbidden(sp.Child("podCIDRs"), "node updates may not change podCIDR except from \"\" to valid"))
+			}
+			if o.Spec.ProviderID != "" && n.Spec.ProviderID != o.Spec.ProviderID {
+				errs = append(errs, field.Forbidden(sp.Child("providerID"), "node updates may not change providerID except from \"\" to valid"))
+			}
+			return errs
+		},
+		ValidateStatusUpdate: func(obj, old runtime.Object) field.ErrorList {
+			return validateNodeStatus(obj.(*corev1.Node))
+		},
+		Fields: func(obj runtime.Object) fields.Set {
+			return fields.Set{"spec.unschedulable": strconv.FormatBool(obj.(*corev1.Node).Spec.Unschedulable)}
+		},
+		FieldLabels: []string{"spec.unschedulable"},
+		Columns: []metav1.TableColumnDefinition{
+			nameColumn,
+			column("Status", "string", 0, "The status of the node"),
+			column("Roles", "string", 0, "The roles of the node"),
+			ageColumn,
+			column("Version", "string", 0, "Kubelet Version reported by the node."),
+			column("Internal-IP", "string", 1, "List of addresses reachable to the node."),
+			column("External-IP", "string", 1, "List of addresses reachable to the node."),
+			column("OS-Image", "string", 1, "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
+			column("Kernel-Version", "string", 1, "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
+			column("Container-Runtime", "string", 1, "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+		},
+		Cells: func(obj runtime.Object, now time.Time) []any { return nodeCells(obj.(*corev1.Node), now) },
+	}
 }
 
 func validateNode(n *corev1.Node) field.ErrorList {

@@ -27,9 +27,9 @@ type ClusterNetwork struct {
 	NodeMaskSize int
 }
 
-// SetClusterNetwork replaces the network node pod CIDRs come from. Call it
-// before serving.
-func SetClusterNetwork(n ClusterNetwork) error {
+// withDefaults fills the zero fields of n and checks that its node ranges
+// fit in it.
+func (n ClusterNetwork) withDefaults() (ClusterNetwork, error) {
 	if !n.CIDR.IsValid() {
 		n.CIDR = netip.MustParsePrefix(DefaultClusterCIDR)
 	}
@@ -41,17 +41,12 @@ func SetClusterNetwork(n ClusterNetwork) error {
 	}
 	n.CIDR = n.CIDR.Masked()
 	if n.NodeMaskSize < n.CIDR.Bits() || n.NodeMaskSize > n.CIDR.Addr().BitLen()-2 {
-		return fmt.Errorf("set cluster network: node mask size /%d does not fit in %s", n.NodeMaskSize, n.CIDR)
+		return n, fmt.Errorf("cluster network: node mask size /%d does not fit in %s", n.NodeMaskSize, n.CIDR)
 	}
 	if n.NodeMaskSize-n.CIDR.Bits() > 20 {
-		return fmt.Errorf("set cluster network: %s split in /%d gives more than 2^20 node ranges", n.CIDR, n.NodeMaskSize)
+		return n, fmt.Errorf("cluster network: %s split in /%d gives more than 2^20 node ranges", n.CIDR, n.NodeMaskSize)
 	}
-	podCIDRs.mu.Lock()
-	defer podCIDRs.mu.Unlock()
-	podCIDRs.net = n
-	podCIDRs.seeded = false
-	podCIDRs.owners = map[netip.Prefix]string{}
-	return nil
+	return n, nil
 }
 
 // podCIDRAllocator gives every node without one a pod CIDR when it is
@@ -66,9 +61,8 @@ type podCIDRAllocator struct {
 	next   int64                   // where the search for a free range starts
 }
 
-var podCIDRs = &podCIDRAllocator{
-	net:    ClusterNetwork{CIDR: netip.MustParsePrefix(DefaultClusterCIDR), NodeMaskSize: DefaultNodeMaskSize},
-	owners: map[netip.Prefix]string{},
+func newPodCIDRAllocator(n ClusterNetwork) *podCIDRAllocator {
+	return &podCIDRAllocator{net: n, owners: map[netip.Prefix]string{}}
 }
 
 func (a *podCIDRAllocator) seed(ctx context.Context, l Lister) error {
@@ -104,15 +98,15 @@ func (a *podCIDRAllocator) nth(i int64) netip.Prefix {
 	return netip.PrefixFrom(nthAddr(a.net.CIDR, off), a.net.NodeMaskSize)
 }
 
-func admitNode(ctx context.Context, l Lister, obj, old runtime.Object) error {
+// admitNode gives a new node without a pod CIDR the next free range.
+func (a *podCIDRAllocator) admitNode(ctx context.Context, l Lister, obj, old runtime.Object) error {
 	n := obj.(*corev1.Node)
 	if old != nil || n.Spec.PodCIDR != "" || len(n.Spec.PodCIDRs) > 0 {
 		if old == nil {
-			podCIDRs.take(n)
+			a.take(n)
 		}
 		return nil
 	}
-	a := podCIDRs
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := a.seed(ctx, l); err != nil {
@@ -147,9 +141,9 @@ func (a *podCIDRAllocator) take(n *corev1.Node) {
 	}
 }
 
-func releaseNode(obj runtime.Object) {
+// releaseNode frees the range of a deleted node.
+func (a *podCIDRAllocator) releaseNode(obj runtime.Object) {
 	n := obj.(*corev1.Node)
-	a := podCIDRs
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, c := range n.Spec.PodCIDRs {

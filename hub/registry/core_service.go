@@ -42,10 +42,9 @@ type ServiceNetwork struct {
 	NodePortFirst, NodePortLast int32
 }
 
-// SetServiceNetwork replaces the service network used by the Service kind's
-// admission. Call it before serving; it fails on a range that cannot hold
-// addresses or ports.
-func SetServiceNetwork(n ServiceNetwork) error {
+// withDefaults fills the zero fields of n and checks the result: it fails
+// on a range that cannot hold addresses or ports.
+func (n ServiceNetwork) withDefaults() (ServiceNetwork, error) {
 	if !n.CIDR.IsValid() {
 		n.CIDR = netip.MustParsePrefix(DefaultServiceCIDR)
 	}
@@ -55,15 +54,12 @@ func SetServiceNetwork(n ServiceNetwork) error {
 	n.CIDR = n.CIDR.Masked()
 	bits := n.CIDR.Addr().BitLen() - n.CIDR.Bits()
 	if bits < 2 {
-		return fmt.Errorf("set service network: CIDR %s is too small", n.CIDR)
+		return n, fmt.Errorf("service network: CIDR %s is too small", n.CIDR)
 	}
 	if n.NodePortFirst < 1 || n.NodePortLast > 65535 || n.NodePortFirst > n.NodePortLast {
-		return fmt.Errorf("set service network: invalid node port range %d-%d", n.NodePortFirst, n.NodePortLast)
+		return n, fmt.Errorf("service network: invalid node port range %d-%d", n.NodePortFirst, n.NodePortLast)
 	}
-	services.mu.Lock()
-	defer services.mu.Unlock()
-	services.net = n
-	return nil
+	return n, nil
 }
 
 // serviceAllocator hands out cluster IPs and node ports. Reservations made
@@ -76,9 +72,8 @@ type serviceAllocator struct {
 	ports map[int32]string      // node port -> owner
 }
 
-var services = &serviceAllocator{
-	net: ServiceNetwork{CIDR: netip.MustParsePrefix(DefaultServiceCIDR), NodePortFirst: 30000, NodePortLast: 32767},
-	ips: map[netip.Addr]string{}, ports: map[int32]string{},
+func newServiceAllocator(n ServiceNetwork) *serviceAllocator {
+	return &serviceAllocator{net: n, ips: map[netip.Addr]string{}, ports: map[int32]string{}}
 }
 
 func serviceOwner(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
@@ -303,7 +298,9 @@ func (a *serviceAllocator) release(svc *corev1.Service) {
 	}
 }
 
-func admitService(ctx context.Context, l Lister, obj, old runtime.Object) error {
+// admitService allocates the cluster IPs and node ports a created or
+// updated Service needs, seeing what the stored Services hold.
+func (a *serviceAllocator) admitService(ctx context.Context, l Lister, obj, old runtime.Object) error {
 	svc := obj.(*corev1.Service)
 	var oldSvc *corev1.Service
 	if old != nil {
@@ -334,7 +331,7 @@ func admitService(ctx context.Context, l Lister, obj, old runtime.Object) error 
 			}
 		}
 	}
-	if errs := services.admit(svc, oldSvc, usedIPs, usedPorts); len(errs) > 0 {
+	if errs := a.admit(svc, oldSvc, usedIPs, usedPorts); len(errs) > 0 {
 		return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Service").GroupKind(), svc.Name, errs)
 	}
 	return nil
@@ -589,55 +586,58 @@ func prepareServiceUpdate(svc, old *corev1.Service) {
 	}
 }
 
-var serviceKind = &Kind{
-	GVK:        corev1.SchemeGroupVersion.WithKind("Service"),
-	Resource:   "services",
-	Singular:   "service",
-	Namespaced: true,
-	ShortNames: []string{"svc"},
-	Categories: []string{"all"},
-	HasStatus:  true,
-	Default:    func(obj runtime.Object) { defaultService(obj.(*corev1.Service)) },
-	PrepareForUpdate: func(obj, old runtime.Object) {
-		prepareServiceUpdate(obj.(*corev1.Service), old.(*corev1.Service))
-	},
-	Validate: func(obj runtime.Object) field.ErrorList { return validateService(obj.(*corev1.Service)) },
-	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
-		return validateServiceUpdate(obj.(*corev1.Service), old.(*corev1.Service))
-	},
-	ValidateStatusUpdate: func(obj, old runtime.Object) field.ErrorList {
-		var errs field.ErrorList
-		p := field.NewPath("status", "loadBalancer", "ingress")
-		for i, in := range obj.(*corev1.Service).Status.LoadBalancer.Ingress {
-			if in.IP != "" {
-				errs = append(errs, validation.IsValidIP(p.Index(i).Child("ip"), in.IP)...)
-			}
-			if in.Hostname != "" {
-				for _, msg := range validation.IsDNS1123Subdomain(in.Hostname) {
-					errs = append(errs, field.Invalid(p.Index(i).Child("hostname"), in.Hostname, msg))
+// newServiceKind returns the Service kind, allocating from a.
+func newServiceKind(a *serviceAllocator) *Kind {
+	return &Kind{
+		GVK:        corev1.SchemeGroupVersion.WithKind("Service"),
+		Resource:   "services",
+		Singular:   "service",
+		Namespaced: true,
+		ShortNames: []string{"svc"},
+		Categories: []string{"all"},
+		HasStatus:  true,
+		Default:    func(obj runtime.Object) { defaultService(obj.(*corev1.Service)) },
+		PrepareForUpdate: func(obj, old runtime.Object) {
+			prepareServiceUpdate(obj.(*corev1.Service), old.(*corev1.Service))
+		},
+		Validate: func(obj runtime.Object) field.ErrorList { return validateService(obj.(*corev1.Service)) },
+		ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
+			return validateServiceUpdate(obj.(*corev1.Service), old.(*corev1.Service))
+		},
+		ValidateStatusUpdate: func(obj, old runtime.Object) field.ErrorList {
+			var errs field.ErrorList
+			p := field.NewPath("status", "loadBalancer", "ingress")
+			for i, in := range obj.(*corev1.Service).Status.LoadBalancer.Ingress {
+				if in.IP != "" {
+					errs = append(errs, validation.IsValidIP(p.Index(i).Child("ip"), in.IP)...)
+				}
+				if in.Hostname != "" {
+					for _, msg := range validation.IsDNS1123Subdomain(in.Hostname) {
+						errs = append(errs, field.Invalid(p.Index(i).Child("hostname"), in.Hostname, msg))
+					}
 				}
 			}
-		}
-		return errs
-	},
-	NameRule: func(name string, prefix bool) []string {
-		if prefix {
-			name = maskTrailingDash(name)
-		}
-		return validation.IsDNS1035Label(name)
-	},
-	Admit:   admitService,
-	Release: func(obj runtime.Object) { services.release(obj.(*corev1.Service)) },
-	Columns: []metav1.TableColumnDefinition{
-		nameColumn,
-		column("Type", "string", 0, "The way the service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName."),
-		column("Cluster-IP", "string", 0, "The virtual IP address the service is reachable at inside the cluster."),
-		column("External-IP", "string", 0, "The addresses the service is reachable at from outside the cluster."),
-		column("Port(s)", "string", 0, "The ports the service exposes."),
-		ageColumn,
-		column("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this selector."),
-	},
-	Cells: func(obj runtime.Object, now time.Time) []any { return serviceCells(obj.(*corev1.Service), now) },
+			return errs
+		},
+		NameRule: func(name string, prefix bool) []string {
+			if prefix {
+				name = maskTrailingDash(name)
+			}
+			return validation.IsDNS1035Label(name)
+		},
+		Admit:   a.admitService,
+		Release: func(obj runtime.Object) { a.release(obj.(*corev1.Service)) },
+		Columns: []metav1.TableColumnDefinition{
+			nameColumn,
+			column("Type", "string", 0, "The way the service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName."),
+			column("Cluster-IP", "string", 0, "The virtual IP address the service is reachable at inside the cluster."),
+			column("External-IP", "string", 0, "The addresses the service is reachable at from outside the cluster."),
+			column("Port(s)", "string", 0, "The ports the service exposes."),
+			ageColumn,
+			column("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this selector."),
+		},
+		Cells: func(obj runtime.Object, now time.Time) []any { return serviceCells(obj.(*corev1.Service), now) },
+	}
 }
 
 // maskTrailingDash lets a generateName prefix end with "-".

@@ -9,6 +9,7 @@ import (
 )
 
 func TestServiceCellsAddresses(t *testing.T) {
+	_, serviceKind := newServices(t, ServiceNetwork{})
 	now := time.Now()
 	lb := newService("lb", corev1.ServiceTypeLoadBalancer)
 	lb.Spec.ClusterIPs = []string{"10.0.0.22", "fd00::16"}

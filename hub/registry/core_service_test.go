@@ -32,16 +32,16 @@ func (l *memLister) List(_ context.Context, resource, namespace string) ([]runti
 	return append([]runtime.Object(nil), l.objs...), nil
 }
 
-// resetServices gives the test a fresh allocator with the default network.
-func resetServices(t *testing.T) {
+// newServices returns a fresh allocator of network n and the Service kind
+// allocating from it.
+func newServices(t *testing.T, n ServiceNetwork) (*serviceAllocator, *Kind) {
 	t.Helper()
-	services.mu.Lock()
-	services.ips = map[netip.Addr]string{}
-	services.ports = map[int32]string{}
-	services.mu.Unlock()
-	if err := SetServiceNetwork(ServiceNetwork{}); err != nil {
+	n, err := n.withDefaults()
+	if err != nil {
 		t.Fatal(err)
 	}
+	a := newServiceAllocator(n)
+	return a, newServiceKind(a)
 }
 
 func newService(name string, typ corev1.ServiceType) *corev1.Service {
@@ -120,6 +120,7 @@ func TestValidateService(t *testing.T) {
 	if errs := validateService(headless); len(errs) > 0 {
 		t.Errorf("headless without ports: %v", errs)
 	}
+	_, serviceKind := newServices(t, ServiceNetwork{})
 	if errs := serviceKind.NameRule("Web", false); len(errs) == 0 {
 		t.Error("upper-case service name accepted")
 	}
@@ -132,7 +133,7 @@ func TestValidateService(t *testing.T) {
 }
 
 func TestServiceAllocation(t *testing.T) {
-	resetServices(t)
+	a, serviceKind := newServices(t, ServiceNetwork{})
 	ctx := context.Background()
 	stored := newService("kubernetes", "")
 	stored.Spec.ClusterIP, stored.Spec.ClusterIPs = "10.0.0.1", []string{"10.0.0.1"}
@@ -144,7 +145,7 @@ func TestServiceAllocation(t *testing.T) {
 	// Explicit requests.
 	dns := newService("kube-dns", "")
 	dns.Spec.ClusterIP = "10.0.0.10"
-	if err := admitService(ctx, l, dns, nil); err != nil {
+	if err := a.admitService(ctx, l, dns, nil); err != nil {
 		t.Fatalf("explicit 10.0.0.10: %v", err)
 	}
 	if !reflect.DeepEqual(dns.Spec.ClusterIPs, []string{"10.0.0.10"}) {
@@ -160,7 +161,7 @@ func TestServiceAllocation(t *testing.T) {
 	for _, tt := range errTests {
 		s := newService("x-"+tt.ip, "")
 		s.Spec.ClusterIP = tt.ip
-		err := admitService(ctx, l, s, nil)
+		err := a.admitService(ctx, l, s, nil)
 		if !apierrors.IsInvalid(err) {
 			t.Fatalf("%s: err = %v, want Invalid", tt.ip, err)
 		}
@@ -174,7 +175,7 @@ func TestServiceAllocation(t *testing.T) {
 	cidr := netip.MustParsePrefix(DefaultServiceCIDR)
 	for i := 0; i < 50; i++ {
 		s := newService(fmt.Sprintf("auto-%d", i), "")
-		if err := admitService(ctx, l, s, nil); err != nil {
+		if err := a.admitService(ctx, l, s, nil); err != nil {
 			t.Fatal(err)
 		}
 		ip := netip.MustParseAddr(s.Spec.ClusterIP)
@@ -187,7 +188,7 @@ func TestServiceAllocation(t *testing.T) {
 	np := newService("np", corev1.ServiceTypeNodePort)
 	np.Spec.Ports = append(np.Spec.Ports, corev1.ServicePort{Name: "b", Port: 81, Protocol: "TCP", NodePort: 30200})
 	np.Spec.Ports[0].Name = "a"
-	if err := admitService(ctx, l, np, nil); err != nil {
+	if err := a.admitService(ctx, l, np, nil); err != nil {
 		t.Fatal(err)
 	}
 	if p := np.Spec.Ports[0].NodePort; p < 30000 || p > 32767 || p == 30100 || p == 30200 {
@@ -206,7 +207,7 @@ func TestServiceAllocation(t *testing.T) {
 	} {
 		s := newService(fmt.Sprintf("np-%d", tt.port), corev1.ServiceTypeNodePort)
 		s.Spec.Ports[0].NodePort = tt.port
-		err := admitService(ctx, l, s, nil)
+		err := a.admitService(ctx, l, s, nil)
 		if !apierrors.IsInvalid(err) {
 			t.Fatalf("node port %d: err = %v", tt.port, err)
 		}
@@ -219,25 +220,25 @@ func TestServiceAllocation(t *testing.T) {
 	// Only the configured family is served.
 	v6 := newService("v6", "")
 	v6.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
-	if err := admitService(ctx, l, v6, nil); !apierrors.IsInvalid(err) {
+	if err := a.admitService(ctx, l, v6, nil); !apierrors.IsInvalid(err) {
 		t.Errorf("IPv6 family: err = %v", err)
 	}
 	dual := newService("dual", "")
 	req := corev1.IPFamilyPolicyRequireDualStack
 	dual.Spec.IPFamilyPolicy = &req
-	if err := admitService(ctx, l, dual, nil); !apierrors.IsInvalid(err) {
+	if err := a.admitService(ctx, l, dual, nil); !apierrors.IsInvalid(err) {
 		t.Errorf("RequireDualStack: err = %v", err)
 	}
 
 	// Headless and ExternalName get nothing.
 	h := newService("headless", "")
 	h.Spec.ClusterIP = corev1.ClusterIPNone
-	if err := admitService(ctx, l, h, nil); err != nil || h.Spec.ClusterIP != "None" {
+	if err := a.admitService(ctx, l, h, nil); err != nil || h.Spec.ClusterIP != "None" {
 		t.Errorf("headless: %v %q", err, h.Spec.ClusterIP)
 	}
 	en := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "en", Namespace: "default"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}
-	if err := admitService(ctx, l, en, nil); err != nil || en.Spec.ClusterIP != "" {
+	if err := a.admitService(ctx, l, en, nil); err != nil || en.Spec.ClusterIP != "" {
 		t.Errorf("ExternalName: %v %q", err, en.Spec.ClusterIP)
 	}
 
@@ -249,7 +250,7 @@ func TestServiceAllocation(t *testing.T) {
 	if upd.Spec.ClusterIP != np.Spec.ClusterIP || upd.Spec.Ports[0].NodePort != np.Spec.Ports[0].NodePort {
 		t.Errorf("update lost allocations: %+v", upd.Spec)
 	}
-	if err := admitService(ctx, l, upd, np); err != nil {
+	if err := a.admitService(ctx, l, upd, np); err != nil {
 		t.Errorf("update admit: %v", err)
 	}
 	moved := np.DeepCopy()
@@ -260,13 +261,13 @@ func TestServiceAllocation(t *testing.T) {
 	serviceKind.Release(dns)
 	again := newService("dns2", "")
 	again.Spec.ClusterIP = "10.0.0.10"
-	if err := admitService(ctx, l, again, nil); err != nil {
+	if err := a.admitService(ctx, l, again, nil); err != nil {
 		t.Errorf("after release: %v", err)
 	}
 }
 
 func TestServiceAllocationConcurrent(t *testing.T) {
-	resetServices(t)
+	a, _ := newServices(t, ServiceNetwork{})
 	l := &memLister{}
 	const n = 100
 	var wg sync.WaitGroup
@@ -278,7 +279,7 @@ func TestServiceAllocationConcurrent(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			s := newService(fmt.Sprintf("s%d", i), corev1.ServiceTypeNodePort)
-			errs[i] = admitService(context.Background(), l, s, nil)
+			errs[i] = a.admitService(context.Background(), l, s, nil)
 			ips[i], ports[i] = s.Spec.ClusterIP, s.Spec.Ports[0].NodePort
 		}(i)
 	}
@@ -297,27 +298,25 @@ func TestServiceAllocationConcurrent(t *testing.T) {
 }
 
 func TestServiceNetworkConfig(t *testing.T) {
-	defer resetServices(t)
-	if err := SetServiceNetwork(ServiceNetwork{CIDR: netip.MustParsePrefix("10.0.0.0/29"), NodePortFirst: 31000, NodePortLast: 31001}); err != nil {
-		t.Fatal(err)
-	}
+	a, _ := newServices(t, ServiceNetwork{CIDR: netip.MustParsePrefix("10.0.0.0/29"), NodePortFirst: 31000, NodePortLast: 31001})
 	l := &memLister{}
 	// A /29 has hosts .1-.6; .1 is kept, leaving five (.10 is outside it).
 	for i := 0; i < 5; i++ {
 		s := newService(fmt.Sprintf("c%d", i), "")
-		if err := admitService(context.Background(), l, s, nil); err != nil {
+		if err := a.admitService(context.Background(), l, s, nil); err != nil {
 			t.Fatalf("service %d: %v", i, err)
 		}
 	}
-	if err := admitService(context.Background(), l, newService("full", ""), nil); !apierrors.IsInvalid(err) {
+	if err := a.admitService(context.Background(), l, newService("full", ""), nil); !apierrors.IsInvalid(err) {
 		t.Errorf("full range: err = %v", err)
 	}
-	if err := SetServiceNetwork(ServiceNetwork{NodePortFirst: 5, NodePortLast: 1}); err == nil {
+	if _, err := (ServiceNetwork{NodePortFirst: 5, NodePortLast: 1}).withDefaults(); err == nil {
 		t.Error("inverted port range accepted")
 	}
 }
 
 func TestServiceCells(t *testing.T) {
+	_, serviceKind := newServices(t, ServiceNetwork{})
 	now := time.Now()
 	tests := []struct {
 		name string

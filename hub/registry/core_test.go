@@ -38,7 +38,7 @@ func TestCoreDiscovery(t *testing.T) {
 		{"serviceaccounts", "serviceaccount", "ServiceAccount", true, false, []string{"sa"}, nil},
 		{"services", "service", "Service", true, true, []string{"svc"}, []string{"all"}},
 	}
-	kinds := coreKinds()
+	kinds := coreKinds(newServiceAllocator(ServiceNetwork{}), newPodCIDRAllocator(ClusterNetwork{}))
 	if len(kinds) != len(tests) {
 		t.Fatalf("%d core kinds, want %d", len(kinds), len(tests))
 	}
@@ -64,7 +64,7 @@ func TestCoreDiscovery(t *testing.T) {
 // TestCoreCellsMatchColumns renders every kind's zero object and checks the
 // number of cells.
 func TestCoreCellsMatchColumns(t *testing.T) {
-	for _, k := range coreKinds() {
+	for _, k := range coreKinds(newServiceAllocator(ServiceNetwork{}), newPodCIDRAllocator(ClusterNetwork{})) {
 		obj, err := scheme.Scheme.New(k.GVK)
 		if err != nil {
 			t.Fatal(err)
@@ -111,6 +111,7 @@ func TestNamespace(t *testing.T) {
 }
 
 func TestNodeCells(t *testing.T) {
+	nodeKind := Lookup(corev1.SchemeGroupVersion.WithResource("nodes"))
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", Labels: map[string]string{
 		"node-role.kubernetes.io/control-plane": "", "node-role.kubernetes.io/edge": "", "kubernetes.io/role": "worker"}}}
 	n.Spec.Unschedulable = true
@@ -133,6 +134,7 @@ func TestNodeCells(t *testing.T) {
 }
 
 func TestValidateNode(t *testing.T) {
+	nodeKind := Lookup(corev1.SchemeGroupVersion.WithResource("nodes"))
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"},
 		Taints: []corev1.Taint{{Key: "edge", Effect: corev1.TaintEffectNoSchedule}}}}
 	if errs := nodeKind.Validate(n); len(errs) > 0 {

@@ -171,15 +171,66 @@ func (k *Kind) GroupVersionResource() schema.GroupVersionResource {
 	return k.GVK.GroupVersion().WithResource(k.Resource)
 }
 
-// All returns every served kind, core/v1 first, then the other groups in
-// discovery order. The slice is shared; callers must not modify it.
-func All() []*Kind { return all }
+// Config is the networks a registry's kinds allocate from. Zero fields
+// mean the documented defaults.
+type Config struct {
+	// Services is where Service cluster IPs and node ports come from.
+	Services ServiceNetwork
+	// Cluster is where node pod CIDRs come from.
+	Cluster ClusterNetwork
+}
 
-var all = append(coreKinds(), groupKinds()...)
+// Registry is one hub's set of served kinds. The Service and Node kinds
+// keep state in it, the cluster IPs, node ports and pod CIDRs they gave
+// out, so two hubs in one process share nothing.
+type Registry struct {
+	kinds []*Kind
+}
+
+// New returns a registry allocating from cfg's networks; it fails on a
+// network that cannot hold addresses, ports or node ranges.
+func New(cfg Config) (*Registry, error) {
+	svc, err := cfg.Services.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := cfg.Cluster.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	kinds := append(coreKinds(newServiceAllocator(svc), newPodCIDRAllocator(cluster)), groupKinds()...)
+	return &Registry{kinds: kinds}, nil
+}
+
+// Kinds returns every served kind, core/v1 first, then the other groups
+// in discovery order. The slice is shared; callers must not modify it.
+func (r *Registry) Kinds() []*Kind { return r.kinds }
 
 // Lookup returns the kind serving a group, version and resource, or nil.
+func (r *Registry) Lookup(gvr schema.GroupVersionResource) *Kind {
+	for _, k := range r.kinds {
+		if k.GroupVersionResource() == gvr {
+			return k
+		}
+	}
+	return nil
+}
+
+// All returns the kinds of a new registry with the default networks. It
+// describes what is served, for code that needs a kind's names, scheme or
+// table and not one hub's allocations; storage resolves every kind it is
+// handed to its own, so writes always go through the hub's registry.
+func All() []*Kind {
+	r, err := New(Config{})
+	if err != nil {
+		panic(err) // the defaults are valid
+	}
+	return r.kinds
+}
+
+// Lookup returns the kind serving gvr among All, or nil.
 func Lookup(gvr schema.GroupVersionResource) *Kind {
-	for _, k := range all {
+	for _, k := range All() {
 		if k.GroupVersionResource() == gvr {
 			return k
 		}

@@ -18,6 +18,7 @@ import (
 
 // Apply implements API.
 func (s *Storage) Apply(ctx context.Context, k *registry.Kind, namespace, name string, patch []byte, opts Options) (runtime.Object, bool, error) {
+	k = s.own(k)
 	if opts.FieldManager == "" {
 		return nil, false, apierrors.NewBadRequest("PATCH /apply requires fieldManager to be set")
 	}

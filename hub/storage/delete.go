@@ -27,6 +27,7 @@ const namespaceContentMessage = "The system is ensuring all content is removed f
 
 // Delete implements API.
 func (s *Storage) Delete(ctx context.Context, k *registry.Kind, namespace, name string, opts *metav1.DeleteOptions, dryRun bool) (runtime.Object, bool, error) {
+	k = s.own(k)
 	if opts == nil {
 		opts = &metav1.DeleteOptions{}
 	}
@@ -207,6 +208,7 @@ func removeFin(f []string, name string) []string {
 
 // DeleteCollection implements API.
 func (s *Storage) DeleteCollection(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions, del *metav1.DeleteOptions, dryRun bool) (runtime.Object, error) {
+	k = s.own(k)
 	opts.Limit, opts.Continue = 0, ""
 	list, err := s.List(ctx, k, namespace, opts)
 	if err != nil {

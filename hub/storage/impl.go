@@ -149,6 +149,17 @@ func New(cfg Config) (*Storage, error) {
 	return s, nil
 }
 
+// own returns this storage's kind for k. Callers may hold a kind that
+// only describes what is served (registry.Lookup); writes must run the
+// admission hooks of the kinds the storage was built with, whose Service
+// and Node kinds hold the hub's allocations.
+func (s *Storage) own(k *registry.Kind) *registry.Kind {
+	if o := s.byGVK[k.GVK]; o != nil {
+		return o
+	}
+	return k
+}
+
 // storedKind returns the kind whose objects the store holds for k.
 func (s *Storage) storedKind(k *registry.Kind) *registry.Kind {
 	if k.StoredAs.Empty() {
@@ -298,6 +309,7 @@ func (s *Storage) newList(k *registry.Kind) (runtime.Object, error) {
 
 // Get implements API.
 func (s *Storage) Get(ctx context.Context, k *registry.Kind, namespace, name string) (runtime.Object, error) {
+	k = s.own(k)
 	o, err := s.st.Get(ctx, s.key(k, namespace, name))
 	if err != nil {
 		return nil, storeError(err, k.GroupResource(), name)
@@ -342,6 +354,7 @@ func (s *Storage) waitFor(ctx context.Context, rv int64) error {
 
 // List implements API.
 func (s *Storage) List(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (runtime.Object, error) {
+	k = s.own(k)
 	res, err := s.list(ctx, k, namespace, opts, false)
 	if err != nil {
 		return nil, err

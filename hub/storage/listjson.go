@@ -29,6 +29,7 @@ import (
 // the kind is stored as another kind, or a stored value does not have the
 // shape this package writes. The caller then uses List.
 func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (body *JSONList, ok bool, err error) {
+	k = s.own(k)
 	if s.storedKind(k) != k {
 		return nil, false, nil
 	}

@@ -16,6 +16,7 @@ import (
 
 // Watch implements API.
 func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string, opts WatchOptions) (watch.Interface, error) {
+	k = s.own(k)
 	fsel, err := s.fieldSelector(k, opts.Field)
 	if err != nil {
 		return nil, err

@@ -85,6 +85,7 @@ func invalid(k *registry.Kind, name string, errs field.ErrorList) error {
 
 // Create implements API.
 func (s *Storage) Create(ctx context.Context, k *registry.Kind, namespace string, obj runtime.Object, opts Options) (runtime.Object, error) {
+	k = s.own(k)
 	return s.create(ctx, k, namespace, obj, opts, true)
 }
 
@@ -232,6 +233,7 @@ func admitError(err error) error {
 
 // Update implements API.
 func (s *Storage) Update(ctx context.Context, k *registry.Kind, namespace, name string, obj runtime.Object, opts Options) (runtime.Object, error) {
+	k = s.own(k)
 	m, err := accessor(obj)
 	if err != nil {
 		return nil, err
@@ -255,6 +257,7 @@ func (s *Storage) Update(ctx context.Context, k *registry.Kind, namespace, name 
 
 // GuaranteedUpdate implements API.
 func (s *Storage) GuaranteedUpdate(ctx context.Context, k *registry.Kind, namespace, name string, opts Options, tryUpdate func(current runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
+	k = s.own(k)
 	return s.update(ctx, k, namespace, name, opts, record, tryUpdate)
 }
 
