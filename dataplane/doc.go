@@ -1,69 +1,73 @@
 // Package dataplane load-balances Kubernetes Services on an edge node with
 // eBPF, without iptables or nftables rules.
 //
-// East-west traffic (pods and host processes dialling a ClusterIP) is
-// balanced at the socket layer: programs on the cgroup v2 hooks connect4/6,
-// sendmsg4/6, recvmsg4/6 and getpeername4/6 rewrite the address a socket asks
-// for into a backend before the first packet exists, so established flows pay
-// no per-packet NAT and leave no conntrack entry, and applications still see
-// the ClusterIP as their peer. The same hooks answer NodePorts that the node's
-// own processes and pods dial on a node address (Config.NodeIPs): each
-// NodePort has a socket-scope frontend per node address with the backends of
-// its externalTrafficPolicy (Local: this node's only, refused at once when
-// there is none): those connections never cross the uplink, where the tc
-// programs are. post_bind4/6 keep host processes off NodePorts.
+// # What is balanced where
 //
-// North-south traffic (NodePort, externalIPs) is translated per packet by tc
-// programs on the node's uplinks (TCX links where the kernel has them, a
-// clsact qdisc with cls_bpf otherwise): DNAT to a backend, SNAT when the
-// backend runs on another node under externalTrafficPolicy Cluster, the
-// client address kept under Local.
+// Connections that start on the node are balanced at the socket layer.
+// Programs on the cgroup v2 hooks of Config.CgroupPath (connect4/6,
+// sendmsg4/6, recvmsg4/6, getpeername4/6) rewrite the address a socket asks
+// for into a backend before the first packet exists, so every process and
+// pod of the node is covered, established flows pay no per-packet NAT and
+// leave no conntrack entry, and applications still see the Service address
+// as their peer. This scope serves ClusterIPs (with the
+// internalTrafficPolicy's backends), externalIPs and load-balancer ingress
+// IPs dialled from inside the node (with all of the Service's backends, as
+// kube-proxy), and NodePorts dialled on one of the node's own addresses
+// (Config.NodeIPs, with the externalTrafficPolicy's backends: under Local
+// this node's only, refused at once when there is none). post_bind4/6
+// keep host processes from binding a port a NodePort owns.
 //
-// All maps and links are pinned in bpffs. Closing a Dataplane leaves the
-// programs attached and the maps filled, so traffic keeps flowing while the
-// agent restarts; New adopts what it finds and the first Sync reconciles it
-// against the desired state. Backend-set changes are make-before-break: the
-// new backend set is written to a free range of the slot array first, then
-// the frontend is switched to it with one atomic map update, and the old
-// range is reused only commits later.
+// Traffic that arrives on the node's uplinks (Config.Uplinks) for a
+// NodePort or an externalIP is translated per packet by tc programs
+// (TCX links where the kernel has them, a clsact qdisc with cls_bpf
+// otherwise): DNAT to a backend, SNAT when the backend runs on another node
+// under externalTrafficPolicy Cluster, the client address kept under Local.
+// These flows are IPv4 and tracked in LRU maps.
 //
-// The connect path touches few cache lines and allocates nothing. The
-// frontend is looked up in lb_fe_fast, an array of lines indexed by a hash
-// of address, port and protocol (a key may take any of three lines), whose
-// 64-byte entries, one cache line each, also hold the backends of Services
-// with up to ten IPv4 backends on one port and one /16; other sets are one
-// array access into lb_slots away. The
-// reverse translation goes to the socket's entry in lb_sk_rev, a
-// preallocated table indexed by socket cookie that a sock_release program
-// empties: its hot entry in the table's first page, else its warm entry
-// among the first 256, else its entry of the whole table. sock_release
-// reads only the closed socket's hot entry unless sockets of that entry
-// went further; a socket whose entries live older sockets hold uses
-// socket-local storage instead. Neither table has locks: the agent rewrites fast lines in
-// place under a sequence count that readers check (through fast_write, a
-// program it runs with BPF_PROG_TEST_RUN), and sockets claim lb_sk_rev
-// entries with a compare-and-exchange. The backend follows from the socket
-// cookie, so a connect calls no helper for a random number. lb_frontends, a
-// hash map, stays the authoritative frontend table: tc and bind checks read
-// it, and the socket hooks fall back to it for keys whose lines other keys
-// hold.
-// Unconnected UDP, where one socket may talk to several Services, keeps its
-// reverse translations in an LRU map keyed by socket and backend.
+// Headless and ExternalName Services get nothing here (dataplane/dns
+// answers for them), nor do Services labelled
+// service.kubernetes.io/service-proxy-name for another proxy.
 //
-// An upgrade whose map layouts differ from the pinned ones replaces those
-// maps (the frontend, fast, slot, backend and affinity maps refer to each
-// other and are replaced together): the programs already attached keep
-// serving from the old maps until the first Sync has filled the new ones,
-// then the pinned links are moved to the new programs.
+// # Restarts and upgrades
 //
-// The agent feeds the Dataplane from Service and EndpointSlice informers
-// (UpsertService, UpsertEndpointSlice and the deletes). Before the first
-// Sync those calls only record the desired state; Sync applies all of it
-// (with batch map updates) and removes whatever pinned state is no longer
-// wanted. After that every call is applied synchronously, so a change is in
-// the kernel when the call returns. Observers (the DNS server in
-// dataplane/dns) receive the same calls.
+// All maps and links are pinned under Config.BPFFSPath (maps/ and links/).
+// Closing a Dataplane leaves the programs attached and the maps filled, so
+// Services keep working while the agent restarts or is stopped; New adopts
+// what it finds and the first Sync reconciles it against the desired state.
+// Uninstall removes everything. A build whose map layouts differ from the
+// pinned ones (LB_ABI in bpf/lb.h) replaces those maps: the attached
+// programs keep serving from the old maps until the first Sync has filled
+// the new ones, then the pinned links move to the new programs.
 //
-// The BPF sources are in bpf/; see gen.go for how the committed object is
+// # Changes
+//
+// The agent feeds the Dataplane from its Service and EndpointSlice
+// informers (UpsertService, UpsertEndpointSlice and the deletes). Before
+// the first Sync those calls only record the desired state; Sync applies
+// all of it with batch map updates and removes pinned state that is no
+// longer wanted. After it every call is applied synchronously, so a change
+// is in the kernel when the call returns. Observers (the DNS server) get
+// the same calls.
+//
+// Backend-set changes are make-before-break: a frontend's backends are a
+// range of consecutive slots, a changed set is written to a free range
+// first, the frontend is switched to it with one map update, and the old
+// range is handed out again only after the commit after next. A reader never sees a half-written
+// set; one that races a reuse notices the slot's owner id and looks again.
+//
+// # Reading the maps
+//
+// The layouts are in bpf/lb.h, one struct per map; addresses are stored
+// IPv4-mapped in 16 bytes and ports in network byte order. lb_frontends
+// (fe_key → fe_val) is the authoritative frontend table: a key is address,
+// port, protocol and scope (0 for the socket hooks, 1 for tc; a NodePort
+// on the uplinks has the all-zero address). Its value's base and count name
+// the frontend's range in lb_slots, where each slot is a backend. Counters
+// are in lb_stats, read by [Dataplane.Stats]. `bpftool map dump pinned
+// /sys/fs/bpf/tether/maps/lb_frontends` shows one table; the fast
+// frontend table, the socket reverse-translation tables and the writer that
+// keeps them consistent are described in README.md.
+//
+// The BPF sources are in bpf/; gen.go says how the committed object is
 // regenerated.
 package dataplane
