@@ -1,13 +1,3 @@
-// Package controllers holds the hub's built-in controllers: the garbage
-// collector, which deletes dependents whose owners are gone and carries out
-// foreground and orphan propagation, and the namespace controller, which
-// empties a terminating namespace and then releases it.
-//
-// The controllers talk to the hub only through the Kubernetes API with
-// client-go. They find every served resource through discovery and watch
-// each with a shared metadata informer, so a kind added to the hub needs no
-// code here. Work is level-based: events put keys on rate-limited work
-// queues, and each worker reads the current state before acting.
 package controllers
 
 import (

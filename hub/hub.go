@@ -1,10 +1,3 @@
-// Package hub is tether's control plane process: it opens the store, loads or
-// creates the certificate authority, serves the Kubernetes API over HTTPS
-// (HTTP/2 and HTTP/1.1) and writes an admin kubeconfig once it serves.
-//
-// A Hub is built with [New] from a [Config] and runs until its context ends;
-// on SIGTERM the command cancels that context and Run drains requests, ends
-// watches and closes the store, so every acknowledged write is on disk.
 package hub
 
 import (

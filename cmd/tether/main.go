@@ -1,8 +1,3 @@
-// Command tether is the single binary of tether: the hub (API server, store,
-// scheduler, controllers) and the edge agent.
-//
-// This is the only place that reads flags and environment variables; every
-// component gets a Config built here.
 package main
 
 import (

@@ -1,0 +1,15 @@
+// Command tether is the single binary of tether: the hub (API server, store,
+// tunnel server, scheduler, controllers) and the edge agent.
+//
+// Subcommands:
+//
+//	tether hub --data-dir DIR                 the control plane
+//	tether token create [--ttl 24h]           a join token for one or more edges
+//	tether edge --hub URL --token T           the node agent
+//	tether edge images import FILE...         OCI archives into the agent's containerd
+//	tether edge reset --data-dir DIR          remove what an agent set up on a node
+//	tether version
+//
+// This is the only place that reads flags and environment variables; every
+// component gets a Config built here.
+package main

@@ -1,0 +1,13 @@
+// Package hub is tether's control plane process: it opens the store, loads or
+// creates the certificate authority, serves the Kubernetes API over HTTPS
+// (HTTP/2 and HTTP/1.1), serves the edges' tunnel (QUIC on the API port's
+// UDP side, the TCP+TLS fallback on the API port by ALPN) and the API
+// requests arriving through it, runs the scheduler and the controllers
+// in-process as clients of its own API, and writes an admin kubeconfig once
+// it serves.
+//
+// A Hub is built with [New] from a [Config] and runs until its context ends;
+// on SIGTERM the command cancels that context and Run sends edges a drain
+// notice, drains requests, ends watches and closes the store, so every
+// acknowledged write is on disk.
+package hub
