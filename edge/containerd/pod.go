@@ -110,6 +110,11 @@ type instance struct {
 	// killReason, when set, is why the agent killed it (a failed
 	// liveness probe).
 	killReason string
+	// hooking is true while its postStart hook runs: it is not reported
+	// Running until the hook returned.
+	hooking bool
+	// killNoted is set when the Killing event was already reported.
+	killNoted bool
 }
 
 func (p *pod) key() string { return p.namespace + "/" + p.name }
@@ -462,6 +467,12 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 	p.mu.Unlock()
 	_, _ = cont.SetLabels(context.WithoutCancel(ctx), map[string]string{labelStarted: inst.started.Format(time.RFC3339Nano)})
 	r.watchExit(p, cs, inst, cont)
+	if err := r.postStart(ctx, p, cs, inst, c, spec); err != nil {
+		// Killed: its exit wakes the pod, and the restart policy and
+		// back-off decide what comes next.
+		r.log.Debug("container killed after its postStart hook failed", "pod", p.key(), "err", err)
+		return nil
+	}
 	r.ensureProbes(p, cs, c)
 	go r.changed(p.uid)
 	return nil
@@ -682,8 +693,9 @@ func (r *Runtime) stopInstance(ctx context.Context, p *pod, spec *corev1.Pod, cs
 	deadline := time.Now().Add(grace)
 	if c := containerSpec(spec, cs.name); c != nil && grace > 0 && c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 		hctx, cancel := context.WithDeadline(ctx, deadline)
-		if err := r.runHook(hctx, p, inst, c.Lifecycle.PreStop); err != nil {
+		if msg, err := r.runHook(hctx, p, inst, c, c.Lifecycle.PreStop); err != nil {
 			r.log.Info("preStop hook failed", "pod", p.key(), "container", cs.name, "err", err)
+			r.event(p, cs, true, "FailedPreStopHook", "%s", msg)
 		}
 		cancel()
 	}
@@ -691,9 +703,9 @@ func (r *Runtime) stopInstance(ctx context.Context, p *pod, spec *corev1.Pod, cs
 		return
 	}
 	p.mu.Lock()
-	running, why := inst.running, inst.killReason
+	running, why, noted := inst.running, inst.killReason, inst.killNoted
 	p.mu.Unlock()
-	if running && why == "" {
+	if running && why == "" && !noted {
 		r.event(p, cs, false, "Killing", "Stopping container %s", cs.name)
 	}
 	_ = inst.task.Kill(ctx, syscall.SIGTERM)
@@ -793,6 +805,9 @@ func (r *Runtime) PodStatus(_ context.Context, uid types.UID) (*edge.PodStatus, 
 		out.RestartCount = i.attempt
 		out.StartedAt = i.started
 		switch {
+		case i.running && i.hooking:
+			// Its postStart hook runs: not Running yet.
+			out.State, out.Reason = edge.ContainerWaiting, "ContainerCreating"
 		case i.running:
 			out.State, out.Ready = edge.ContainerRunning, i.ready
 		case cs.waitReason != "":
@@ -802,7 +817,7 @@ func (r *Runtime) PodStatus(_ context.Context, uid types.UID) (*edge.PodStatus, 
 			out.State, out.ExitCode, out.Reason, out.Message, out.FinishedAt = edge.ContainerExited, i.exitCode, i.reason, i.message, i.finished
 		}
 		last := cs.prev
-		if out.State == edge.ContainerWaiting {
+		if out.State == edge.ContainerWaiting && !i.running {
 			last = i
 		}
 		if last != nil && !last.running {

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -194,7 +196,7 @@ func (r *Runtime) probe(ctx context.Context, p *pod, inst *instance, h *corev1.P
 	defer cancel()
 	switch {
 	case h.Exec != nil:
-		return r.execStatus(ctx, inst, h.Exec.Command, "exec probe")
+		return r.execProbe(ctx, inst, h.Exec.Command)
 	case h.HTTPGet != nil:
 		return r.httpGet(ctx, p, h.HTTPGet)
 	case h.TCPSocket != nil:
@@ -324,37 +326,52 @@ func (r *Runtime) httpGet(ctx context.Context, p *pod, g *corev1.HTTPGetAction) 
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("HTTP probe failed with status %d", resp.StatusCode)
+		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
 	}
 	return nil
 }
 
-// execStatus runs cmd in the instance and fails, with the start of its
-// output, when it exits with another status than 0.
-func (r *Runtime) execStatus(ctx context.Context, inst *instance, cmd []string, what string) error {
-	var out strings.Builder
-	code, err := r.execInstance(ctx, inst, cmd, edge.Streams{Stdout: &out, Stderr: &out})
+// execProbe runs an exec probe's command in the instance. A command that
+// exits with another status than 0 fails the probe with its output as
+// the reason, as the kubelet reports it ("Liveness probe failed: <output>").
+func (r *Runtime) execProbe(ctx context.Context, inst *instance, cmd []string) error {
+	out := &cappedBuffer{max: maxProbeOutput}
+	code, err := r.execInstance(ctx, inst, cmd, edge.Streams{Stdout: out, Stderr: out})
+	if ctx.Err() != nil {
+		return fmt.Errorf("command %q timed out", strings.Join(cmd, " "))
+	}
 	if err != nil {
 		return err
 	}
 	if code != 0 {
-		return fmt.Errorf("%s exited with %d: %s", what, code, truncate(out.String(), 256))
+		return errors.New(out.String())
 	}
 	return nil
 }
 
-// runHook runs a lifecycle hook (preStop) in or against the instance.
-func (r *Runtime) runHook(ctx context.Context, p *pod, inst *instance, h *corev1.LifecycleHandler) error {
-	switch {
-	case h.Exec != nil:
-		return r.execStatus(ctx, inst, h.Exec.Command, "hook")
-	case h.HTTPGet != nil:
-		return r.httpGet(ctx, p, h.HTTPGet)
-	case h.Sleep != nil:
-		sleepCtx(ctx, time.Duration(h.Sleep.Seconds)*time.Second)
-		return nil
-	case h.TCPSocket != nil:
-		return fmt.Errorf("tcpSocket lifecycle hooks are deprecated and not run")
-	}
-	return fmt.Errorf("hook has no handler")
+// maxProbeOutput is how much of a probe's or hook's output is kept, as
+// the kubelet's 10 KiB.
+const maxProbeOutput = 10 << 10
+
+// cappedBuffer keeps the first max bytes written to it.
+type cappedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
 }
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := b.max - len(b.buf); n > 0 {
+		b.buf = append(b.buf, p[:min(n, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (b *cappedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
