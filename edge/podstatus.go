@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -73,7 +74,10 @@ func computePodStatus(in podStatusInput) corev1.PodStatus {
 		}
 	}
 	waitReason, waitMsg := reasonContainerCreating, ""
-	if in.syncErr != nil {
+	createErr := in.syncErr != nil && !errors.Is(in.syncErr, ErrVolumeNotReady)
+	if createErr {
+		// A pod waiting for its volumes stays in ContainerCreating, as
+		// with the kubelet; its FailedMount events say why.
 		waitReason, waitMsg = reasonCreateContainerErr, in.syncErr.Error()
 	}
 	for _, c := range pod.Spec.InitContainers {
@@ -81,7 +85,7 @@ func computePodStatus(in podStatusInput) corev1.PodStatus {
 			containerStatus(c, find(rt.InitContainers, c.Name), reasonPodInitializing, "", true))
 	}
 	appReason, appMsg := waitReason, waitMsg
-	if !initDone && in.syncErr == nil {
+	if !initDone && !createErr {
 		appReason = reasonPodInitializing
 	}
 	for _, c := range pod.Spec.Containers {

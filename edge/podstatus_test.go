@@ -2,6 +2,7 @@ package edge
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -193,6 +194,22 @@ func TestPodStatusNothingYet(t *testing.T) {
 	st = computePodStatus(podStatusInput{pod: pod, syncErr: errors.New("no pod CIDR"), now: t0})
 	if w := st.ContainerStatuses[0].State.Waiting; w.Reason != "CreateContainerError" || !strings.Contains(w.Message, "no pod CIDR") {
 		t.Fatalf("sync error: %+v", w)
+	}
+	// A pod waiting for its volumes stays in ContainerCreating, its init
+	// containers' followers in PodInitializing.
+	wait := fmt.Errorf("set up volumes: %w", ErrVolumeNotReady)
+	pod = specPod(corev1.RestartPolicyAlways, []string{"init"}, "app")
+	st = computePodStatus(podStatusInput{pod: pod, syncErr: wait, now: t0})
+	if w := st.InitContainerStatuses[0].State.Waiting; w == nil || w.Reason != "PodInitializing" || w.Message != "" {
+		t.Errorf("init container waiting for volumes: %+v", st.InitContainerStatuses[0].State)
+	}
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "PodInitializing" {
+		t.Errorf("app container waiting for volumes: %+v", st.ContainerStatuses[0].State)
+	}
+	pod = specPod(corev1.RestartPolicyAlways, nil, "app")
+	st = computePodStatus(podStatusInput{pod: pod, syncErr: wait, now: t0})
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "ContainerCreating" || w.Message != "" || st.Phase != corev1.PodPending {
+		t.Errorf("container waiting for volumes: phase %s, %+v", st.Phase, st.ContainerStatuses[0].State)
 	}
 }
 

@@ -135,6 +135,19 @@ func (p *pod) container(name string, isInit bool, base, max time.Duration) *ctr 
 	return c
 }
 
+// started tells whether a container of the pod was created: its volumes
+// were set up once.
+func (p *pod) started() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range append(append([]*ctr{}, p.init...), p.app...) {
+		if c.cur != nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *pod) find(name string) *ctr {
 	for _, c := range append(append([]*ctr{}, p.init...), p.app...) {
 		if c.name == name {
@@ -210,7 +223,10 @@ func (r *Runtime) SyncPod(ctx context.Context, spec *corev1.Pod, net edge.Networ
 		}
 		p.mu.Unlock()
 	}
-	if err := r.syncVolumes(ctx, p, spec); err != nil {
+	if err := r.syncVolumes(ctx, p, spec); err != nil && !p.started() {
+		// Not started yet: it waits for its volumes, as the kubelet
+		// waits for a pod's mounts. A pod that runs already keeps
+		// running on the volumes it has (their events say what failed).
 		return fmt.Errorf("set up volumes of pod %s/%s: %w", spec.Namespace, spec.Name, err)
 	}
 	return r.advance(ctx, p, spec)

@@ -79,3 +79,49 @@ func TestResolvConfClusterFirst(t *testing.T) {
 		t.Error("a cluster DNS address that is not an IP was accepted")
 	}
 }
+
+// TestResolvConfDNSConfig: dnsPolicy None with the concept pages' dnsConfig
+// gives exactly that resolv.conf; with another policy the dnsConfig is
+// merged into the policy's, duplicates removed and options replaced by
+// name.
+func TestResolvConfDNSConfig(t *testing.T) {
+	host := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(host, []byte("nameserver 192.0.2.53\nsearch corp.example\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	two := "2"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "dns-example", Namespace: "default"},
+		Spec: corev1.PodSpec{DNSPolicy: corev1.DNSNone, DNSConfig: &corev1.PodDNSConfig{
+			Nameservers: []string{"1.2.3.4"},
+			Searches:    []string{"ns1.svc.cluster.local", "my.dns.search.suffix"},
+			Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: &two}, {Name: "edns0"}},
+		}},
+	}
+	got, err := resolvConfFor(pod, []string{edge.DefaultDNSAddr}, "cluster.local", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "search ns1.svc.cluster.local my.dns.search.suffix\nnameserver 1.2.3.4\noptions ndots:2 edns0\n"
+	if got != want {
+		t.Errorf("dnsPolicy None:\n%s\nwant:\n%s", got, want)
+	}
+
+	pod.Spec.DNSPolicy = corev1.DNSClusterFirst
+	pod.Spec.DNSConfig.Searches = []string{"svc.cluster.local", "my.dns.search.suffix"}
+	got, err = resolvConfFor(pod, []string{edge.DefaultDNSAddr}, "cluster.local", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = "search default.svc.cluster.local svc.cluster.local cluster.local corp.example my.dns.search.suffix\n" +
+		"nameserver " + edge.DefaultDNSAddr + "\nnameserver 1.2.3.4\noptions ndots:2 edns0\n"
+	if got != want {
+		t.Errorf("ClusterFirst with dnsConfig:\n%s\nwant:\n%s", got, want)
+	}
+
+	pod.Spec.DNSPolicy = corev1.DNSNone
+	pod.Spec.DNSConfig.Nameservers = nil
+	if _, err := resolvConfFor(pod, nil, "cluster.local", host); err == nil {
+		t.Error("dnsPolicy None without nameservers was accepted")
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/tether-edge/tether/dataplane/dns"
 	"github.com/tether-edge/tether/edge"
@@ -50,16 +51,49 @@ func (r *Runtime) volumeSource(p *pod, pod *corev1.Pod, name string) (string, er
 }
 
 // syncVolumes creates the pod's volumes and brings the content of the
-// projected kinds up to date.
+// projected kinds up to date. Each volume that fails gets a FailedMount
+// event, as the kubelet's volume manager reports it, unless it waits for
+// an object the agent's watch does not know yet. The errors it returns
+// wrap edge.ErrVolumeNotReady: the pod waits in ContainerCreating and is
+// tried again, and woken when the object it needs changes.
 func (r *Runtime) syncVolumes(ctx context.Context, p *pod, pod *corev1.Pod) error {
 	var errs []error
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
 		if err := r.syncVolume(ctx, p, pod, v); err != nil {
-			errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
+			merr := &mountError{volume: v.Name, err: err}
+			if !errors.Is(err, edge.ErrSourceNotReady) {
+				r.event(p, nil, true, "FailedMount", "%s", merr.Error())
+			}
+			errs = append(errs, merr)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mountError is a volume that could not be set up.
+type mountError struct {
+	volume string
+	err    error
+}
+
+// Error is the kubelet's message for the volume's FailedMount event.
+func (e *mountError) Error() string {
+	return fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", e.volume, e.err)
+}
+
+func (e *mountError) Unwrap() error { return e.err }
+
+func (e *mountError) Is(target error) bool { return target == edge.ErrVolumeNotReady }
+
+// sourceError turns a Sources error into the kubelet's: an object the hub
+// does not have is `secret "name" not found` (kind "secret" or
+// "configmap").
+func sourceError(kind, name string, err error) error {
+	if errors.Is(err, edge.ErrSourceNotFound) {
+		return apierrors.NewNotFound(corev1.Resource(kind), name)
+	}
+	return err
 }
 
 func (r *Runtime) syncVolume(ctx context.Context, p *pod, pod *corev1.Pod, v *corev1.Volume) error {
@@ -113,45 +147,50 @@ func fsGroup(pod *corev1.Pod) *int64 {
 	return nil
 }
 
+// hostPath checks a hostPath volume's type as the kubelet does, creating
+// the directory (0755) or the empty file (0644) of the *OrCreate types when
+// nothing is at the path.
 func hostPath(h *corev1.HostPathVolumeSource) error {
-	t := corev1.HostPathUnset
-	if h.Type != nil {
-		t = *h.Type
-	}
-	st, err := os.Stat(h.Path)
-	switch t {
-	case corev1.HostPathUnset:
+	if h.Type == nil || *h.Type == corev1.HostPathUnset {
 		return nil
-	case corev1.HostPathDirectoryOrCreate:
-		if os.IsNotExist(err) {
-			return os.MkdirAll(h.Path, 0o755)
+	}
+	path := h.Path
+	st, err := os.Stat(path)
+	exists := err == nil
+	is := func(want func(os.FileMode) bool) bool { return exists && want(st.Mode()) }
+	switch t := *h.Type; t {
+	case corev1.HostPathDirectoryOrCreate, corev1.HostPathDirectory:
+		if t == corev1.HostPathDirectoryOrCreate && os.IsNotExist(err) {
+			return os.MkdirAll(path, 0o755)
 		}
-	case corev1.HostPathFileOrCreate:
-		if os.IsNotExist(err) {
-			if err := os.MkdirAll(filepath.Dir(h.Path), 0o755); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(h.Path, os.O_CREATE|os.O_WRONLY, 0o644)
+		if !is(os.FileMode.IsDir) {
+			return fmt.Errorf("hostPath type check failed: %s is not a directory", path)
+		}
+	case corev1.HostPathFileOrCreate, corev1.HostPathFile:
+		if t == corev1.HostPathFileOrCreate && os.IsNotExist(err) {
+			f, err := os.OpenFile(path, os.O_CREATE, 0o644)
 			if err != nil {
 				return err
 			}
 			return f.Close()
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("hostPath %s: %w", h.Path, err)
-	}
-	want := map[corev1.HostPathType]func(os.FileMode) bool{
-		corev1.HostPathDirectory:         func(m os.FileMode) bool { return m.IsDir() },
-		corev1.HostPathDirectoryOrCreate: func(m os.FileMode) bool { return m.IsDir() },
-		corev1.HostPathFile:              func(m os.FileMode) bool { return m.IsRegular() },
-		corev1.HostPathFileOrCreate:      func(m os.FileMode) bool { return m.IsRegular() },
-		corev1.HostPathSocket:            func(m os.FileMode) bool { return m&os.ModeSocket != 0 },
-		corev1.HostPathCharDev:           func(m os.FileMode) bool { return m&os.ModeCharDevice != 0 },
-		corev1.HostPathBlockDev:          func(m os.FileMode) bool { return m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0 },
-	}
-	if ok := want[t]; ok != nil && !ok(st.Mode()) {
-		return fmt.Errorf("hostPath %s is not of type %s", h.Path, t)
+		if !is(os.FileMode.IsRegular) {
+			return fmt.Errorf("hostPath type check failed: %s is not a file", path)
+		}
+	case corev1.HostPathSocket:
+		if !is(func(m os.FileMode) bool { return m&os.ModeSocket != 0 }) {
+			return fmt.Errorf("hostPath type check failed: %s is not a socket file", path)
+		}
+	case corev1.HostPathCharDev:
+		if !is(func(m os.FileMode) bool { return m&os.ModeCharDevice != 0 }) {
+			return fmt.Errorf("hostPath type check failed: %s is not a character device", path)
+		}
+	case corev1.HostPathBlockDev:
+		if !is(func(m os.FileMode) bool { return m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0 }) {
+			return fmt.Errorf("hostPath type check failed: %s is not a block device", path)
+		}
+	default:
+		return fmt.Errorf("%s is an invalid volume type", t)
 	}
 	return nil
 }
@@ -208,7 +247,7 @@ func (r *Runtime) projection(ctx context.Context, p *pod, pod *corev1.Pod, v *co
 		ips = append(ips, ip.String())
 	}
 	p.mu.Unlock()
-	addItems := func(data map[string][]byte, items []corev1.KeyToPath, def os.FileMode, what string, optional bool) error {
+	addItems := func(data map[string][]byte, items []corev1.KeyToPath, def os.FileMode, missing func(key string) error, optional bool) error {
 		if len(items) == 0 {
 			for k, b := range data {
 				files[k] = projFile{data: b, mode: def}
@@ -221,7 +260,7 @@ func (r *Runtime) projection(ctx context.Context, p *pod, pod *corev1.Pod, v *co
 				if optional {
 					continue
 				}
-				return fmt.Errorf("%s has no key %q", what, it.Key)
+				return missing(it.Key)
 			}
 			files[it.Path] = projFile{data: b, mode: mode(it.Mode, def)}
 		}
@@ -233,7 +272,7 @@ func (r *Runtime) projection(ctx context.Context, p *pod, pod *corev1.Pod, v *co
 			if optional && errors.Is(err, edge.ErrSourceNotFound) {
 				return false, nil
 			}
-			return false, err
+			return false, sourceError("configmap", name, err)
 		}
 		data := map[string][]byte{}
 		for k, s := range cm.Data {
@@ -242,7 +281,9 @@ func (r *Runtime) projection(ctx context.Context, p *pod, pod *corev1.Pod, v *co
 		for k, b := range cm.BinaryData {
 			data[k] = b
 		}
-		return true, addItems(data, items, def, "configmap "+name, optional)
+		return true, addItems(data, items, def, func(key string) error {
+			return fmt.Errorf("configmap references non-existent config key: %s", key)
+		}, optional)
 	}
 	secret := func(name string, optional bool, items []corev1.KeyToPath, def os.FileMode) (bool, error) {
 		s, err := getSecret(src, pod.Namespace, name)
@@ -250,9 +291,11 @@ func (r *Runtime) projection(ctx context.Context, p *pod, pod *corev1.Pod, v *co
 			if optional && errors.Is(err, edge.ErrSourceNotFound) {
 				return false, nil
 			}
-			return false, err
+			return false, sourceError("secret", name, err)
 		}
-		return true, addItems(s.Data, items, def, "secret "+name, optional)
+		return true, addItems(s.Data, items, def, func(key string) error {
+			return fmt.Errorf("couldn't find key %s in Secret %s/%s", key, pod.Namespace, name)
+		}, optional)
 	}
 	downward := func(items []corev1.DownwardAPIVolumeFile, def os.FileMode) error {
 		info, _ := r.Info(ctx)

@@ -1,0 +1,256 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/tether-edge/tether/edge"
+)
+
+// eventLog collects the events a runtime reports.
+type eventLog struct {
+	mu     sync.Mutex
+	events []edge.PodEvent
+}
+
+func (l *eventLog) add(ev edge.PodEvent) {
+	l.mu.Lock()
+	l.events = append(l.events, ev)
+	l.mu.Unlock()
+}
+
+// find returns the events of reason whose message contains substr.
+func (l *eventLog) find(reason, substr string) []edge.PodEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []edge.PodEvent
+	for _, ev := range l.events {
+		if ev.Reason == reason && strings.Contains(ev.Message, substr) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func (l *eventLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, ev := range l.events {
+		b.WriteString(ev.Reason + ": " + ev.Message + "\n")
+	}
+	return b.String()
+}
+
+func recordEvents(r *Runtime) *eventLog {
+	l := &eventLog{}
+	r.ReportEvents(l.add)
+	return l
+}
+
+// TestHostPathTypeChecks: the hostPath types are checked with the
+// kubelet's messages, nothing is created for the types that only check,
+// and the *OrCreate types create a directory 0755 or an empty file 0644.
+func TestHostPathTypeChecks(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	missing := filepath.Join(dir, "missing")
+	for _, tc := range []struct {
+		typ     corev1.HostPathType
+		path    string
+		wantErr string
+	}{
+		{corev1.HostPathUnset, missing, ""},
+		{corev1.HostPathDirectory, dir, ""},
+		{corev1.HostPathDirectory, missing, "hostPath type check failed: " + missing + " is not a directory"},
+		{corev1.HostPathDirectory, file, "hostPath type check failed: " + file + " is not a directory"},
+		{corev1.HostPathFile, file, ""},
+		{corev1.HostPathFile, missing, "hostPath type check failed: " + missing + " is not a file"},
+		{corev1.HostPathFile, dir, "hostPath type check failed: " + dir + " is not a file"},
+		{corev1.HostPathSocket, sock, ""},
+		{corev1.HostPathSocket, file, "hostPath type check failed: " + file + " is not a socket file"},
+		{corev1.HostPathCharDev, "/dev/null", ""},
+		{corev1.HostPathCharDev, missing, "hostPath type check failed: " + missing + " is not a character device"},
+		{corev1.HostPathBlockDev, "/dev/null", "hostPath type check failed: /dev/null is not a block device"},
+		{corev1.HostPathDirectoryOrCreate, file, "hostPath type check failed: " + file + " is not a directory"},
+		{corev1.HostPathFileOrCreate, dir, "hostPath type check failed: " + dir + " is not a file"},
+		{"Nonsense", dir, "Nonsense is an invalid volume type"},
+	} {
+		typ := tc.typ
+		err := hostPath(&corev1.HostPathVolumeSource{Path: tc.path, Type: &typ})
+		if got := errText(err); got != tc.wantErr {
+			t.Errorf("%s %s: error %q, want %q", tc.typ, tc.path, got, tc.wantErr)
+		}
+	}
+	if _, err := os.Lstat(missing); !os.IsNotExist(err) {
+		t.Errorf("a check created %s (%v)", missing, err)
+	}
+
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	newDir := filepath.Join(dir, "made", "dir")
+	typ := corev1.HostPathDirectoryOrCreate
+	if err := hostPath(&corev1.HostPathVolumeSource{Path: newDir, Type: &typ}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(newDir); err != nil || !st.IsDir() || st.Mode().Perm() != 0o755 {
+		t.Errorf("DirectoryOrCreate made %v (%v), want a directory 0755", st.Mode(), err)
+	}
+	newFile := filepath.Join(dir, "made", "file")
+	typ = corev1.HostPathFileOrCreate
+	if err := hostPath(&corev1.HostPathVolumeSource{Path: newFile, Type: &typ}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(newFile); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o644 || st.Size() != 0 {
+		t.Errorf("FileOrCreate made %v (%v), want an empty file 0644", st.Mode(), err)
+	}
+	// As upstream, FileOrCreate makes no parent directories.
+	orphan := filepath.Join(dir, "nodir", "file")
+	if err := hostPath(&corev1.HostPathVolumeSource{Path: orphan, Type: &typ}); err == nil {
+		t.Errorf("FileOrCreate of %s in a missing directory succeeded", orphan)
+	}
+}
+
+// TestVolumeWaitsForItsSource: a volume whose Secret or ConfigMap does not
+// exist fails with the kubelet's FailedMount message and an error the
+// agent waits out (ContainerCreating); optional ones are set up empty; a
+// missing key is reported as upstream; an object the agent's watch does
+// not know yet is waited for without an event.
+func TestVolumeWaitsForItsSource(t *testing.T) {
+	src := newFakeSources()
+	r := &Runtime{src: src}
+	events := recordEvents(r)
+	p := &pod{uid: "u1", namespace: "shop", name: "web", dir: t.TempDir()}
+	yes := true
+	vol := func(name string, s corev1.VolumeSource) corev1.Volume { return corev1.Volume{Name: name, VolumeSource: s} }
+	spec := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u1"}}
+	spec.Spec.Volumes = []corev1.Volume{
+		vol("v", corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "later"}}),
+		vol("cm", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}),
+		vol("opt", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nothere"}, Optional: &yes}}),
+	}
+	err := r.syncVolumes(context.Background(), p, spec)
+	if !errors.Is(err, edge.ErrVolumeNotReady) {
+		t.Fatalf("syncVolumes: %v, want an error wrapping ErrVolumeNotReady", err)
+	}
+	for _, want := range []string{
+		`MountVolume.SetUp failed for volume "v" : secret "later" not found`,
+		`MountVolume.SetUp failed for volume "cm" : configmap "conf" not found`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+		if evs := events.find("FailedMount", want); len(evs) != 1 || !evs[0].Warning || evs[0].FieldPath != "" {
+			t.Errorf("FailedMount events %q: %+v, want one Warning about the pod\n%s", want, evs, events)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(p.dir, "volumes", "opt", "..data")); err != nil {
+		t.Errorf("the optional volume of a missing ConfigMap was not set up empty: %v", err)
+	}
+
+	// Items naming keys the objects lack.
+	src.secrets["shop/later"] = &corev1.Secret{Data: map[string][]byte{"a": []byte("1")}}
+	src.cms["shop/conf"] = &corev1.ConfigMap{Data: map[string]string{"a": "1"}}
+	spec.Spec.Volumes[0].Secret.Items = []corev1.KeyToPath{{Key: "b", Path: "b"}}
+	spec.Spec.Volumes[1].ConfigMap.Items = []corev1.KeyToPath{{Key: "b", Path: "b"}}
+	spec.Spec.Volumes = spec.Spec.Volumes[:2]
+	err = r.syncVolumes(context.Background(), p, spec)
+	for _, want := range []string{
+		`MountVolume.SetUp failed for volume "v" : couldn't find key b in Secret shop/later`,
+		`MountVolume.SetUp failed for volume "cm" : configmap references non-existent config key: b`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+
+	// Not known yet: wait, but say nothing.
+	before := len(events.find("FailedMount", ""))
+	r.src = notReadySources{}
+	if err := r.syncVolumes(context.Background(), p, spec); !errors.Is(err, edge.ErrVolumeNotReady) {
+		t.Errorf("syncVolumes with the watch not synced: %v, want ErrVolumeNotReady", err)
+	}
+	if after := len(events.find("FailedMount", "")); after != before {
+		t.Errorf("%d FailedMount events for objects the agent does not know yet", after-before)
+	}
+}
+
+// notReadySources knows no object yet.
+type notReadySources struct{ edge.Sources }
+
+func (notReadySources) Secret(ns, name string) (*corev1.Secret, error) {
+	return nil, edge.ErrSourceNotReady
+}
+
+func (notReadySources) ConfigMap(ns, name string) (*corev1.ConfigMap, error) {
+	return nil, edge.ErrSourceNotReady
+}
+
+// TestHTTPProbeAndHookResults: an HTTP probe fails on a status outside
+// 200-399 with the kubelet's output, while an HTTP lifecycle hook fails
+// only when no response comes, with the kubelet's hook message.
+func TestHTTPProbeAndHookResults(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		code, _ := strconv.Atoi(strings.TrimPrefix(req.URL.Path, "/"))
+		w.WriteHeader(code)
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	r := &Runtime{}
+	p := &pod{uid: "u2", namespace: "shop", name: "web", ips: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}
+	get := func(path string, port int) *corev1.HTTPGetAction {
+		return &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt(port)}
+	}
+	ctx := context.Background()
+	if err := r.httpGet(ctx, p, get("/200", port)); err != nil {
+		t.Errorf("probe of 200: %v", err)
+	}
+	if err := r.httpGet(ctx, p, get("/500", port)); errText(err) != "HTTP probe failed with statuscode: 500" {
+		t.Errorf("probe of 500: %v", err)
+	}
+	if err := r.httpHook(ctx, p, get("/500", port)); err != nil {
+		t.Errorf("hook answered 500 failed: %v", err)
+	}
+	closed := freePort(t)
+	c := &corev1.Container{Name: "app"}
+	msg, err := r.runHook(ctx, p, nil, c, &corev1.LifecycleHandler{HTTPGet: get("/start", closed)})
+	if err == nil {
+		t.Fatal("a hook whose server is not there succeeded")
+	}
+	want := `HTTP lifecycle hook (/start) for Container "app" in Pod "web_shop(u2)" failed - error: Get "http://127.0.0.1:` +
+		strconv.Itoa(closed) + `/start": dial tcp 127.0.0.1:` + strconv.Itoa(closed) + `: connect: connection refused`
+	if msg != want {
+		t.Errorf("hook message:\n%s\nwant:\n%s", msg, want)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
