@@ -93,9 +93,6 @@ func (r *Runtime) postStart(ctx context.Context, p *pod, cs *ctr, inst *instance
 		case <-hctx.Done():
 		}
 	}()
-	p.mu.Lock()
-	inst.hooking = true
-	p.mu.Unlock()
 	msg, err := r.runHook(hctx, p, inst, c, c.Lifecycle.PostStart)
 	p.mu.Lock()
 	inst.hooking = false

@@ -480,6 +480,8 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 	r.mu.Unlock()
 	p.mu.Lock()
 	inst.task, inst.running, inst.started = task, true, time.Now()
+	// Not reported Running before its postStart hook returned.
+	inst.hooking = c.Lifecycle != nil && c.Lifecycle.PostStart != nil
 	p.mu.Unlock()
 	_, _ = cont.SetLabels(context.WithoutCancel(ctx), map[string]string{labelStarted: inst.started.Format(time.RFC3339Nano)})
 	r.watchExit(p, cs, inst, cont)

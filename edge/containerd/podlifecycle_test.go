@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,12 +15,14 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/testbench/images"
 )
 
 // eventLog collects the events a runtime reports.
@@ -253,4 +256,167 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestLifecycleOnContainerd runs containers whose hooks and probes
+// succeed and fail, on a real containerd.
+func TestLifecycleOnContainerd(t *testing.T) {
+	e := newTestRuntime(t, "10.231.9.0/24")
+	events := recordEvents(e.rt)
+	ctx := context.Background()
+	waitEvent := func(t *testing.T, reason, substr string) edge.PodEvent {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if evs := events.find(reason, substr); len(evs) > 0 {
+				return evs[0]
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("no %s event with %q; events:\n%s", reason, substr, events)
+		return edge.PodEvent{}
+	}
+	sh := func(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+	t.Run("postStart runs before Running", func(t *testing.T) {
+		pod := testPod("hooked", corev1.Container{
+			Name: "app", Image: images.Sleeper,
+			Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
+				Exec: &corev1.ExecAction{Command: sh("sleep 1; echo done > /tmp/hook")},
+			}},
+		})
+		synced := make(chan error, 1)
+		go func() { synced <- e.rt.SyncPod(ctx, pod, e.net) }()
+		sawHook := false
+	watch:
+		for {
+			select {
+			case err := <-synced:
+				if err != nil {
+					t.Fatal(err)
+				}
+				break watch
+			case <-time.After(20 * time.Millisecond):
+			}
+			st, err := e.rt.PodStatus(ctx, pod.UID)
+			if err != nil {
+				continue
+			}
+			c := containerStatus(st, "app")
+			switch {
+			case c.State == edge.ContainerRunning:
+				var out strings.Builder
+				if _, err := e.rt.Exec(ctx, pod.UID, "app", []string{"cat", "/tmp/hook"}, edge.Streams{Stdout: &out}); err != nil || out.String() != "done\n" {
+					t.Fatalf("reported Running before its postStart hook ended (hook output %q, %v)", out.String(), err)
+				}
+			case c.State == edge.ContainerWaiting && c.ID != "":
+				if c.Reason != "ContainerCreating" {
+					t.Errorf("during the hook: %+v, want Waiting ContainerCreating", c)
+				}
+				sawHook = true
+			}
+		}
+		if !sawHook {
+			t.Error("never saw the container waiting for its postStart hook")
+		}
+		e.syncUntil(t, pod, 10*time.Second, "running after the hook", running("app"))
+		if err := e.rt.RemovePod(ctx, pod.UID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("failing postStart kills and restarts", func(t *testing.T) {
+		cmd := sh("echo oops; echo bad >&2; exit 3")
+		pod := testPod("badhook", corev1.Container{
+			Name: "app", Image: images.Sleeper,
+			Lifecycle: &corev1.Lifecycle{
+				PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: cmd}},
+				PreStop:   &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: sh("exit 1")}},
+			},
+		})
+		grace := int64(2)
+		pod.Spec.TerminationGracePeriodSeconds = &grace
+		if err := e.rt.SyncPod(ctx, pod, e.net); err != nil {
+			t.Fatal(err)
+		}
+		want := `Exec lifecycle hook ([/bin/sh -c echo oops; echo bad >&2; exit 3]) for Container "app" in Pod "badhook_default(` +
+			string(pod.UID) + `)" failed - error: command '/bin/sh -c echo oops; echo bad >&2; exit 3' exited with 3: bad` + "\n" +
+			`, message: "oops\nbad\n"`
+		ev := waitEvent(t, "FailedPostStartHook", "Exec lifecycle hook")
+		if ev.Message != want || !ev.Warning || ev.Container != "app" {
+			t.Errorf("FailedPostStartHook event %+v, want the message:\n%s", ev, want)
+		}
+		waitEvent(t, "Killing", "FailedPostStartHook")
+		waitEvent(t, "FailedPreStopHook", `Exec lifecycle hook ([/bin/sh -c exit 1]) for Container "app"`)
+		st, err := e.rt.PodStatus(ctx, pod.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := containerStatus(st, "app"); c.State != edge.ContainerWaiting || c.Reason != reasonPostStartHookError || c.Last == nil {
+			t.Errorf("after the failed hook: %+v, want Waiting %s with the killed instance as last state", c, reasonPostStartHookError)
+		}
+		e.syncUntil(t, pod, 20*time.Second, "restarted after the back-off", func(st *edge.PodStatus) bool {
+			return containerStatus(st, "app").RestartCount >= 1
+		})
+		if err := e.rt.RemovePod(ctx, pod.UID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("failing httpGet postStart", func(t *testing.T) {
+		port := freePort(t)
+		pod := testPod("httphook", corev1.Container{
+			Name: "app", Image: images.Sleeper,
+			Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/started", Port: intstr.FromInt(port), Host: "127.0.0.1"},
+			}},
+		})
+		if err := e.rt.SyncPod(ctx, pod, e.net); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`HTTP lifecycle hook (/started) for Container "app" in Pod "httphook_default(%s)" failed - error: Get "http://127.0.0.1:%d/started": dial tcp 127.0.0.1:%d: connect: connection refused`, pod.UID, port, port)
+		if ev := waitEvent(t, "FailedPostStartHook", "HTTP lifecycle hook"); ev.Message != want {
+			t.Errorf("event %q, want %q", ev.Message, want)
+		}
+		if err := e.rt.RemovePod(ctx, pod.UID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("probe failures", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }))
+		defer srv.Close()
+		port := srv.Listener.Addr().(*net.TCPAddr).Port
+		closed := freePort(t)
+		probe := func(h corev1.ProbeHandler) *corev1.Probe {
+			return &corev1.Probe{ProbeHandler: h, PeriodSeconds: 1, FailureThreshold: 1000}
+		}
+		pod := testPod("probed", corev1.Container{
+			Name: "http", Image: images.Sleeper,
+			LivenessProbe: probe(corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(port)}}),
+		}, corev1.Container{
+			Name: "exec", Image: images.Sleeper,
+			ReadinessProbe: probe(corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: sh("echo not ready; exit 1")}}),
+		}, corev1.Container{
+			Name: "tcp", Image: images.Sleeper,
+			LivenessProbe: probe(corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(closed)}}),
+		})
+		pod.Spec.HostNetwork = true
+		e.syncUntil(t, pod, 20*time.Second, "running", func(st *edge.PodStatus) bool {
+			return running("http")(st) && running("exec")(st) && running("tcp")(st)
+		})
+		for _, tc := range []struct{ container, msg string }{
+			{"http", "Liveness probe failed: HTTP probe failed with statuscode: 500"},
+			{"exec", "Readiness probe failed: not ready\n"},
+			{"tcp", fmt.Sprintf("Liveness probe failed: dial tcp 127.0.0.1:%d: connect: connection refused", closed)},
+		} {
+			ev := waitEvent(t, "Unhealthy", tc.msg)
+			if ev.Message != tc.msg || ev.Container != tc.container || !ev.Warning {
+				t.Errorf("%s: event %+v, want the message %q", tc.container, ev, tc.msg)
+			}
+		}
+		if err := e.rt.RemovePod(ctx, pod.UID); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
