@@ -371,12 +371,41 @@ func TestLifecycleOnContainerd(t *testing.T) {
 				HTTPGet: &corev1.HTTPGetAction{Path: "/started", Port: intstr.FromInt(port), Host: "127.0.0.1"},
 			}},
 		})
+		grace := int64(1)
+		pod.Spec.TerminationGracePeriodSeconds = &grace
 		if err := e.rt.SyncPod(ctx, pod, e.net); err != nil {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf(`HTTP lifecycle hook (/started) for Container "app" in Pod "httphook_default(%s)" failed - error: Get "http://127.0.0.1:%d/started": dial tcp 127.0.0.1:%d: connect: connection refused`, pod.UID, port, port)
 		if ev := waitEvent(t, "FailedPostStartHook", "HTTP lifecycle hook"); ev.Message != want {
 			t.Errorf("event %q, want %q", ev.Message, want)
+		}
+		if err := e.rt.RemovePod(ctx, pod.UID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("app restart keeps init", func(t *testing.T) {
+		// Init containers run again only with a new sandbox (see
+		// TestLabNodeRebootOffline); a restart of an app container in
+		// the same sandbox does not run them.
+		work := []corev1.VolumeMount{{Name: "work", MountPath: "/work"}}
+		pod := testPod("reinit", corev1.Container{
+			Name: "app", Image: images.Sleeper, VolumeMounts: work,
+			Command: sh("if [ ! -f /work/once ]; then touch /work/once; exit 1; fi; exec sleep 3600"),
+		})
+		pod.Spec.InitContainers = []corev1.Container{{
+			Name: "init", Image: images.Sleeper, ImagePullPolicy: corev1.PullNever, VolumeMounts: work,
+			TerminationMessagePath: "/dev/termination-log", Command: sh("echo ran >> /work/inits"),
+		}}
+		pod.Spec.Volumes = []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		e.syncUntil(t, pod, 30*time.Second, "app restarted once and running", func(st *edge.PodStatus) bool {
+			c := containerStatus(st, "app")
+			return c.RestartCount == 1 && c.State == edge.ContainerRunning
+		})
+		var out strings.Builder
+		if _, err := e.rt.Exec(ctx, pod.UID, "app", []string{"cat", "/work/inits"}, edge.Streams{Stdout: &out}); err != nil || out.String() != "ran\n" {
+			t.Errorf("init runs after an app restart: %q (%v), want one", out.String(), err)
 		}
 		if err := e.rt.RemovePod(ctx, pod.UID); err != nil {
 			t.Fatal(err)
