@@ -149,7 +149,9 @@ func TestVolumeWaitsForItsSource(t *testing.T) {
 	events := recordEvents(r)
 	p := &pod{uid: "u1", namespace: "shop", name: "web", dir: t.TempDir()}
 	yes := true
-	vol := func(name string, s corev1.VolumeSource) corev1.Volume { return corev1.Volume{Name: name, VolumeSource: s} }
+	vol := func(name string, s corev1.VolumeSource) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: s}
+	}
 	spec := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u1"}}
 	spec.Spec.Volumes = []corev1.Volume{
 		vol("v", corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "later"}}),

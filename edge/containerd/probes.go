@@ -374,4 +374,3 @@ func (b *cappedBuffer) String() string {
 	defer b.mu.Unlock()
 	return string(b.buf)
 }
-
