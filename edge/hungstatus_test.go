@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -137,4 +138,64 @@ func TestPodWorkerRestartsWhileStatusWritesHang(t *testing.T) {
 		t.Fatal("no status write was tried")
 	}
 	t.Logf("%d restarts on schedule while %d status writes hung", len(starts)-1, hung.Load())
+}
+
+// hangingRuntime's SyncPod hangs until its context ends, as a postStart
+// hook that never returns does.
+type hangingRuntime struct {
+	Runtime
+	syncing chan struct{} // closed when the first SyncPod began
+	once    sync.Once
+	killed  chan struct{} // closed by KillPod
+	kill    sync.Once
+}
+
+func (r *hangingRuntime) Notify(func(types.UID)) {}
+
+func (r *hangingRuntime) SyncPod(ctx context.Context, _ *corev1.Pod, _ Network) error {
+	r.once.Do(func() { close(r.syncing) })
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (r *hangingRuntime) KillPod(context.Context, types.UID, time.Duration) error {
+	r.kill.Do(func() { close(r.killed) })
+	return nil
+}
+
+func (r *hangingRuntime) PodStatus(context.Context, types.UID) (*PodStatus, error) {
+	return nil, ErrPodNotFound
+}
+
+// TestPodDeletionInterruptsSync: the deletion of a pod whose sync hangs
+// (its postStart hook never returns) cancels the sync, and the pod is
+// killed.
+func TestPodDeletionInterruptsSync(t *testing.T) {
+	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
+	client := fake.NewClientset(pod)
+	rt := &hangingRuntime{syncing: make(chan struct{}), killed: make(chan struct{})}
+	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), core: client.CoreV1()}
+	a.node = &nodeSync{a: a, ready: make(chan struct{})}
+	close(a.node.ready)
+	a.pods = newPodManager(a)
+	a.refs = newRefManager(a)
+	a.status = newStatusManager(client.CoreV1().Pods, &a.metrics)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a.pods.start(ctx)
+	a.pods.update(pod)
+	select {
+	case <-rt.syncing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pod was never synced")
+	}
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	a.pods.update(deleting)
+	select {
+	case <-rt.killed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deleted pod was not killed while its sync hung")
+	}
 }

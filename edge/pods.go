@@ -100,6 +100,18 @@ type podWorker struct {
 	// and time.
 	mountMsg string
 	mountAt  time.Time
+	// cancelSync ends the runtime's SyncPod under way, if any: a
+	// deletion must not wait for a postStart hook that never returns.
+	cancelSync context.CancelFunc
+}
+
+// interrupt cancels the sync under way, once the pod is to be killed.
+func (w *podWorker) interrupt() {
+	w.mu.Lock()
+	if w.cancelSync != nil {
+		w.cancelSync()
+	}
+	w.mu.Unlock()
 }
 
 func (w *podWorker) poke() {
@@ -139,6 +151,9 @@ func (m *podManager) update(p *corev1.Pod) {
 	w.mu.Lock()
 	w.pod = p
 	w.mu.Unlock()
+	if p.DeletionTimestamp != nil {
+		w.interrupt()
+	}
 	w.poke()
 }
 
@@ -154,6 +169,7 @@ func (m *podManager) gone(p *corev1.Pod) {
 	w.mu.Lock()
 	w.gone = true
 	w.mu.Unlock()
+	w.interrupt()
 	w.poke()
 }
 
@@ -318,10 +334,24 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		}
 		return false, err
 	}
-	syncErr := rt.SyncPod(ctx, pod, m.a.node.network())
+	sctx, cancel := context.WithCancel(ctx)
 	w.mu.Lock()
-	w.syncErr = syncErr
+	w.cancelSync = cancel
 	w.mu.Unlock()
+	syncErr := rt.SyncPod(sctx, pod, m.a.node.network())
+	interrupted := sctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	w.mu.Lock()
+	w.cancelSync = nil
+	if !interrupted {
+		w.syncErr = syncErr
+	}
+	w.mu.Unlock()
+	if interrupted {
+		// To be killed: the next round does it.
+		w.poke()
+		return false, nil
+	}
 	if m.a.tunnel != nil && !m.a.tunnel.Connected() {
 		// Offline the status waits for the tunnel, which wakes every
 		// worker when it is back. Writing now would hold the worker in
