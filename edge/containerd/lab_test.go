@@ -471,6 +471,7 @@ spec:
 			t.Errorf("kubectl describe pod shows no kubelet events:\n%s", out)
 		}
 	})
+	t.Run("volume waits", func(t *testing.T) { labVolumeWaits(t, l) })
 	t.Run("delete", func(t *testing.T) {
 		// The agent stops the containers and then finalizes the pod.
 		l.kubectl(t, "delete", "pod", "-l", "app=web", "--wait=true", "--timeout=60s")

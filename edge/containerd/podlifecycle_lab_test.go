@@ -12,14 +12,15 @@ import (
 	"github.com/tether-edge/tether/testbench/images"
 )
 
-// TestLabVolumeWaits: through the hub and kubectl, a pod whose Secret
+// labVolumeWaits (run by TestLabPodsOnContainerd, on its lab): through
+// the hub and kubectl, a pod whose Secret
 // does not exist yet stays Pending in ContainerCreating with the kubelet's
 // FailedMount event (one Event object whose count grows as the mount is
 // retried) and runs within seconds of the Secret's creation; an optional
 // Secret's volume mounts without it; a hostPath of type Directory that is
 // not there fails the same way and creates nothing.
-func TestLabVolumeWaits(t *testing.T) {
-	l := startLab(t)
+func labVolumeWaits(t *testing.T, l *lab) {
+	defer l.kubectl(t, "delete", "pod", "later", "optional", "hostdir", "--now", "--wait=true", "--timeout=60s")
 	missing := filepath.Join(t.TempDir(), "absent")
 	l.apply(t, fmt.Sprintf(`
 apiVersion: v1
