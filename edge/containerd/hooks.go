@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -69,7 +70,7 @@ func podFormat(p *pod) string {
 // httpHook sends a hook's GET. Any response passes.
 func (r *Runtime) httpHook(ctx context.Context, p *pod, g *corev1.HTTPGetAction) error {
 	err := r.httpGet(ctx, p, g)
-	if err != nil && strings.HasPrefix(err.Error(), "HTTP probe failed with statuscode") {
+	if _, answered := errors.AsType[httpStatusError](err); answered {
 		return nil
 	}
 	return err

@@ -326,9 +326,16 @@ func (r *Runtime) httpGet(ctx context.Context, p *pod, g *corev1.HTTPGetAction) 
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+		return httpStatusError(resp.StatusCode)
 	}
 	return nil
+}
+
+// httpStatusError is an HTTP answer whose status fails a probe.
+type httpStatusError int
+
+func (e httpStatusError) Error() string {
+	return fmt.Sprintf("HTTP probe failed with statuscode: %d", int(e))
 }
 
 // execProbe runs an exec probe's command in the instance. A command that
