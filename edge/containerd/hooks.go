@@ -69,7 +69,7 @@ func podFormat(p *pod) string {
 
 // httpHook sends a hook's GET. Any response passes.
 func (r *Runtime) httpHook(ctx context.Context, p *pod, g *corev1.HTTPGetAction) error {
-	err := r.httpGet(ctx, p, g)
+	err := r.httpRequest(ctx, p, g, "lifecycle")
 	if _, answered := errors.AsType[httpStatusError](err); answered {
 		return nil
 	}

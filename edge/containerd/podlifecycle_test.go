@@ -240,6 +240,12 @@ func TestHTTPProbeAndHookResults(t *testing.T) {
 	if err := r.httpHook(ctx, p, get("/500", port)); err != nil {
 		t.Errorf("hook answered 500 failed: %v", err)
 	}
+	if got, want := userAgent("probe"), "kube-probe/"+strings.Join(strings.SplitN(strings.TrimPrefix(edge.KubernetesVersion, "v"), ".", 3)[:2], "."); got != want {
+		t.Errorf("probe User-Agent %q, want %q", got, want)
+	}
+	if got := userAgent("lifecycle"); !strings.HasPrefix(got, "kube-lifecycle/1.") || strings.Count(got, ".") != 1 {
+		t.Errorf("hook User-Agent %q, want kube-lifecycle/<major>.<minor>", got)
+	}
 	closed := freePort(t)
 	c := &corev1.Container{Name: "app"}
 	msg, err := r.runHook(ctx, p, nil, c, &corev1.LifecycleHandler{HTTPGet: get("/start", closed)})

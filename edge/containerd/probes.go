@@ -290,6 +290,23 @@ var probeClient = &http.Client{
 }
 
 func (r *Runtime) httpGet(ctx context.Context, p *pod, g *corev1.HTTPGetAction) error {
+	return r.httpRequest(ctx, p, g, "probe")
+}
+
+// userAgent is the kubelet's User-Agent for purpose ("probe" or
+// "lifecycle"): kube-probe/<major>.<minor>.
+func userAgent(purpose string) string {
+	v := strings.TrimPrefix(edge.KubernetesVersion, "v")
+	if major, rest, ok := strings.Cut(v, "."); ok {
+		minor, _, _ := strings.Cut(rest, ".")
+		v = major + "." + minor
+	}
+	return "kube-" + purpose + "/" + v
+}
+
+// httpRequest sends a probe's or hook's GET; a status outside 200-399
+// is an httpStatusError.
+func (r *Runtime) httpRequest(ctx context.Context, p *pod, g *corev1.HTTPGetAction, purpose string) error {
 	host, port, err := r.target(p, g.Host, g.Port)
 	if err != nil {
 		return err
@@ -311,7 +328,7 @@ func (r *Runtime) httpGet(ctx context.Context, p *pod, g *corev1.HTTPGetAction) 
 	if err != nil {
 		return err
 	}
-	req.Header.Set("User-Agent", "kube-probe/"+strings.TrimPrefix(edge.KubernetesVersion, "v"))
+	req.Header.Set("User-Agent", userAgent(purpose))
 	for _, h := range g.HTTPHeaders {
 		if strings.EqualFold(h.Name, "Host") {
 			req.Host = h.Value
