@@ -402,8 +402,9 @@ var systemPriorityClasses = map[string]int32{
 // mutatePod is the admission upstream's plugins apply to pods, each on
 // the operations it handles there: DefaultTolerationSeconds adds its
 // tolerations on create and update, ServiceAccount names the default
-// account on create only, and Priority resolves the priority on create and
-// keeps the stored one on update.
+// account, checks that the account exists and mounts its API token on
+// create only (see admitServiceAccount), and Priority resolves the
+// priority on create and keeps the stored one on update.
 func mutatePod(ctx context.Context, l Lister, obj, old runtime.Object) error {
 	pod := obj.(*corev1.Pod)
 	addDefaultTolerations(pod)
@@ -414,9 +415,14 @@ func mutatePod(ctx context.Context, l Lister, obj, old runtime.Object) error {
 	// Mirror pods, the API's view of a node's static pods, name no
 	// service account: upstream's ServiceAccount admission leaves them
 	// alone, and their pods never run with a token.
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; pod.Spec.ServiceAccountName == "" && !mirror {
-		pod.Spec.ServiceAccountName = "default"
-		pod.Spec.DeprecatedServiceAccount = "default"
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; !mirror {
+		if pod.Spec.ServiceAccountName == "" {
+			pod.Spec.ServiceAccountName = "default"
+			pod.Spec.DeprecatedServiceAccount = "default"
+		}
+		if err := admitServiceAccount(ctx, l, pod); err != nil {
+			return err
+		}
 	}
 	return admitPriority(ctx, l, pod)
 }

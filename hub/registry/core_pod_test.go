@@ -238,14 +238,18 @@ func TestPodQOSClass(t *testing.T) {
 	}
 }
 
-// classLister serves stored priority classes.
+// classLister serves stored priority classes, and every namespace's
+// default service account.
 type classLister []runtime.Object
 
-func (l classLister) List(_ context.Context, resource, _ string) ([]runtime.Object, error) {
-	if resource != "priorityclasses.scheduling.k8s.io" {
-		return nil, fmt.Errorf("unexpected resource %q", resource)
+func (l classLister) List(_ context.Context, resource, ns string) ([]runtime.Object, error) {
+	switch resource {
+	case "priorityclasses.scheduling.k8s.io":
+		return l, nil
+	case "serviceaccounts":
+		return []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}}, nil
 	}
-	return l, nil
+	return nil, fmt.Errorf("unexpected resource %q", resource)
 }
 
 func TestAdmitPodPriority(t *testing.T) {
@@ -308,7 +312,7 @@ func TestMutatePod(t *testing.T) {
 	p := &corev1.Pod{}
 	p.Name, p.Namespace = "web", "default"
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx"}}
-	if err := podKind.Mutate(context.Background(), nil, p, nil); err != nil {
+	if err := podKind.Mutate(context.Background(), classLister(nil), p, nil); err != nil {
 		t.Fatal(err)
 	}
 	spec := p.Spec
@@ -324,14 +328,14 @@ func TestMutatePod(t *testing.T) {
 	}
 	// Admitting again adds nothing.
 	again := p.DeepCopy()
-	if err := podKind.Mutate(context.Background(), nil, again, p); err != nil || !apiequality.Semantic.DeepEqual(again, p) {
+	if err := podKind.Mutate(context.Background(), classLister(nil), again, p); err != nil || !apiequality.Semantic.DeepEqual(again, p) {
 		t.Errorf("second admission changed the pod (%v): %+v", err, again.Spec)
 	}
 
 	up := &corev1.Pod{}
 	up.Name, up.Namespace = "web", "default"
 	up.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx"}}
-	if err := podKind.Mutate(context.Background(), nil, up, p); err != nil {
+	if err := podKind.Mutate(context.Background(), classLister(nil), up, p); err != nil {
 		t.Fatal(err)
 	}
 	if len(up.Spec.Tolerations) != 2 || up.Spec.Priority == nil || *up.Spec.Priority != 0 || up.Spec.PreemptionPolicy == nil {
@@ -342,7 +346,7 @@ func TestMutatePod(t *testing.T) {
 	}
 	// A priority the update names is left for validation to judge.
 	up.Spec.Priority = ptr.To(int32(7))
-	if err := podKind.Mutate(context.Background(), nil, up, p); err != nil || *up.Spec.Priority != 7 {
+	if err := podKind.Mutate(context.Background(), classLister(nil), up, p); err != nil || *up.Spec.Priority != 7 {
 		t.Errorf("update's own priority: %v %v", err, *up.Spec.Priority)
 	}
 }

@@ -15,7 +15,7 @@ func validPod() *corev1.Pod {
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx:1.27",
 		Ports: []corev1.ContainerPort{{ContainerPort: 80}}}}
 	defaultPod(p)
-	if err := mutatePod(context.Background(), nil, p, nil); err != nil {
+	if err := mutatePod(context.Background(), classLister(nil), p, nil); err != nil {
 		panic(err)
 	}
 	return p
@@ -87,7 +87,7 @@ func TestMirrorPodHasNoServiceAccount(t *testing.T) {
 	p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "hash"}
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "etcd"}}
 	defaultPod(p)
-	if err := mutatePod(context.Background(), nil, p, nil); err != nil {
+	if err := mutatePod(context.Background(), classLister(nil), p, nil); err != nil {
 		t.Fatal(err)
 	}
 	if p.Spec.ServiceAccountName != "" || p.Spec.DeprecatedServiceAccount != "" {
