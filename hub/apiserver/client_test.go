@@ -62,6 +62,7 @@ func newHubWith(t testing.TB, tweak func(*Config)) *hub {
 	if err := stg.Bootstrap(context.Background(), storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}
+	createDefaultAccount(t, stg)
 	cfg := Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet,
 		Version: version.Info{Major: "1", Minor: "37", GitVersion: "v1.37.2"}}
 	if tweak != nil {

@@ -51,6 +51,7 @@ func BenchmarkListPods(b *testing.B) {
 	if err := stg.Bootstrap(ctx, storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
 		b.Fatal(err)
 	}
+	createDefaultAccount(b, stg)
 	s, err := New(Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)

@@ -38,7 +38,19 @@ func newTestStorage(t *testing.T) (*storage.Storage, *slog.Logger) {
 	if err := stg.Bootstrap(context.Background(), storage.BootstrapConfig{AdvertiseAddress: "192.0.2.10"}); err != nil {
 		t.Fatal(err)
 	}
+	createDefaultAccount(t, stg)
 	return stg, quiet
+}
+
+// createDefaultAccount creates the default namespace's default service
+// account, which pods need and the serviceaccount controller would create.
+func createDefaultAccount(t testing.TB, stg *storage.Storage) {
+	t.Helper()
+	k := registry.Lookup(corev1.SchemeGroupVersion.WithResource("serviceaccounts"))
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := stg.Create(context.Background(), k, "default", sa, storage.Options{}); err != nil {
+		t.Fatalf("create service account: %v", err)
+	}
 }
 
 // TestJSONListMatchesTypedList compares lists answered from the stored JSON

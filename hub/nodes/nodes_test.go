@@ -46,6 +46,11 @@ func newStorage(t *testing.T) *storage.Storage {
 		if _, err := stg.Create(context.Background(), mustKindT(t, "namespaces"), "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, storage.Options{}); err != nil {
 			t.Fatal(err)
 		}
+		// Pods need their service account, which the serviceaccount
+		// controller would create.
+		if _, err := stg.Create(context.Background(), mustKindT(t, "serviceaccounts"), ns, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return stg
 }

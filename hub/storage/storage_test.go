@@ -51,6 +51,12 @@ func newFixture(t testing.TB) *fixture {
 	if err := s.Bootstrap(context.Background(), BootstrapConfig{AdvertiseAddress: "192.0.2.10", Port: 6443}); err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}
+	// Pods need their service account, which the serviceaccount
+	// controller would create.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := s.Create(context.Background(), kind(t, "", "v1", "serviceaccounts"), "default", sa, Options{}); err != nil {
+		t.Fatalf("create service account: %v", err)
+	}
 	return &fixture{s: s, st: st}
 }
 
