@@ -42,6 +42,18 @@ func (s *Server) requestToken(w http.ResponseWriter, r *http.Request, t target) 
 	}
 	req := obj.(*authenticationv1.TokenRequest)
 	ctx := r.Context()
+	// Admission sees the request before the account is read, as
+	// upstream's NodeRestriction does.
+	if ca, ok := s.authz.(CreateAuthorizer); ok {
+		if u, _ := auth.UserFrom(ctx); u != nil {
+			attrs := Attributes{Verb: "create", Resource: true, Version: "v1", Kind: t.kind.Resource,
+				Namespace: t.namespace, Name: t.name, Subresource: "token", Path: r.URL.Path}
+			if err := ca.AuthorizeCreate(u, attrs, req); err != nil {
+				s.writeError(w, toStatus(err))
+				return
+			}
+		}
+	}
 	saObj, err := s.cfg.Storage.Get(ctx, t.kind, t.namespace, t.name)
 	if err != nil {
 		s.writeError(w, err)
@@ -77,11 +89,12 @@ func (s *Server) requestToken(w http.ResponseWriter, r *http.Request, t target) 
 			}
 			pod := o.(*corev1.Pod)
 			if ref.UID != "" && ref.UID != pod.UID {
-				s.writeError(w, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, ref.Name, fmt.Errorf("the UID in the bound object reference (%s) does not match the UID in record (%s)", ref.UID, pod.UID)))
+				s.writeError(w, apierrors.NewConflict(schema.GroupResource{Resource: "Pod"}, ref.Name, fmt.Errorf("the UID in the bound object reference (%s) does not match the UID in record. The object might have been deleted and then recreated", ref.UID)))
 				return
 			}
-			if pod.Spec.ServiceAccountName != "" && pod.Spec.ServiceAccountName != sa.Name {
-				errs = append(errs, field.Invalid(refPath, ref.Name, fmt.Sprintf("pod %s does not run as service account %s", pod.Name, sa.Name)))
+			if pod.Spec.ServiceAccountName != sa.Name {
+				s.writeError(w, apierrors.NewBadRequest(fmt.Sprintf("cannot bind token for serviceaccount %q to pod running with different serviceaccount name.", sa.Name)))
+				return
 			}
 			claims.PodName, claims.PodUID = pod.Name, string(pod.UID)
 		case "Node":

@@ -2,10 +2,12 @@ package nodes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,8 +25,10 @@ import (
 // pods reference and the PersistentVolumes bound to those claims, Services
 // and EndpointSlices; write its own Node and its status, its Lease, its
 // pods' status, and events; create the mirror pods of its static pods;
-// and delete its pods once they stopped (graceful deletion ends with the
-// node). Anything else is 403. Requests of other users go to Next.
+// request tokens of its pods' service accounts, bound to those pods (see
+// admitTokenRequest); and delete its pods once they stopped (graceful
+// deletion ends with the node). Anything else is 403. Requests of other
+// users go to Next.
 //
 // Two rules are tether's own, for local-path volumes, whose data lives on
 // one node: a node may read the local-path PersistentVolumes whose node
@@ -97,6 +101,9 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 // name comes in the body, it decides with the name filled in.
 func (a *Authorizer) AuthorizeCreate(u *auth.User, at apiserver.Attributes, obj runtime.Object) error {
 	node, ok := nodeOf(u)
+	if ok && at.Group == "" && at.Kind == "serviceaccounts" && at.Subresource == "token" {
+		return a.admitTokenRequest(node, at, obj)
+	}
 	if !ok || at.Name != "" {
 		return nil
 	}
@@ -271,6 +278,18 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 		}
 		return fmt.Sprintf("node '%s' may only use its own Lease in %s", node, corev1.NamespaceNodeLease)
 
+	case at.Group == "" && at.Kind == "serviceaccounts":
+		if at.Verb != "create" || at.Name == "" {
+			return "can only create tokens for individual service accounts"
+		}
+		if at.Subresource != "token" {
+			return "can only create token subresource of serviceaccount"
+		}
+		if a.needs(node, ref{at.Kind, at.Namespace, at.Name}) {
+			return ""
+		}
+		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
+
 	case (at.Group == "" || at.Group == "events.k8s.io") && at.Kind == "events":
 		if at.Verb == "create" || at.Verb == "update" || at.Verb == "patch" {
 			return ""
@@ -409,4 +428,43 @@ func forbidden(u *auth.User, at apiserver.Attributes, why string) error {
 func forbiddenPath(u *auth.User, at apiserver.Attributes) error {
 	return apierrors.NewForbidden(schema.GroupResource{}, "",
 		fmt.Errorf("User %q cannot %s path %q", u.Name, at.Verb, at.Path))
+}
+
+// admitTokenRequest is upstream's NodeRestriction for a node's
+// TokenRequest, which the authorizer already allowed for a service
+// account one of the node's pods uses: the token must be bound to a pod,
+// named with its UID, that is scheduled on the node. A node thus gets only
+// tokens that die with its own pods.
+func (a *Authorizer) admitTokenRequest(node string, at apiserver.Attributes, obj runtime.Object) error {
+	refuse := func(why string) error {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: at.Kind}, at.Name, errors.New(why))
+	}
+	tr, ok := obj.(*authenticationv1.TokenRequest)
+	if !ok {
+		return refuse(fmt.Sprintf("unexpected type %T", obj))
+	}
+	ref := tr.Spec.BoundObjectRef
+	if ref == nil || ref.APIVersion != "v1" || ref.Kind != "Pod" || ref.Name == "" {
+		return refuse("node requested token not bound to a pod")
+	}
+	if ref.UID == "" {
+		return refuse("node requested token with a pod binding without a uid")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	o, err := a.cfg.Storage.Get(ctx, podsKind, at.Namespace, ref.Name)
+	if apierrors.IsNotFound(err) {
+		return err
+	}
+	if err != nil {
+		return refuse(err.Error())
+	}
+	pod := o.(*corev1.Pod)
+	if ref.UID != pod.UID {
+		return refuse(fmt.Sprintf("the UID in the bound object reference (%s) does not match the UID in record. The object might have been deleted and then recreated", ref.UID))
+	}
+	if pod.Spec.NodeName != node {
+		return refuse("node requested token bound to a pod scheduled on a different node")
+	}
+	return nil
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/tether-edge/tether/hub/storage"
 )
 
-// ref names an object a pod needs: a secret, config map or claim.
+// ref names an object a pod needs: a secret, config map, claim or its
+// service account.
 type ref struct {
 	resource, namespace, name string
 }
@@ -23,7 +24,7 @@ type podEntry struct {
 }
 
 // graph knows which node every pod is bound to and which secrets, config
-// maps and claims those pods reference, fed by a watch on pods. It answers
+// maps, claims and service accounts those pods reference, fed by a watch on pods. It answers
 // the node authorizer's "does node N need object O" in constant time.
 type graph struct {
 	mu     sync.RWMutex
@@ -165,8 +166,9 @@ func (g *graph) sync(ctx context.Context, st storage.API) error {
 	}
 }
 
-// podRefs lists the secrets, config maps and claims a pod's node needs to
-// run it: volumes, projected sources, environment, image pull secrets.
+// podRefs lists the secrets, config maps, claims and the service account a
+// pod's node needs to run it: volumes, projected sources, environment,
+// image pull secrets, and the account whose tokens it mounts.
 func podRefs(pod *corev1.Pod) []ref {
 	ns := pod.Namespace
 	seen := map[ref]bool{}
@@ -181,6 +183,7 @@ func podRefs(pod *corev1.Pod) []ref {
 			out = append(out, r)
 		}
 	}
+	add("serviceaccounts", pod.Spec.ServiceAccountName)
 	for _, s := range pod.Spec.ImagePullSecrets {
 		add("secrets", s.Name)
 	}

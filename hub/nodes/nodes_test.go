@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
@@ -495,5 +497,85 @@ func TestJoinerAndLeases(t *testing.T) {
 	}
 	if l.Alive("n1") {
 		t.Error("disconnected node reported alive")
+	}
+}
+
+// TestNodeTokenRequest: a node may request a token of a service account
+// one of its pods uses, bound to that pod by name and UID, and nothing
+// else, with upstream's node authorizer and NodeRestriction messages.
+func TestNodeTokenRequest(t *testing.T) {
+	st := newStorage(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := NewAuthorizer(Config{Storage: st, Logger: quiet})
+	go a.Run(ctx)
+	for _, sa := range []string{"robot", "other"} {
+		if _, err := st.Create(ctx, mustKindT(t, "serviceaccounts"), "shop", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uids := map[string]string{}
+	for _, p := range []struct{ name, node, sa string }{{"mine", "n1", "robot"}, {"theirs", "n2", "other"}, {"also-mine", "n1", "default"}} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "shop"}, Spec: corev1.PodSpec{
+			NodeName: p.node, ServiceAccountName: p.sa, Containers: []corev1.Container{{Name: "c", Image: "img"}}}}
+		out, err := st.Create(ctx, mustKindT(t, "pods"), "shop", pod, storage.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[p.name] = string(out.(*corev1.Pod).UID)
+	}
+	at := func(sa, sub, verb string) apiserver.Attributes {
+		return apiserver.Attributes{Verb: verb, Resource: true, Version: "v1", Kind: "serviceaccounts", Namespace: "shop", Name: sa, Subresource: sub}
+	}
+	n1 := nodeUser("n1")
+	// The graph learns of the pods from its watch.
+	for deadline := time.Now().Add(5 * time.Second); a.Authorize(n1, at("default", "token", "create")) != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The authorizer: only accounts of the node's own pods, only tokens.
+	for _, tt := range []struct {
+		at   apiserver.Attributes
+		want string
+	}{
+		{at("robot", "token", "create"), ""},
+		{at("default", "token", "create"), ""},
+		{at("other", "token", "create"), "no relationship found between node 'n1' and this object"},
+		{at("robot", "", "get"), "can only create tokens for individual service accounts"},
+		{at("robot", "", "create"), "can only create token subresource of serviceaccount"},
+	} {
+		err := a.Authorize(n1, tt.at)
+		if tt.want == "" && err != nil || tt.want != "" && (!apierrors.IsForbidden(err) || !strings.HasSuffix(err.Error(), ": "+tt.want)) {
+			t.Errorf("%s %s/%s: %v, want %q", tt.at.Verb, tt.at.Name, tt.at.Subresource, err, tt.want)
+		}
+	}
+	// NodeRestriction: bound to one of the node's pods by name and UID.
+	req := func(kind, name, uid string) *authenticationv1.TokenRequest {
+		tr := &authenticationv1.TokenRequest{}
+		if kind != "" {
+			tr.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: kind, APIVersion: "v1", Name: name, UID: types.UID(uid)}
+		}
+		return tr
+	}
+	for _, tt := range []struct {
+		name string
+		tr   *authenticationv1.TokenRequest
+		want string
+	}{
+		{"bound to its pod", req("Pod", "mine", uids["mine"]), ""},
+		{"unbound", req("", "", ""), `serviceaccounts "robot" is forbidden: node requested token not bound to a pod`},
+		{"bound to a node", req("Node", "n1", "x"), `serviceaccounts "robot" is forbidden: node requested token not bound to a pod`},
+		{"without uid", req("Pod", "mine", ""), `serviceaccounts "robot" is forbidden: node requested token with a pod binding without a uid`},
+		{"stale uid", req("Pod", "mine", "stale"), `serviceaccounts "robot" is forbidden: the UID in the bound object reference (stale) does not match the UID in record. The object might have been deleted and then recreated`},
+		{"another node's pod", req("Pod", "theirs", uids["theirs"]), `serviceaccounts "robot" is forbidden: node requested token bound to a pod scheduled on a different node`},
+		{"missing pod", req("Pod", "gone", "x"), `pods "gone" not found`},
+	} {
+		err := a.AuthorizeCreate(n1, at("robot", "token", "create"), tt.tr)
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || err.Error() != tt.want) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+	// Other users are not restricted here.
+	if err := a.AuthorizeCreate(&auth.User{Name: "admin"}, at("robot", "token", "create"), req("", "", "")); err != nil {
+		t.Errorf("admin: %v", err)
 	}
 }
