@@ -210,3 +210,47 @@ func TestSign(t *testing.T) {
 		t.Error("Sign accepted junk")
 	}
 }
+
+// TestServingCertificateForPods: pods address the hub as the kubernetes
+// Service, by its cluster IP or its DNS names, and verify it against the
+// CA. A data directory holding a serving certificate from before the hub
+// named them (or named another service IP) gets a new one at start.
+func TestServingCertificateForPods(t *testing.T) {
+	dir := t.TempDir()
+	a, err := LoadOrCreate(Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An older certificate: loopback names only.
+	certPEM, keyPEM, err := a.issue(pkix.Name{CommonName: "tether-hub"}, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)},
+		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, time.Hour*24*365, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAtomic(filepath.Join(dir, "pki", "serving.crt"), certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAtomic(filepath.Join(dir, "pki", "serving.key"), keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []string{"10.0.0.1", "10.96.0.1"} {
+		b, err := LoadOrCreate(Config{Dir: dir, ServiceIP: net.ParseIP(ip)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := leaf(t, b)
+		for _, host := range []string{ip, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"} {
+			opts := x509.VerifyOptions{DNSName: host, Roots: b.CAPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+			if _, err := c.Verify(opts); err != nil {
+				t.Errorf("service IP %s: serving certificate not valid for %s: %v", ip, host, err)
+			}
+		}
+		onDisk, err := os.ReadFile(filepath.Join(dir, "pki", "serving.crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if blk, _ := pem.Decode(onDisk); blk == nil || !slices.Equal(blk.Bytes, c.Raw) {
+			t.Errorf("service IP %s: re-issued certificate not written to the data directory", ip)
+		}
+	}
+}
