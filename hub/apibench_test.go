@@ -48,6 +48,7 @@ func TestAPIBenchmark(t *testing.T) {
 		pods, watchers = 10000, 1000
 	}
 	h := hubtest.Start(t, apiOnly...)
+	createDefaultAccounts(t, h, "default")
 	cs := clientFor(t, h)
 	ctx := t.Context()
 	time.Sleep(2 * time.Second)

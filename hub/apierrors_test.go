@@ -137,6 +137,7 @@ func TestErrorStatuses(t *testing.T) {
 	})
 
 	t.Run("kubectl debug reads a 404's details", func(t *testing.T) {
+		createDefaultAccounts(t, h, "default")
 		mustKubectl(t, h, "run", "target", "--image=busybox", "--restart=Never")
 		_, err := h.Run("debug", "target", "--image=busybox", "-c", "dbg")
 		if err == nil || strings.Contains(err.Error(), "panic") || !strings.Contains(err.Error(), "ephemeral containers are disabled for this cluster") {

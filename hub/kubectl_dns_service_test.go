@@ -46,6 +46,7 @@ spec:
 // messages, a 422 with field causes, and nothing stored.
 func TestKubectlPodDNSConfigLimits(t *testing.T) {
 	h := hubtest.Start(t, apiOnly...)
+	createDefaultAccounts(t, h, "default")
 
 	// Upstream's example: policy None with one nameserver, two searches
 	// and options.

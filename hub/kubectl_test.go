@@ -21,7 +21,7 @@ func TestKubectl(t *testing.T) {
 	t.Run("apply twice", func(t *testing.T) {
 		out := h.MustRun("apply", "-f", "testdata/manifests/")
 		if n := strings.Count(out, " created"); n < 30 {
-			t.Fatalf("first apply created %d objects, want every one of the 31:\n%s", n, out)
+			t.Fatalf("first apply created %d objects, want every one of the 32:\n%s", n, out)
 		}
 		out = h.MustRun("apply", "-f", "testdata/manifests/")
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {

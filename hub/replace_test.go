@@ -72,6 +72,7 @@ func TestKubectlReplace(t *testing.T) {
 	})
 
 	h.MustRun("create", "namespace", "saved")
+	createDefaultAccounts(t, h, "saved")
 	saved := manifests("saved", false)
 
 	t.Run("save-config", func(t *testing.T) {
@@ -144,6 +145,7 @@ func TestKubectlReplace(t *testing.T) {
 
 	t.Run("server-side apply", func(t *testing.T) {
 		h.MustRun("create", "namespace", "ssa")
+		createDefaultAccounts(t, h, "ssa")
 		m := manifests("ssa", true)
 		if _, err := h.RunInput(context.Background(), m, nil, "apply", "-f", "-"); err != nil {
 			t.Fatal(err)
@@ -172,6 +174,7 @@ func TestKubectlReplace(t *testing.T) {
 		// Applying the same manifest again changes nothing, whether the
 		// objects were migrated or only ever applied server-side.
 		h.MustRun("create", "namespace", "ssa2")
+		createDefaultAccounts(t, h, "ssa2")
 		m2 := manifests("ssa2", true)
 		for _, c := range []struct{ ns, manifest string }{{"ssa", m}, {"ssa2", m2}, {"ssa2", m2}} {
 			if _, err := h.RunInput(context.Background(), c.manifest, nil, "apply", "--server-side", "-f", "-"); err != nil {

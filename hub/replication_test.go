@@ -43,6 +43,7 @@ func fieldCauses(err error) []string {
 // propagation policy.
 func TestReplicationControllerAPI(t *testing.T) {
 	h := hubtest.Start(t, apiOnly...)
+	createDefaultAccounts(t, h, "default")
 	kube := kubeClient(t, h)
 	ctx := context.Background()
 	rcAPI := kube.CoreV1().ReplicationControllers("default")
