@@ -421,7 +421,7 @@ func forbidden(u *auth.User, at apiserver.Attributes, why string) error {
 		scope = fmt.Sprintf("in the namespace %q", at.Namespace)
 	}
 	res := at.Kind + sub(at.Subresource)
-	return apierrors.NewForbidden(schema.GroupResource{Group: at.Group, Resource: res}, at.Name,
+	return apierrors.NewForbidden(schema.GroupResource{Group: at.Group, Resource: at.Kind}, at.Name,
 		fmt.Errorf("User %q cannot %s resource %q in API group %q %s: %s", u.Name, at.Verb, res, at.Group, scope, why))
 }
 
