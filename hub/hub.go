@@ -255,6 +255,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer edges.Close()
+	relay := newStreamDemux(edges.Listener())
 	api, err := apiserver.New(apiserver.Config{
 		Storage:              objs,
 		Kinds:                kinds,
@@ -262,7 +263,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		DialNode:             dialNode(edges),
 		DialPod:              dialPod(edges),
 		ServiceAccountTokens: saTokens,
-		ExtraMetrics:         tunnelMetrics(edges),
+		ExtraMetrics:         tunnelMetrics(edges, relay),
 		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,
@@ -307,7 +308,9 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	}
 	defer pc.Close()
 	// API requests of edges arrive as HTTP/1.1 on tunnel streams,
-	// authenticated by the node certificate the tunnel verified.
+	// authenticated by the node certificate the tunnel verified; their
+	// pods' connections to the API arrive relayed on streams of their own
+	// (see streamDemux).
 	tunnelHTTP := &http.Server{
 		Handler:           api.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -315,7 +318,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		MaxHeaderBytes:    1 << 20,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if p, ok := tunnel.PeerOf(c); ok {
+			if p, ok := streamPeer(c); ok {
 				return auth.WithPeerCertificates(ctx, p.Certificates)
 			}
 			return ctx
@@ -339,8 +342,9 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 			serveErr <- fmt.Errorf("tunnel: %w", err)
 		}
 	}()
+	go func() { _ = relay.Run(srv) }()
 	go func() {
-		if err := tunnelHTTP.Serve(edges.Listener()); err != nil && !errors.Is(err, http.ErrServerClosed) && bgCtx.Err() == nil {
+		if err := tunnelHTTP.Serve(relay.Plain()); err != nil && !errors.Is(err, http.ErrServerClosed) && bgCtx.Err() == nil {
 			serveErr <- fmt.Errorf("tunnel API: %w", err)
 		}
 	}()

@@ -45,7 +45,7 @@ func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases,
 }
 
 // tunnelMetrics writes the tunnel server's counters for /metrics.
-func tunnelMetrics(edges *tunnel.Server) func(io.Writer) {
+func tunnelMetrics(edges *tunnel.Server, relay *streamDemux) func(io.Writer) {
 	return func(w io.Writer) {
 		st := edges.Stats()
 		for _, m := range []struct {
@@ -59,6 +59,7 @@ func tunnelMetrics(edges *tunnel.Server) func(io.Writer) {
 			{"tether_tunnel_handshakes_refused_total", "counter", "Edge tunnel handshakes refused (rate limit, identity).", int64(st.HandshakesRefused)},
 			{"tether_tunnel_streams_opened_total", "counter", "Streams edges opened to the hub.", int64(st.StreamsOpened)},
 			{"tether_tunnel_dials_total", "counter", "Streams the hub opened to edges.", int64(st.Dials)},
+			{"tether_tunnel_relayed_api_connections_total", "counter", "Connections of pods to the API that edges relayed over the tunnel.", relay.relayedTotal.Load()},
 		} {
 			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", m.name, m.help, m.name, m.typ, m.name, m.v)
 		}
