@@ -17,6 +17,7 @@ import (
 
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/join"
 )
 
@@ -285,7 +286,7 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 		if at.Subresource != "token" {
 			return "can only create token subresource of serviceaccount"
 		}
-		if a.needs(node, ref{at.Kind, at.Namespace, at.Name}) {
+		if a.needs(node, ref{at.Kind, at.Namespace, at.Name}) || a.accountOnNode(node, at.Namespace, at.Name) {
 			return ""
 		}
 		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
@@ -316,6 +317,20 @@ func (a *Authorizer) podOn(node, ns, name string) bool {
 		return false
 	}
 	return obj.(*corev1.Pod).Spec.NodeName == node
+}
+
+// accountOnNode reports whether a pod bound to node runs as service
+// account ns/name, reading the store: a node asks for a token as soon as
+// it sees its pod, which may be before the graph does.
+func (a *Authorizer) accountOnNode(node, ns, name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	obj, err := a.cfg.Storage.List(ctx, podsKind, ns, storage.ListOptions{Field: fields.SelectorFromSet(fields.Set{
+		"spec.nodeName": node, "spec.serviceAccountName": name})})
+	if err != nil {
+		return false
+	}
+	return len(obj.(*corev1.PodList).Items) > 0
 }
 
 func (a *Authorizer) needs(node string, r ref) bool {

@@ -548,6 +548,10 @@ func TestNodeTokenRequest(t *testing.T) {
 			t.Errorf("%s %s/%s: %v, want %q", tt.at.Verb, tt.at.Name, tt.at.Subresource, err, tt.want)
 		}
 	}
+	// Before the graph has a pod, the store answers.
+	if !a.accountOnNode("n1", "shop", "robot") || a.accountOnNode("n1", "shop", "other") || a.accountOnNode("n2", "shop", "default") {
+		t.Error("accountOnNode does not read which accounts the node's pods use")
+	}
 	// NodeRestriction: bound to one of the node's pods by name and UID.
 	req := func(kind, name, uid string) *authenticationv1.TokenRequest {
 		tr := &authenticationv1.TokenRequest{}
