@@ -35,6 +35,9 @@ spec:
 func TestLimitRangeAndQuota(t *testing.T) {
 	h := hubtest.Start(t, "--controllers=garbagecollector,namespace", "--disable-scheduler")
 	h.MustRun("create", "namespace", "shop")
+	// Pods need their namespace's default service account, which the
+	// serviceaccount controller (not running here) would create.
+	h.MustRun("create", "serviceaccount", "default", "-n", "shop")
 	if out, err := apply(t, h, `apiVersion: v1
 kind: LimitRange
 metadata: {name: limits, namespace: shop}
@@ -119,6 +122,7 @@ spec:
 
 	// A quota on limits needs every container to say them.
 	h.MustRun("create", "namespace", "strict")
+	h.MustRun("create", "serviceaccount", "default", "-n", "strict")
 	f := filepath.Join(t.TempDir(), "q.yaml")
 	if err := os.WriteFile(f, []byte(`apiVersion: v1
 kind: ResourceQuota
