@@ -13,20 +13,20 @@ import (
 	"github.com/tether-edge/tether/tunnel"
 )
 
-// Streams that edges open to the hub carry one of two things. The agent's
-// own API requests are plain HTTP/1.1, served by the tunnel's HTTP server
-// as the node whose certificate the tunnel verified. Connections a pod
-// makes to the kubernetes Service are relayed by its node's agent byte for
-// byte: they carry the pod's own TLS, which the hub terminates with the
-// API port's configuration and handler, so that the pod verifies the hub
-// against kube-root-ca.crt, speaks HTTP/2 and authenticates with its own
-// credentials (its service account token) and never as the node that
+// streamDemux splits the streams edges open to the hub in two. The
+// agent's own API requests are plain HTTP/1.1, served by the tunnel's HTTP
+// server as the node whose certificate the tunnel verified. Connections a
+// pod makes to the kubernetes Service are relayed by its node's agent byte
+// for byte: they carry the pod's own TLS, which the hub terminates with
+// the API port's configuration and handler, so that the pod verifies the
+// hub against kube-root-ca.crt, speaks HTTP/2 and authenticates with its
+// own credentials (its service account token), never as the node that
 // relayed it.
 //
-// streamDemux tells the two apart by their first byte: a TLS connection
-// starts with a handshake record (0x16), which no HTTP request does. The
-// first byte is awaited in a goroutine of each stream, with a deadline, so
-// a slow stream holds up no other.
+// The two are told apart by their first byte: a TLS connection starts with
+// a handshake record (0x16), which no HTTP request does. The first byte is
+// awaited in a goroutine of each stream, with a deadline, so that a slow
+// stream holds up no other.
 type streamDemux struct {
 	src            net.Listener
 	plain, relayed *connListener
