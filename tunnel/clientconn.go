@@ -89,7 +89,7 @@ func (cs *clientSession) dialQUIC(ctx context.Context) error {
 	}
 	if !c.cfg.DisableFEC {
 		cs.fec = newFECConn(pc)
-		pc = cs.fec
+		pc = cs.fec.socket()
 	}
 	tr := &quic.Transport{Conn: pc}
 	conn, err := tr.Dial(ctx, raddr, c.tlsConf, c.quicConf)

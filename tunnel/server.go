@@ -316,7 +316,7 @@ func (s *Server) ServeQUIC(ctx context.Context, pc net.PacketConn) error {
 	sock := pc // what QUIC reads and writes: pc, or pc under forward error correction
 	if !s.cfg.DisableFEC {
 		fc = newFECConn(pc)
-		sock = fc
+		sock = fc.socket()
 	}
 	tr := &quic.Transport{
 		Conn: sock,
