@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +37,9 @@ func TestHollowFleet(t *testing.T) {
 	rate := max(10, n/5)
 	burst := rate / 2
 	hubArgs := []string{fmt.Sprintf("--tunnel-handshake-rate=%d", rate), fmt.Sprintf("--tunnel-handshake-burst=%d", burst)}
+	started := time.Now()
 	h := hubtest.Start(t, hubArgs...)
+	t.Logf("hub built and ready in %v (load average %s)", time.Since(started).Round(time.Millisecond), loadAverage())
 	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
 	if err != nil {
 		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
@@ -79,32 +80,21 @@ func TestHollowFleet(t *testing.T) {
 		}
 	}()
 
-	wait := func(what string, timeout time.Duration, ok func(hollow.Stats) bool) time.Duration {
-		t.Helper()
-		start := time.Now()
-		for {
+	w := &waiter{t: t, start: time.Now()}
+	// fleet waits on the fleet's counters; count says how far it got.
+	fleet := func(what string, count func(hollow.Stats) int) func() (int, int, string) {
+		return func() (int, int, string) {
 			s := f.Stats()
-			if ok(s) {
-				return time.Since(start)
-			}
 			if s.Failed > 0 {
 				t.Fatalf("%s: %d agents failed: %s", what, s.Failed, s)
 			}
-			if time.Since(start) > timeout {
-				// Where the agents still waiting are stuck: the fleet's
-				// goroutines grouped by stack, largest groups first.
-				var b strings.Builder
-				pprof.Lookup("goroutine").WriteTo(&b, 1)
-				dump := b.String()
-				if len(dump) > 200_000 {
-					dump = dump[:200_000] + "\n[truncated]"
-				}
-				t.Fatalf("%s: not within %v: %s\ngoroutines:\n%s", what, timeout, s, dump)
-			}
-			time.Sleep(200 * time.Millisecond)
+			return count(s), n, s.String()
 		}
 	}
-	took := wait("all registered", window+2*time.Minute, func(s hollow.Stats) bool { return s.Registered == n })
+	// How fast a fleet registers is measured, not asserted: a loaded
+	// machine may take longer, as long as registrations keep coming.
+	took := w.progress("all registered", "every node registered", window+2*time.Minute, time.Minute,
+		fleet("all registered", func(s hollow.Stats) int { return s.Registered }))
 	t.Logf("%d hollow nodes registered in %v (start window %v)", n, took, window)
 
 	nodes, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
@@ -126,29 +116,20 @@ func TestHollowFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitRunning := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			list, err := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
-			running := 0
-			if err == nil {
-				for _, p := range list.Items {
-					if p.Status.Phase == corev1.PodRunning {
-						running++
-					}
-				}
-			}
-			if running == pods {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d of %d pods running (%v)", what, running, pods, err)
-			}
-			time.Sleep(250 * time.Millisecond)
+	running := func() (int, int, string) {
+		list, err := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return 0, pods, fmt.Sprintf("list pods: %v", err)
 		}
+		r := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				r++
+			}
+		}
+		return r, pods, fmt.Sprintf("%d of %d pods running", r, pods)
 	}
-	waitRunning("pods start")
+	w.progress("pods start", "every pod running", time.Minute, 30*time.Second, running)
 
 	var after runtime.MemStats
 	runtime.GC()
@@ -178,17 +159,25 @@ func TestHollowFleet(t *testing.T) {
 	// The hub sends every edge a goaway, then closes its session with a
 	// close frame before it exits, so the fleet knows at once; only an edge
 	// whose close frame was lost would wait for its idle timeout (45 s).
-	took = wait("all disconnected", 20*time.Second, func(s hollow.Stats) bool { return s.Connected == 0 })
+	took = w.deadline("all disconnected", "every node to see the hub gone", 20*time.Second,
+		fleet("all disconnected", func(s hollow.Stats) int { return n - s.Connected }))
 	t.Logf("all %d nodes disconnected %v after the hub exited", n, took.Round(time.Millisecond))
+	// The claim: every node is back within 30s of the hub's restart,
+	// counted from the start of the new hub process, so that the hub's
+	// own start (and the test's readiness probe, which runs kubectl)
+	// is inside it.
+	restarted := time.Now()
 	h.Restart(hubArgs...)
+	t.Logf("the restarted hub was ready %v after its start (load average %s)", time.Since(restarted).Round(time.Millisecond), loadAverage())
 	// Sample the hub's handshake counter while the fleet comes back, to
 	// see how the reconnects spread over time.
 	samples := make(chan []handshakeSample, 1)
 	stopSampling := make(chan struct{})
 	go func() { samples <- sampleHandshakes(client, stopSampling) }()
-	took = wait("all reconnected", 30*time.Second, func(s hollow.Stats) bool { return s.Connected == n })
+	took = w.deadlineFrom(restarted, "all reconnected", "every node connected to the restarted hub", 30*time.Second,
+		fleet("all reconnected", func(s hollow.Stats) int { return s.Connected }))
 	close(stopSampling)
-	t.Logf("all %d nodes reconnected %v after the hub served again", n, took)
+	t.Logf("all %d nodes reconnected %v after the hub's restart", n, took)
 	sampled, spread := peakHandshakes(<-samples)
 	peak := hubGauge(t, client, "tether_tunnel_handshakes_peak_per_second")
 	t.Logf("reconnect handshakes: peak %d admitted in one second (about %d seen by sampling), spread over %v",
@@ -206,17 +195,13 @@ func TestHollowFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	w.progress("pods finalised", "every pod finalised by its node after the restart", time.Minute, 30*time.Second, func() (int, int, string) {
 		list, err := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
-		if err == nil && len(list.Items) == 0 {
-			break
+		if err != nil {
+			return 0, pods, fmt.Sprintf("list pods: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pods not finalised by their nodes after the restart: %v", err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return pods - len(list.Items), pods, fmt.Sprintf("%d of %d pods left", len(list.Items), pods)
+	})
 	final := f.Stats()
 	t.Logf("after the hub restart: %s", final)
 	if final.Lists != steady.Lists {
