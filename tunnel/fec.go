@@ -118,8 +118,9 @@ type fecConn struct {
 	rx     map[netip.AddrPort]*fecRing   // peers that send parity
 	peers  map[netip.AddrPort]bool       // addresses of tracked connections: who may send parity
 	closed bool
-	nTx    atomic.Int32 // len(tx), read without the lock on every write
-	nRx    atomic.Int32 // len(rx), read without the lock on every read
+	done   chan struct{} // closed by Close; ends the ticker
+	nTx    atomic.Int32  // len(tx), read without the lock on every write
+	nRx    atomic.Int32  // len(rx), read without the lock on every read
 
 	// A packet rebuilt while ReadFrom returned another waits here for
 	// the next call; quic-go reads from one goroutine.
@@ -144,6 +145,7 @@ func newFECConn(pc net.PacketConn) *fecConn {
 		rx:      make(map[netip.AddrPort]*fecRing),
 		peers:   make(map[netip.AddrPort]bool),
 		tracked: make(map[*quic.Conn]*fecTrack),
+		done:    make(chan struct{}),
 	}
 }
 
@@ -154,6 +156,9 @@ func (c *fecConn) SetWriteDeadline(t time.Time) error { return c.pc.SetWriteDead
 
 func (c *fecConn) Close() error {
 	c.mu.Lock()
+	if !c.closed {
+		close(c.done)
+	}
 	c.closed = true
 	for _, s := range c.tx {
 		s.stop()
@@ -648,12 +653,21 @@ func (c *fecConn) track(conn *quic.Conn, decodes bool) *fecTrack {
 func (t *fecTrack) setDecodes(v bool) { t.decodes.Store(v) }
 
 // tickLoop samples the tracked connections' loss and frees idle receive
-// rings; it ends when no connection is left to follow.
+// rings; it ends when no connection is left to follow, or at Close.
 func (c *fecConn) tickLoop() {
 	tk := time.NewTicker(fecTick)
 	defer tk.Stop()
-	for range tk.C {
-		if !c.tick(time.Now()) {
+	for {
+		select {
+		case <-tk.C:
+			if !c.tick(time.Now()) {
+				return
+			}
+		case <-c.done:
+			c.trackMu.Lock()
+			c.ticking = false
+			c.parked.Store(true)
+			c.trackMu.Unlock()
 			return
 		}
 	}
