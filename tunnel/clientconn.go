@@ -108,6 +108,12 @@ func (cs *clientSession) dialQUIC(ctx context.Context) error {
 
 func (cs *clientSession) dialTCP(ctx context.Context) error {
 	c := cs.c
+	// The connect and the TLS handshake together get HandshakeTimeout,
+	// not the whole connect's budget: a hub that takes a TCP connection
+	// and never answers is given up on as soon as one that ignores a
+	// QUIC handshake.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
+	defer cancel()
 	raw, err := c.cfg.DialTCP(ctx, c.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("dial tcp %s: %w", c.cfg.Addr, err)

@@ -181,7 +181,7 @@ func (s *Session) controlLoop() error {
 		s.ctrl.SetReadDeadline(time.Now().Add(idle))
 		typ, payload, err := readFrame(r)
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
+			if errors.Is(mapErr(err), os.ErrDeadlineExceeded) {
 				return fmt.Errorf("no heartbeat for %v", idle)
 			}
 			if e := s.m.err(); e != nil {
