@@ -471,3 +471,29 @@ func TestFakeTimeHubDialTimeout(t *testing.T) {
 		})
 	})
 }
+
+// TestFakeTimeLossyPathStaysUp: on a path that loses a third of its
+// packets, heartbeats still get through (QUIC retransmits them) and
+// neither end mistakes the loss for a dead peer.
+func TestFakeTimeLossyPathStaysUp(t *testing.T) {
+	fakeTime(t, func(t *testing.T) {
+		n := newMemNet(20 * time.Millisecond)
+		p := newPKI(t)
+		var beats, hubGone, edgeGone events
+		h := startMemHub(t, n, p, ServerConfig{
+			OnHeartbeat:  func(*Session) { beats.add(nil) },
+			OnDisconnect: func(_ *Session, err error) { hubGone.add(err) },
+		}, memHubAddr)
+		c := startMemClient(t, n, p, h.addr, "n1", func(c *ClientConfig) { c.OnDisconnect = edgeGone.add })
+		waitConnected(t, c, time.Minute)
+		n.setLoss(1.0 / 3)
+		time.Sleep(10 * time.Minute)
+		if len(hubGone.times()) != 0 || len(edgeGone.times()) != 0 || c.Stats().Connects != 1 {
+			t.Fatalf("lossy path: hub saw %v, edge %v, %d connects", hubGone.errs(), edgeGone.errs(), c.Stats().Connects)
+		}
+		// 40 heartbeats in 10 minutes; the last may still be in flight.
+		if b := len(beats.times()); b < 39 {
+			t.Fatalf("%d heartbeats arrived in 10 minutes, want 40", b)
+		}
+	})
+}

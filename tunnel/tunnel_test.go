@@ -15,61 +15,69 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
 
 func TestRefusesUnknownClientCA(t *testing.T) {
-	p := newPKI(t)
-	rogue := newPKI(t)
-	h := startHub(t, p, ServerConfig{}, 0, nil)
-	var disconnects atomic.Int32
-	c := startClientCert(t, p, h.addr, "n1", rogue.node(t, "n1"), func(c *ClientConfig) {
-		c.OnDisconnect = func(error) { disconnects.Add(1) }
+	fakeTime(t, func(t *testing.T) {
+		n := newMemNet(10 * time.Millisecond)
+		p := newPKI(t)
+		rogue := newPKI(t)
+		h := startMemHub(t, n, p, ServerConfig{}, memHubAddr)
+		c := startMemClient(t, n, p, h.addr, "n1", func(c *ClientConfig) {
+			c.TLS = p.clientTLS(rogue.node(t, "n1"))
+		})
+		time.Sleep(time.Minute)
+		if c.Connected() {
+			t.Fatal("client with a certificate from an unknown CA connected")
+		}
+		if n := h.srv.Stats().Sessions; n != 0 {
+			t.Fatalf("hub has %d sessions", n)
+		}
+		// A refusal proves UDP works: no fallback to TCP.
+		if f := c.Stats().Fallbacks; f != 0 {
+			t.Fatalf("refused client fell back to TCP %d times", f)
+		}
 	})
-	time.Sleep(700 * time.Millisecond)
-	if c.Connected() {
-		t.Fatal("client with a certificate from an unknown CA connected")
-	}
-	if n := h.srv.Stats().Sessions; n != 0 {
-		t.Fatalf("hub has %d sessions", n)
-	}
-	// A refusal proves UDP works: no fallback to TCP.
-	if f := c.Stats().Fallbacks; f != 0 {
-		t.Fatalf("refused client fell back to TCP %d times", f)
-	}
 }
 
 func TestIdentifyRefuses(t *testing.T) {
-	p := newPKI(t)
-	h := startHub(t, p, ServerConfig{
-		Identify: func(cs tls.ConnectionState) (string, error) {
-			node, err := identifyByCommonName(cs)
-			if node == "banned" {
-				return "", errors.New("node is banned")
-			}
-			return node, err
-		},
-	}, 0, nil)
 	transports(t, func(t *testing.T, tcp bool) {
-		bad := startClient(t, p, h.addr, "banned", func(c *ClientConfig) { c.ForceTCP = tcp })
-		liar := startClientCert(t, p, h.addr, "other", p.node(t, "good"), func(c *ClientConfig) { c.ForceTCP = tcp })
-		good := startClient(t, p, h.addr, "good2", func(c *ClientConfig) { c.ForceTCP = tcp })
-		waitConnected(t, good, 5*time.Second)
-		time.Sleep(500 * time.Millisecond)
-		if bad.Connected() {
-			t.Error("banned node connected")
-		}
-		if liar.Connected() {
-			t.Error("node whose hello names another node connected")
-		}
-		if h.srv.Session("banned") != nil || h.srv.Session("other") != nil || h.srv.Session("good") != nil {
-			t.Error("refused node has a session")
-		}
-		if h.srv.Stats().SessionsRefused == 0 {
-			t.Error("no refusal counted")
-		}
+		fakeTime(t, func(t *testing.T) {
+			n := newMemNet(10 * time.Millisecond)
+			p := newPKI(t)
+			h := startMemHub(t, n, p, ServerConfig{
+				Identify: func(cs tls.ConnectionState) (string, error) {
+					node, err := identifyByCommonName(cs)
+					if node == "banned" {
+						return "", errors.New("node is banned")
+					}
+					return node, err
+				},
+			}, memHubAddr)
+			force := func(c *ClientConfig) { c.ForceTCP = tcp }
+			bad := startMemClient(t, n, p, h.addr, "banned", force)
+			liar := startMemClient(t, n, p, h.addr, "other", func(c *ClientConfig) {
+				c.ForceTCP = tcp
+				c.TLS = p.clientTLS(p.node(t, "good"))
+			})
+			good := startMemClient(t, n, p, h.addr, "good2", force)
+			waitConnected(t, good, 5*time.Second)
+			time.Sleep(time.Minute)
+			if bad.Connected() {
+				t.Error("banned node connected")
+			}
+			if liar.Connected() {
+				t.Error("node whose hello names another node connected")
+			}
+			if h.srv.Session("banned") != nil || h.srv.Session("other") != nil || h.srv.Session("good") != nil {
+				t.Error("refused node has a session")
+			}
+			if h.srv.Stats().SessionsRefused == 0 {
+				t.Error("no refusal counted")
+			}
+		})
 	})
 }
 
@@ -259,94 +267,50 @@ func TestHelloAndHeartbeat(t *testing.T) {
 	}
 }
 
+// TestDrainReconnectsWithinWindow: edges told to go by a draining hub
+// that stays up leave within the window, at the points they drew in it,
+// and come back to the hub that replaces it.
 func TestDrainReconnectsWithinWindow(t *testing.T) {
-	p := newPKI(t)
-	a := startHub(t, p, ServerConfig{}, 0, nil)
-	const n, window = 4, 1500 * time.Millisecond
-	var mu sync.Mutex
-	var gone []time.Time
-	clients := make([]*testClient, n)
-	for i := range n {
-		clients[i] = startClient(t, p, a.addr, fmt.Sprint("d", i), func(c *ClientConfig) {
-			c.OnDisconnect = func(error) {
-				mu.Lock()
-				gone = append(gone, time.Now())
-				mu.Unlock()
-			}
-		})
-	}
-	for _, c := range clients {
-		waitConnected(t, c, 5*time.Second)
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := a.srv.Drain(ctx, window); err != nil {
-		t.Fatal(err)
-	}
-	drained := time.Since(start)
-	mu.Lock()
-	for _, g := range gone {
-		if d := g.Sub(start); d > window+300*time.Millisecond {
-			t.Errorf("an edge left %v after the goaway, window %v", d, window)
+	fakeTime(t, func(t *testing.T) {
+		n := newMemNet(10 * time.Millisecond)
+		p := newPKI(t)
+		a := startMemHub(t, n, p, ServerConfig{}, memHubAddr)
+		const edges, window = 8, 30 * time.Second
+		var gone events
+		clients := make([]*testClient, edges)
+		for i := range edges {
+			clients[i] = startMemClient(t, n, p, a.addr, fmt.Sprint("d", i), func(c *ClientConfig) {
+				c.OnDisconnect = gone.add
+			})
 		}
-	}
-	mu.Unlock()
-	t.Logf("all %d edges left within %v (window %v)", n, drained, window)
-	// The hub restarts on the same port; the edges come back.
-	port := a.port()
-	a.stop()
-	b := startHub(t, p, ServerConfig{}, port, nil)
-	waitFor(t, 10*time.Second, "edges reconnected", func() bool { return b.srv.Stats().Sessions == n })
-}
-
-// TestShutdownClosesDrainedSessions stops a hub the way tether hub does:
-// a drain whose wait ends before the edges' reconnect points, then Close.
-// Every edge learns at once from the close frame, not by its idle timeout,
-// and comes back to the restarted hub within the window it was given.
-func TestShutdownClosesDrainedSessions(t *testing.T) {
-	p := newPKI(t)
-	a := startHub(t, p, ServerConfig{}, 0, nil)
-	const n, window = 4, 3 * time.Second
-	var mu sync.Mutex
-	var gone []error
-	clients := make([]*testClient, n)
-	for i := range n {
-		clients[i] = startClient(t, p, a.addr, fmt.Sprint("s", i), func(c *ClientConfig) {
-			c.OnDisconnect = func(err error) {
-				mu.Lock()
-				gone = append(gone, err)
-				mu.Unlock()
-			}
-		})
-	}
-	for _, c := range clients {
-		waitConnected(t, c, 5*time.Second)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_ = a.srv.Drain(ctx, window)
-	port := a.port()
-	a.stop()
-	waitFor(t, time.Second, "every edge disconnected", func() bool {
 		for _, c := range clients {
-			if c.Connected() {
-				return false
+			waitConnected(t, c, 5*time.Second)
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*window)
+		defer cancel()
+		if err := a.srv.Drain(ctx, window); err != nil {
+			t.Fatal(err)
+		}
+		drained := time.Since(start)
+		// An edge leaves when its attempt to reconnect (refused: the
+		// hub drains) is answered, a round trip or two after its point.
+		for _, g := range gone.times() {
+			if d := g.Sub(start); d > window+10*n.delay {
+				t.Errorf("an edge left %v after the goaway, window %v", d, window)
 			}
 		}
-		return true
-	})
-	t.Logf("all %d edges disconnected %v after the goaway", n, time.Since(start))
-	mu.Lock()
-	for _, err := range gone {
-		if !errors.Is(err, errGoAway) {
-			t.Errorf("an edge left with %v, want the goaway", err)
+		if drained > window+10*n.delay {
+			t.Errorf("drain took %v, window %v", drained, window)
 		}
-	}
-	mu.Unlock()
-	b := startHub(t, p, ServerConfig{}, port, nil)
-	waitFor(t, window+3*time.Second, "edges reconnected", func() bool { return b.srv.Stats().Sessions == n })
+		t.Logf("all %d edges left within %v (window %v)", edges, drained, window)
+		a.stop()
+		b := startMemHub(t, n, p, ServerConfig{}, memHubAddr)
+		time.Sleep(time.Minute)
+		if got := b.srv.Stats().Sessions; got != edges {
+			t.Fatalf("%d of %d edges back a minute after the restart", got, edges)
+		}
+	})
 }
 
 func TestHubRestartReconnects(t *testing.T) {
@@ -401,48 +365,48 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 }
 
 func TestHandshakeRateLimit(t *testing.T) {
-	p := newPKI(t)
-	const rate, burst, edges = 5.0, 2, 14
-	var mu sync.Mutex
-	var at []time.Time
-	h := startHub(t, p, ServerConfig{
-		HandshakesPerSecond: rate,
-		HandshakeBurst:      burst,
-		OnConnect: func(*Session) {
-			mu.Lock()
-			at = append(at, time.Now())
-			mu.Unlock()
-		},
-	}, 0, nil)
-	start := time.Now()
-	for i := range edges {
-		startClient(t, p, h.addr, fmt.Sprint("r", i), func(c *ClientConfig) {
-			c.BackoffBase, c.BackoffCap = 200*time.Millisecond, time.Second
-		})
-	}
-	waitFor(t, 15*time.Second, "all edges connected", func() bool { return h.srv.Stats().Sessions == edges })
-	st := h.srv.Stats()
-	mu.Lock()
-	defer mu.Unlock()
-	peak := 0
-	for i := range at {
-		n := 0
-		for j := i; j < len(at) && at[j].Sub(at[i]) < time.Second; j++ {
-			n++
+	fakeTime(t, func(t *testing.T) {
+		n := newMemNet(10 * time.Millisecond)
+		p := newPKI(t)
+		const rate, burst, edges = 5.0, 2, 14
+		var connects events
+		h := startMemHub(t, n, p, ServerConfig{
+			HandshakesPerSecond: rate,
+			HandshakeBurst:      burst,
+			OnConnect:           func(*Session) { connects.add(nil) },
+		}, memHubAddr)
+		start := time.Now()
+		for i := range edges {
+			startMemClient(t, n, p, h.addr, fmt.Sprint("r", i), func(c *ClientConfig) {
+				c.BackoffBase, c.BackoffCap = 200*time.Millisecond, time.Second
+			})
 		}
-		peak = max(peak, n)
-	}
-	t.Logf("%d edges in %v; peak %d sessions/s (rate %.0f/s, burst %d); %d handshakes admitted, %d refused",
-		edges, time.Since(start).Round(time.Millisecond), peak, rate, burst, st.Handshakes, st.HandshakesRefused)
-	if peak > int(rate)+burst {
-		t.Fatalf("peak %d/s exceeds rate %v + burst %d", peak, rate, burst)
-	}
-	if st.HandshakesRefused == 0 {
-		t.Fatal("no handshake refused")
-	}
-	if st.Handshakes != edges {
-		t.Fatalf("admitted %d handshakes for %d edges", st.Handshakes, edges)
-	}
+		time.Sleep(time.Minute)
+		if got := h.srv.Stats().Sessions; got != edges {
+			t.Fatalf("%d of %d edges connected after a minute", got, edges)
+		}
+		st := h.srv.Stats()
+		at := connects.times()
+		peak := 0
+		for i := range at {
+			k := 0
+			for j := i; j < len(at) && at[j].Sub(at[i]) < time.Second; j++ {
+				k++
+			}
+			peak = max(peak, k)
+		}
+		t.Logf("%d edges in %v; peak %d sessions/s (rate %.0f/s, burst %d); %d handshakes admitted, %d refused",
+			edges, at[len(at)-1].Sub(start), peak, rate, burst, st.Handshakes, st.HandshakesRefused)
+		if peak > int(rate)+burst {
+			t.Fatalf("peak %d/s exceeds rate %v + burst %d", peak, rate, burst)
+		}
+		if st.HandshakesRefused == 0 {
+			t.Fatal("no handshake refused")
+		}
+		if st.Handshakes != edges {
+			t.Fatalf("admitted %d handshakes for %d edges", st.Handshakes, edges)
+		}
+	})
 }
 
 func TestDialCap(t *testing.T) {
@@ -691,81 +655,43 @@ func TestDeadlines(t *testing.T) {
 	})
 }
 
-func TestDialContextWhileDisconnected(t *testing.T) {
-	p := newPKI(t)
-	pc, ln := listenPair(t, 0)
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	addr := pc.LocalAddr().String() // nothing listens here for now
-	pc.Close()
-	ln.Close()
-	c := startClient(t, p, addr, "n1", func(c *ClientConfig) {
-		c.DialWait = 400 * time.Millisecond
-		c.BackoffBase, c.BackoffCap = 50*time.Millisecond, 200*time.Millisecond
-		c.HandshakeTimeout = 300 * time.Millisecond
-	})
-	start := time.Now()
-	_, err := c.DialContext(context.Background(), "tcp", "hub")
-	d := time.Since(start)
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("DialContext while disconnected: %v, want ECONNREFUSED", err)
-	}
-	if d < 350*time.Millisecond || d > 2*time.Second {
-		t.Fatalf("DialContext gave up after %v, want about DialWait", d)
-	}
-	// A dial that waits while the hub comes up succeeds.
-	patient := startClient(t, p, addr, "n2", func(c *ClientConfig) {
-		c.BackoffBase, c.BackoffCap = 50*time.Millisecond, 200*time.Millisecond
-		c.HandshakeTimeout = 300 * time.Millisecond
-	})
-	res := make(chan error, 1)
-	go func() {
-		conn, err := patient.DialContext(context.Background(), "tcp", "hub")
-		if err == nil {
-			conn.Close()
-		}
-		res <- err
-	}()
-	time.Sleep(200 * time.Millisecond)
-	startHub(t, p, ServerConfig{}, port, nil)
-	if err := <-res; err != nil {
-		t.Fatalf("dial while the hub came up: %v", err)
-	}
-}
-
 // A QUIC server keeps no state for a refused connection, so when a client
 // retransmits its Initial before the refusal reaches it, the retransmission
 // arrives as a new attempt. It must be refused again without spending a
 // token that a waiting edge could use.
 func TestRefusedInitialRetransmitSpendsNoToken(t *testing.T) {
-	p := newPKI(t)
-	s, err := NewServer(ServerConfig{TLS: p.serverTLS(), HandshakesPerSecond: 20, HandshakeBurst: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000}
-	b := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4001}
-	if err := s.admit(a); err != nil {
-		t.Fatalf("first attempt: %v", err)
-	}
-	if err := s.admit(b); err == nil {
-		t.Fatal("second attempt admitted with an empty bucket")
-	}
-	time.Sleep(100 * time.Millisecond) // the bucket refills (one token per 50 ms)
-	if err := s.admit(b); err == nil {
-		t.Fatal("retransmission of a refused attempt admitted")
-	}
-	c := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4002}
-	if err := s.admit(c); err != nil {
-		t.Fatalf("new attempt after the refill: %v", err)
-	}
-	st := s.Stats()
-	if st.Handshakes != 2 || st.HandshakesRefused != 2 {
-		t.Fatalf("admitted %d refused %d, want 2 and 2", st.Handshakes, st.HandshakesRefused)
-	}
-	// TCP attempts carry no address to remember and are judged by the
-	// bucket alone.
-	time.Sleep(100 * time.Millisecond)
-	if err := s.admit(nil); err != nil {
-		t.Fatalf("tcp attempt: %v", err)
-	}
+	// In fake time: the bucket refills exactly as the sleeps say.
+	fakeTime(t, func(t *testing.T) {
+		p := newPKI(t)
+		s, err := NewServer(ServerConfig{TLS: p.serverTLS(), HandshakesPerSecond: 20, HandshakeBurst: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000}
+		b := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4001}
+		if err := s.admit(a); err != nil {
+			t.Fatalf("first attempt: %v", err)
+		}
+		if err := s.admit(b); err == nil {
+			t.Fatal("second attempt admitted with an empty bucket")
+		}
+		time.Sleep(100 * time.Millisecond) // the bucket refills (one token per 50 ms)
+		if err := s.admit(b); err == nil {
+			t.Fatal("retransmission of a refused attempt admitted")
+		}
+		c := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4002}
+		if err := s.admit(c); err != nil {
+			t.Fatalf("new attempt after the refill: %v", err)
+		}
+		st := s.Stats()
+		if st.Handshakes != 2 || st.HandshakesRefused != 2 {
+			t.Fatalf("admitted %d refused %d, want 2 and 2", st.Handshakes, st.HandshakesRefused)
+		}
+		// TCP attempts carry no address to remember and are judged by the
+		// bucket alone.
+		time.Sleep(100 * time.Millisecond)
+		if err := s.admit(nil); err != nil {
+			t.Fatalf("tcp attempt: %v", err)
+		}
+	})
 }
