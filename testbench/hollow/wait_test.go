@@ -1,7 +1,9 @@
 package hollow_test
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -36,6 +38,25 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%s %s %s on %d CPUs", f[0], f[1], f[2], runtime.NumCPU())
+}
+
+// firstServe returns when the hub at addr first completes a TLS handshake
+// on its port, polling every 20ms, or the zero time after limit. The hub
+// opens its port early in its start but serves TLS on it from the moment
+// it serves the tunnel. The handshake only tells that it serves: the
+// hub's certificate is not checked.
+func firstServe(addr string, limit time.Duration) time.Time {
+	end := time.Now().Add(limit)
+	for time.Now().Before(end) {
+		d := &net.Dialer{Timeout: time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			c.Close()
+			return time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Time{}
 }
 
 // deadline waits until check reports all done, for at most d from now.
