@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -23,6 +24,10 @@ import (
 // to a host whose firewall drops it; TCP to such an address is refused.
 type memNet struct {
 	delay time.Duration // one-way latency of every datagram
+	// deep makes receive queues apply back-pressure instead of dropping
+	// what does not fit in 32 datagrams: in fake time a burst arrives in
+	// one instant, which no real socket buffer sees.
+	deep bool
 
 	mu        sync.Mutex
 	udp       map[string]simnet.PacketReceiver
@@ -91,6 +96,9 @@ func (n *memNet) listenUDP(addr string) net.PacketConn {
 		ua.Port = n.nextPort
 		n.mu.Unlock()
 	}
+	if n.deep {
+		return simnet.NewBlockingSimConn(ua, n)
+	}
 	return simnet.NewSimConn(ua, n)
 }
 
@@ -149,8 +157,8 @@ func (n *memNet) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	}
 	a, b := net.Pipe()
-	fa := &freezeConn{Conn: a, host: ta.IP.String()}
-	fb := &freezeConn{Conn: b, host: ta.IP.String()}
+	fa := newFreezeConn(a, ta.IP.String())
+	fb := newFreezeConn(b, ta.IP.String())
 	n.mu.Lock()
 	n.frozen = append(n.frozen, fa, fb)
 	n.mu.Unlock()
@@ -214,8 +222,14 @@ type freezeConn struct {
 	net.Conn
 	host string
 
-	mu     sync.Mutex
-	frozen bool
+	mu       sync.Mutex
+	frozen   bool
+	closing  sync.Once
+	closedCh chan struct{} // closed by Close
+}
+
+func newFreezeConn(c net.Conn, host string) *freezeConn {
+	return &freezeConn{Conn: c, host: host, closedCh: make(chan struct{})}
 }
 
 func (c *freezeConn) setFrozen(on bool) {
@@ -224,14 +238,33 @@ func (c *freezeConn) setFrozen(on bool) {
 	c.mu.Unlock()
 }
 
-func (c *freezeConn) Write(p []byte) (int, error) {
+func (c *freezeConn) isFrozen() bool {
 	c.mu.Lock()
-	frozen := c.frozen
-	c.mu.Unlock()
-	if frozen {
+	defer c.mu.Unlock()
+	return c.frozen
+}
+
+func (c *freezeConn) Write(p []byte) (int, error) {
+	if c.isFrozen() {
 		return len(p), nil
 	}
 	return c.Conn.Write(p)
+}
+
+// Read does not pass on the peer's close while frozen: over a dark path
+// no FIN arrives. It waits for its own Close instead.
+func (c *freezeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err == io.EOF && c.isFrozen() {
+		<-c.closedCh
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (c *freezeConn) Close() error {
+	c.closing.Do(func() { close(c.closedCh) })
+	return c.Conn.Close()
 }
 
 // memHub is a Server on one address of a memNet: QUIC on the UDP endpoint
