@@ -155,7 +155,11 @@ func TestHollowFleet(t *testing.T) {
 	t.Logf("hub with %d idle agents connected: RSS %d MiB, CPU %.1f%% of one core over %v; agents' uplink %.0f bit/s each",
 		n, rss>>20, 100*float64(cpu1-cpu0)/float64(idle), idle, float64(sent1-sent0)*8/idle.Seconds()/float64(n))
 
+	// hubtest allows the hub 30s to exit after SIGTERM (and reports it
+	// when it took longer); how long it took is measured here.
+	stopping := time.Now()
 	h.Stop()
+	t.Logf("the hub exited %v after SIGTERM (load average %s)", time.Since(stopping).Round(time.Millisecond), loadAverage())
 	// The hub sends every edge a goaway, then closes its session with a
 	// close frame before it exits, so the fleet knows at once; only an edge
 	// whose close frame was lost would wait for its idle timeout (45 s).
