@@ -35,7 +35,6 @@ import (
 	"github.com/tether-edge/tether/hub/pki"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
-	"github.com/tether-edge/tether/memtrim"
 	"github.com/tether-edge/tether/scheduler"
 	"github.com/tether-edge/tether/store/sqlite"
 	"github.com/tether-edge/tether/tunnel"
@@ -103,11 +102,6 @@ type Config struct {
 	// DisableScheduler leaves pods unscheduled by the hub, for another
 	// scheduler or for tests that run their own.
 	DisableScheduler bool
-	// KeepStartupMemory leaves the memory only start-up used mapped. By
-	// default the hub, once settled after start-up, returns its free heap
-	// to the operating system and pages out its executable's read-only
-	// mappings, once (see package memtrim).
-	KeepStartupMemory bool
 	// Profiling serves /debug/pprof/ (see apiserver.Config.Profiling).
 	Profiling bool
 	// Version is tether's own version, reported as gitCommit at /version.
@@ -397,9 +391,6 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}
 	defer stopSched()
-	if !cfg.KeepStartupMemory {
-		go memtrim.New(memtrim.Config{Logger: h.log}).Run(bgCtx)
-	}
 
 	select {
 	case err := <-serveErr:

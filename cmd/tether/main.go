@@ -53,9 +53,8 @@ func newVersionCmd() *cobra.Command {
 
 func newHubCmd() *cobra.Command {
 	var (
-		cfg         hub.Config
-		logLevel    string
-		keepStartup bool
+		cfg      hub.Config
+		logLevel string
 	)
 	cmd := &cobra.Command{
 		Use:   "hub --data-dir DIR",
@@ -68,7 +67,6 @@ func newHubCmd() *cobra.Command {
 			}
 			cfg.Logger = logger
 			cfg.Version = version
-			cfg.KeepStartupMemory = keepStartup
 			// Without --profiling the hub serves no profiles.
 			if !cfg.Profiling {
 				noHeapSampling()
@@ -100,7 +98,6 @@ func newHubCmd() *cobra.Command {
 	f.StringSliceVar(&cfg.Controllers, "controllers", []string{"*"}, "controllers to run: '*' for all, 'name' to enable, '-name' to disable (names: "+strings.Join(controllers.Names(), ", ")+")")
 	f.StringVar(&cfg.LocalPathRoot, "local-path-root", "/var/lib/tether/storage", "directory of the nodes under which the local-path provisioner makes volumes (agents' --local-path-root must match)")
 	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
-	f.BoolVar(&keepStartup, "keep-startup-memory", false, "do not return the memory only start-up used (free heap, pages of the executable) to the operating system once the hub has settled")
 	f.BoolVar(&cfg.Profiling, "profiling", false, "serve the Go runtime's profiles at /debug/pprof/ to authorized users")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
