@@ -2,42 +2,32 @@ package hub
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/net/http2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/tether-edge/tether/controllers"
 
-	"github.com/tether-edge/tether/hub/admission"
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/discovery"
-	"github.com/tether-edge/tether/hub/nodes"
-	"github.com/tether-edge/tether/hub/openapi"
 	"github.com/tether-edge/tether/hub/pki"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/scheduler"
-	"github.com/tether-edge/tether/store/sqlite"
-	"github.com/tether-edge/tether/tunnel"
 )
 
 // KubernetesVersion is the Kubernetes API version the hub serves and reports
@@ -161,277 +151,6 @@ func (h *Hub) KubeconfigPath() string { return filepath.Join(h.cfg.DataDir, "adm
 
 // Ready is closed once the hub serves and the admin kubeconfig is written.
 func (h *Hub) Ready() <-chan struct{} { return h.ready }
-
-// Run serves until ctx ends, then shuts down cleanly.
-func (h *Hub) Run(ctx context.Context) (err error) {
-	cfg := h.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("create data directory: %w", err)
-	}
-	cidr := netip.MustParsePrefix(cfg.ServiceCIDR).Masked()
-	serviceIP := cidr.Addr().Next()
-	reg, err := registry.New(registry.Config{
-		Services: registry.ServiceNetwork{CIDR: cidr},
-		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
-	})
-	if err != nil {
-		return err
-	}
-
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen for the API: %w", err)
-	}
-	defer ln.Close()
-	host, portStr, _ := net.SplitHostPort(ln.Addr().String())
-	port, _ := strconv.Atoi(portStr)
-	advertise := cfg.AdvertiseAddress
-	if advertise == "" {
-		advertise = pickAdvertise(host)
-	}
-
-	authority, err := pki.LoadOrCreate(pki.Config{
-		Dir:       cfg.DataDir,
-		Hosts:     append([]string{advertise}, cfg.SANs...),
-		ServiceIP: net.IP(serviceIP.AsSlice()),
-	})
-	if err != nil {
-		return err
-	}
-
-	st, err := sqlite.Open(sqlite.Config{
-		Path:            filepath.Join(cfg.DataDir, "state.db"),
-		Retain:          cfg.ChangeLogRetain,
-		CompactInterval: cfg.CompactInterval,
-		Logger:          cfg.Logger.With("component", "store"),
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, st.Close()) }()
-
-	kinds := reg.Kinds()
-	adm := admission.New(cfg.Logger.With("component", "admission"))
-	objs, err := storage.New(storage.Config{Store: st, Kinds: kinds, Logger: cfg.Logger.With("component", "storage"),
-		Admission: adm.Admitters()})
-	if err != nil {
-		return err
-	}
-	adm.SetStorage(objs)
-	bootCfg := storage.BootstrapConfig{AdvertiseAddress: advertise, Port: int32(port), ServiceIP: serviceIP.String()}
-	if err := objs.Bootstrap(ctx, bootCfg); err != nil {
-		return fmt.Errorf("bootstrap objects: %w", err)
-	}
-
-	saKey, err := authority.ServiceAccountKey()
-	if err != nil {
-		return err
-	}
-	saTokens := auth.NewServiceAccountTokens(saKey, tokenObjectsExist(objs))
-	authn := auth.Union{auth.NewCertAuthenticator(authority.CAPool()), saTokens}
-	if tf := filepath.Join(cfg.DataDir, "tokens.csv"); fileExists(tf) {
-		tokens, err := auth.NewTokenFile(tf)
-		if err != nil {
-			return err
-		}
-		authn = append(authn, tokens)
-	}
-	oapi, err := openapi.New(kinds, scheme.Scheme)
-	if err != nil {
-		return err
-	}
-	nodeCfg := nodes.Config{Storage: objs, Authority: authority, CertTTL: cfg.NodeCertTTL,
-		Logger: cfg.Logger.With("component", "nodes")}
-	authz := nodes.NewAuthorizer(nodeCfg)
-	leases := nodes.NewLeases(nodeCfg)
-	edges, err := newTunnelServer(cfg, authority, leases, cfg.Logger.With("component", "tunnel"))
-	if err != nil {
-		return err
-	}
-	defer edges.Close()
-	relay := newStreamDemux(edges.Listener())
-	api, err := apiserver.New(apiserver.Config{
-		Storage:              objs,
-		Kinds:                kinds,
-		Authorizer:           authz,
-		DialNode:             dialNode(edges),
-		DialPod:              dialPod(edges),
-		ServiceAccountTokens: saTokens,
-		ExtraMetrics:         tunnelMetrics(edges, relay),
-		Profiling:            cfg.Profiling,
-		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
-		Authenticator:        authn,
-		Discovery:            discovery.New(kinds, discovery.Config{Subresources: servedSubresources}),
-		OpenAPI:              oapi,
-		Version:              versionInfo(cfg.Version),
-		Logger:               cfg.Logger.With("component", "apiserver"),
-	})
-	if err != nil {
-		return err
-	}
-
-	baseCtx, cancelRequests := context.WithCancel(context.Background())
-	defer cancelRequests()
-	srv := &http.Server{
-		Handler:           api.Handler(),
-		TLSConfig:         authority.ServerTLSConfig(),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    1 << 20,
-		BaseContext:       func(net.Listener) context.Context { return baseCtx },
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
-	}
-	// client-go shares one connection among all informers of a process:
-	// allow as many concurrent streams as upstream servers do.
-	if err := http2.ConfigureServer(srv, &http2.Server{MaxConcurrentStreams: 1000}); err != nil {
-		return fmt.Errorf("configure HTTP/2: %w", err)
-	}
-
-	// Edges whose UDP is blocked reach the tunnel over TLS on this same
-	// port, told apart from API clients by ALPN.
-	srv.TLSConfig.NextProtos = append(srv.TLSConfig.NextProtos, tunnel.ALPN)
-	srv.TLSNextProto[tunnel.ALPN] = func(_ *http.Server, c *tls.Conn, _ http.Handler) { edges.ServeConn(c) }
-
-	tunnelAddr := cfg.TunnelListen
-	if tunnelAddr == "" {
-		tunnelAddr = ln.Addr().String()
-	}
-	pc, err := net.ListenPacket("udp", tunnelAddr)
-	if err != nil {
-		return fmt.Errorf("listen for the tunnel: %w", err)
-	}
-	defer pc.Close()
-	// API requests of edges arrive as HTTP/1.1 on tunnel streams,
-	// authenticated by the node certificate the tunnel verified; their
-	// pods' connections to the API arrive relayed on streams of their own
-	// (see streamDemux).
-	tunnelHTTP := &http.Server{
-		Handler:           api.Handler(),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       10 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
-		BaseContext:       func(net.Listener) context.Context { return baseCtx },
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if p, ok := streamPeer(c); ok {
-				return auth.WithPeerCertificates(ctx, p.Certificates)
-			}
-			return ctx
-		},
-		ErrorLog: srv.ErrorLog,
-	}
-	// Background work, the tunnel's QUIC listener among it, outlives the
-	// signal that stops the hub: shutdown below drains the edges over it
-	// and closes their sessions with a close frame before it ends.
-	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBackground()
-	go authz.Run(bgCtx)
-	go leases.Run(bgCtx)
-	go adm.Run(bgCtx)
-	go objs.KeepBootstrapped(bgCtx, bootCfg, 0)
-
-	serveErr := make(chan error, 3)
-	go func() { serveErr <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
-	go func() {
-		if err := edges.ServeQUIC(bgCtx, pc); err != nil && bgCtx.Err() == nil {
-			serveErr <- fmt.Errorf("tunnel: %w", err)
-		}
-	}()
-	go func() { _ = relay.Run(srv) }()
-	go func() {
-		if err := tunnelHTTP.Serve(relay.Plain()); err != nil && !errors.Is(err, http.ErrServerClosed) && bgCtx.Err() == nil {
-			serveErr <- fmt.Errorf("tunnel API: %w", err)
-		}
-	}()
-
-	serverHost := advertise
-	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
-		serverHost = host
-	} else if ip != nil && ip.IsUnspecified() {
-		serverHost = "127.0.0.1"
-	}
-	url := "https://" + net.JoinHostPort(serverHost, portStr)
-	if err := authority.WriteKubeconfig(h.KubeconfigPath(), url, pki.AdminUser, []string{pki.AdminGroup}); err != nil {
-		_ = srv.Close()
-		return err
-	}
-	h.addr <- ln.Addr()
-	close(h.ready)
-	h.log.Info("serving the Kubernetes API", "addr", ln.Addr().String(), "advertise", advertise, "kubeconfig", h.KubeconfigPath())
-
-	// The built-in controllers are clients of the hub's own API like any
-	// other client, served in-process (see apiserver.LocalTransport).
-	ctrl, err := controllers.New(controllers.Config{
-		RestConfig:    localConfig(api, url, "system:kube-controller-manager"),
-		Logger:        cfg.Logger.With("component", "controllers"),
-		Controllers:   cfg.Controllers,
-		RootCA:        authority.CAPEM(),
-		LocalPathRoot: cfg.LocalPathRoot,
-	})
-	if err != nil {
-		_ = srv.Close()
-		return err
-	}
-	ctrlCtx, cancelCtrl := context.WithCancel(ctx)
-	ctrlDone := make(chan error, 1)
-	go func() {
-		err := ctrl.Run(ctrlCtx)
-		if err != nil && ctrlCtx.Err() == nil {
-			h.log.Error("controllers stopped", "err", err)
-		}
-		ctrlDone <- err
-	}()
-	stopCtrl := sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone })
-	defer stopCtrl()
-
-	stopSched := func() {}
-	if !cfg.DisableScheduler {
-		if stopSched, err = h.startScheduler(ctx, api, url); err != nil {
-			_ = srv.Close()
-			return err
-		}
-	}
-	defer stopSched()
-
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serve the API: %w", err)
-	case <-ctx.Done():
-	}
-	h.log.Info("shutting down")
-	// Tell edges to come back spread over the drain window rather than
-	// all at once when the hub is back, then let them go.
-	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = edges.Drain(drainCtx, cfg.DrainWindow)
-	cancelDrain()
-	// Close what is left explicitly, so every edge gets a close frame now
-	// instead of finding out by its idle timeout after the socket is gone.
-	_ = edges.Close()
-	stopSched()
-	stopCtrl() // before requests end, so the controllers see no broken watches
-
-	// Close the door before ending the watches in flight. Shutdown closes
-	// the listener and tells HTTP/2 clients (GOAWAY) to open no new
-	// streams; a client whose watch then ends finds the port closed, which
-	// client-go retries from its resourceVersion. Were the door still open,
-	// its new watch would end at once, and client-go answers a watch that
-	// ends within a second with a full re-list.
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	shutDone := make(chan error, 1)
-	go func() { shutDone <- srv.Shutdown(shutCtx) }()
-	tunnelShutDone := make(chan error, 1)
-	go func() { tunnelShutDone <- tunnelHTTP.Shutdown(shutCtx) }()
-	time.Sleep(200 * time.Millisecond) // the GOAWAYs go out from goroutines of their own
-	cancelRequests()                   // ends watches and streams so Shutdown need not wait for them
-	if err := <-shutDone; err != nil {
-		_ = srv.Close()
-	}
-	if err := <-tunnelShutDone; err != nil {
-		_ = tunnelHTTP.Close()
-	}
-	stopBackground()
-	return nil
-}
 
 // tokenObjectsExist checks that a service account token's objects are
 // still there with the UIDs it names, so deleting a service account or the

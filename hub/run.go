@@ -1,0 +1,398 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/tether-edge/tether/controllers"
+	"github.com/tether-edge/tether/hub/admission"
+	"github.com/tether-edge/tether/hub/apiserver"
+	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/hub/discovery"
+	"github.com/tether-edge/tether/hub/nodes"
+	"github.com/tether-edge/tether/hub/openapi"
+	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/store/sqlite"
+	"github.com/tether-edge/tether/tunnel"
+)
+
+// Run serves until ctx ends, then shuts down cleanly. It opens the store,
+// builds the API server, serves it on the API port and to the edges'
+// tunnels, starts the controllers and the scheduler as in-process clients,
+// and, when ctx ends, drains the edges and closes everything in the
+// reverse order.
+func (h *Hub) Run(ctx context.Context) (err error) {
+	r := &run{h: h, cfg: h.cfg}
+	defer func() { err = errors.Join(err, r.close()) }()
+	if err := r.open(ctx); err != nil {
+		return err
+	}
+	if err := r.buildAPI(); err != nil {
+		return err
+	}
+	if err := r.serve(ctx); err != nil {
+		return err
+	}
+	if err := r.startClients(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-r.serveErr:
+		return fmt.Errorf("serve the API: %w", err)
+	case <-ctx.Done():
+	}
+	r.shutdown()
+	return nil
+}
+
+// run is what one Run of a hub opened, step by step. Each step adds how to
+// undo it to closers; close undoes them in the reverse order.
+type run struct {
+	h       *Hub
+	cfg     Config
+	closers []func() error
+
+	// open
+	ln        net.Listener
+	advertise string
+	serviceIP netip.Addr
+	authority *pki.Authority
+	kinds     []*registry.Kind
+	adm       *admission.Admission
+	objs      *storage.Storage
+	bootCfg   storage.BootstrapConfig
+
+	// buildAPI
+	authz  *nodes.Authorizer
+	leases *nodes.Leases
+	edges  *tunnel.Server
+	relay  *streamDemux
+	api    *apiserver.Server
+
+	// serve
+	srv, tunnelHTTP *http.Server
+	cancelRequests  context.CancelFunc // ends the requests in flight
+	stopBackground  context.CancelFunc // ends background work, the tunnel's QUIC listener among it
+	serveErr        chan error
+	url             string
+
+	// startClients
+	stopCtrl, stopSched func()
+}
+
+// onClose adds an undo step.
+func (r *run) onClose(f func() error) { r.closers = append(r.closers, f) }
+
+func (r *run) close() error {
+	var errs []error
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		errs = append(errs, r.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// open creates the data directory, the registry with the hub's networks,
+// the API listener, the PKI, the SQLite store and the storage over it, and
+// writes the objects every cluster has (bootstrap).
+func (r *run) open(ctx context.Context) error {
+	cfg := r.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	cidr := netip.MustParsePrefix(cfg.ServiceCIDR).Masked()
+	r.serviceIP = cidr.Addr().Next()
+	reg, err := registry.New(registry.Config{
+		Services: registry.ServiceNetwork{CIDR: cidr},
+		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
+	})
+	if err != nil {
+		return err
+	}
+	r.kinds = reg.Kinds()
+
+	if r.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("listen for the API: %w", err)
+	}
+	r.onClose(func() error { _ = r.ln.Close(); return nil })
+	host, _, _ := net.SplitHostPort(r.ln.Addr().String())
+	r.advertise = cfg.AdvertiseAddress
+	if r.advertise == "" {
+		r.advertise = pickAdvertise(host)
+	}
+
+	r.authority, err = pki.LoadOrCreate(pki.Config{
+		Dir:       cfg.DataDir,
+		Hosts:     append([]string{r.advertise}, cfg.SANs...),
+		ServiceIP: net.IP(r.serviceIP.AsSlice()),
+	})
+	if err != nil {
+		return err
+	}
+
+	st, err := sqlite.Open(sqlite.Config{
+		Path:            filepath.Join(cfg.DataDir, "state.db"),
+		Retain:          cfg.ChangeLogRetain,
+		CompactInterval: cfg.CompactInterval,
+		Logger:          cfg.Logger.With("component", "store"),
+	})
+	if err != nil {
+		return err
+	}
+	r.onClose(st.Close)
+
+	r.adm = admission.New(cfg.Logger.With("component", "admission"))
+	r.objs, err = storage.New(storage.Config{Store: st, Kinds: r.kinds, Logger: cfg.Logger.With("component", "storage"),
+		Admission: r.adm.Admitters()})
+	if err != nil {
+		return err
+	}
+	r.adm.SetStorage(r.objs)
+	port := r.ln.Addr().(*net.TCPAddr).Port
+	r.bootCfg = storage.BootstrapConfig{AdvertiseAddress: r.advertise, Port: int32(port), ServiceIP: r.serviceIP.String()}
+	if err := r.objs.Bootstrap(ctx, r.bootCfg); err != nil {
+		return fmt.Errorf("bootstrap objects: %w", err)
+	}
+	return nil
+}
+
+// buildAPI assembles the API server: authentication (client certificates,
+// ServiceAccount tokens, the optional static token file), the node
+// authorizer and Lease keeper, the tunnel server the edges dial, and the
+// OpenAPI and discovery documents of the served kinds.
+func (r *run) buildAPI() error {
+	cfg := r.cfg
+	saKey, err := r.authority.ServiceAccountKey()
+	if err != nil {
+		return err
+	}
+	saTokens := auth.NewServiceAccountTokens(saKey, tokenObjectsExist(r.objs))
+	authn := auth.Union{auth.NewCertAuthenticator(r.authority.CAPool()), saTokens}
+	if tf := filepath.Join(cfg.DataDir, "tokens.csv"); fileExists(tf) {
+		tokens, err := auth.NewTokenFile(tf)
+		if err != nil {
+			return err
+		}
+		authn = append(authn, tokens)
+	}
+	oapi, err := openapi.New(r.kinds, scheme.Scheme)
+	if err != nil {
+		return err
+	}
+	nodeCfg := nodes.Config{Storage: r.objs, Authority: r.authority, CertTTL: cfg.NodeCertTTL,
+		Logger: cfg.Logger.With("component", "nodes")}
+	r.authz = nodes.NewAuthorizer(nodeCfg)
+	r.leases = nodes.NewLeases(nodeCfg)
+	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, cfg.Logger.With("component", "tunnel")); err != nil {
+		return err
+	}
+	r.onClose(func() error { _ = r.edges.Close(); return nil })
+	r.relay = newStreamDemux(r.edges.Listener())
+	r.api, err = apiserver.New(apiserver.Config{
+		Storage:              r.objs,
+		Kinds:                r.kinds,
+		Authorizer:           r.authz,
+		DialNode:             dialNode(r.edges),
+		DialPod:              dialPod(r.edges),
+		ServiceAccountTokens: saTokens,
+		ExtraMetrics:         tunnelMetrics(r.edges, r.relay),
+		Profiling:            cfg.Profiling,
+		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
+		Authenticator:        authn,
+		Discovery:            discovery.New(r.kinds, discovery.Config{Subresources: servedSubresources}),
+		OpenAPI:              oapi,
+		Version:              versionInfo(cfg.Version),
+		Logger:               cfg.Logger.With("component", "apiserver"),
+	})
+	return err
+}
+
+// serve starts serving: HTTPS on the API port (with the tunnel's TCP+TLS
+// fallback on the same port), QUIC for the tunnels, the edges' API
+// requests and their pods' relayed connections on tunnel streams, and the
+// background work; then it writes the admin kubeconfig and marks the hub
+// ready.
+func (r *run) serve(ctx context.Context) error {
+	cfg := r.cfg
+	baseCtx, cancelRequests := context.WithCancel(context.Background())
+	r.cancelRequests = cancelRequests
+	r.onClose(func() error { cancelRequests(); return nil })
+	r.srv = &http.Server{
+		Handler:           r.api.Handler(),
+		TLSConfig:         r.authority.ServerTLSConfig(),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
+	}
+	// client-go shares one connection among all informers of a process:
+	// allow as many concurrent streams as upstream servers do.
+	if err := http2.ConfigureServer(r.srv, &http2.Server{MaxConcurrentStreams: 1000}); err != nil {
+		return fmt.Errorf("configure HTTP/2: %w", err)
+	}
+	// Edges whose UDP is blocked reach the tunnel over TLS on this same
+	// port, told apart from API clients by ALPN.
+	r.srv.TLSConfig.NextProtos = append(r.srv.TLSConfig.NextProtos, tunnel.ALPN)
+	r.srv.TLSNextProto[tunnel.ALPN] = func(_ *http.Server, c *tls.Conn, _ http.Handler) { r.edges.ServeConn(c) }
+
+	tunnelAddr := cfg.TunnelListen
+	if tunnelAddr == "" {
+		tunnelAddr = r.ln.Addr().String()
+	}
+	pc, err := net.ListenPacket("udp", tunnelAddr)
+	if err != nil {
+		return fmt.Errorf("listen for the tunnel: %w", err)
+	}
+	r.onClose(func() error { _ = pc.Close(); return nil })
+	// API requests of edges arrive as HTTP/1.1 on tunnel streams,
+	// authenticated by the node certificate the tunnel verified; their
+	// pods' connections to the API arrive relayed on streams of their own
+	// (see streamDemux).
+	r.tunnelHTTP = &http.Server{
+		Handler:           r.api.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       10 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if p, ok := streamPeer(c); ok {
+				return auth.WithPeerCertificates(ctx, p.Certificates)
+			}
+			return ctx
+		},
+		ErrorLog: r.srv.ErrorLog,
+	}
+	// Background work, the tunnel's QUIC listener among it, outlives the
+	// signal that stops the hub: shutdown drains the edges over it and
+	// closes their sessions with a close frame before it ends.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopBackground = stopBackground
+	r.onClose(func() error { stopBackground(); return nil })
+	go r.authz.Run(bgCtx)
+	go r.leases.Run(bgCtx)
+	go r.adm.Run(bgCtx)
+	go r.objs.KeepBootstrapped(bgCtx, r.bootCfg, 0)
+
+	r.serveErr = make(chan error, 3)
+	go func() { r.serveErr <- r.srv.Serve(tls.NewListener(r.ln, r.srv.TLSConfig)) }()
+	go func() {
+		if err := r.edges.ServeQUIC(bgCtx, pc); err != nil && bgCtx.Err() == nil {
+			r.serveErr <- fmt.Errorf("tunnel: %w", err)
+		}
+	}()
+	go func() { _ = r.relay.Run(r.srv) }()
+	go func() {
+		if err := r.tunnelHTTP.Serve(r.relay.Plain()); err != nil && !errors.Is(err, http.ErrServerClosed) && bgCtx.Err() == nil {
+			r.serveErr <- fmt.Errorf("tunnel API: %w", err)
+		}
+	}()
+	// Until shutdown takes over, a failed step closes both servers.
+	r.onClose(func() error { _ = r.srv.Close(); _ = r.tunnelHTTP.Close(); return nil })
+
+	host, portStr, _ := net.SplitHostPort(r.ln.Addr().String())
+	serverHost := r.advertise
+	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+		serverHost = host
+	} else if ip != nil && ip.IsUnspecified() {
+		serverHost = "127.0.0.1"
+	}
+	r.url = "https://" + net.JoinHostPort(serverHost, portStr)
+	if err := r.authority.WriteKubeconfig(r.h.KubeconfigPath(), r.url, pki.AdminUser, []string{pki.AdminGroup}); err != nil {
+		return err
+	}
+	r.h.addr <- r.ln.Addr()
+	close(r.h.ready)
+	r.h.log.Info("serving the Kubernetes API", "addr", r.ln.Addr().String(), "advertise", r.advertise, "kubeconfig", r.h.KubeconfigPath())
+	return nil
+}
+
+// startClients runs the built-in controllers and the scheduler, clients of
+// the hub's own API like any other, served in-process (see
+// apiserver.LocalTransport).
+func (r *run) startClients(ctx context.Context) error {
+	ctrl, err := controllers.New(controllers.Config{
+		RestConfig:    localConfig(r.api, r.url, "system:kube-controller-manager"),
+		Logger:        r.cfg.Logger.With("component", "controllers"),
+		Controllers:   r.cfg.Controllers,
+		RootCA:        r.authority.CAPEM(),
+		LocalPathRoot: r.cfg.LocalPathRoot,
+	})
+	if err != nil {
+		return err
+	}
+	ctrlCtx, cancelCtrl := context.WithCancel(ctx)
+	ctrlDone := make(chan error, 1)
+	go func() {
+		err := ctrl.Run(ctrlCtx)
+		if err != nil && ctrlCtx.Err() == nil {
+			r.h.log.Error("controllers stopped", "err", err)
+		}
+		ctrlDone <- err
+	}()
+	r.stopCtrl = sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone })
+	r.onClose(func() error { r.stopCtrl(); return nil })
+
+	r.stopSched = func() {}
+	if !r.cfg.DisableScheduler {
+		if r.stopSched, err = r.h.startScheduler(ctx, r.api, r.url); err != nil {
+			return err
+		}
+	}
+	r.onClose(func() error { r.stopSched(); return nil })
+	return nil
+}
+
+// shutdown stops the hub in the order that spares its clients work: edges
+// are told to come back spread out, the in-process clients stop before
+// their watches break, and the port closes before the watches in flight
+// end.
+func (r *run) shutdown() {
+	r.h.log.Info("shutting down")
+	// Tell edges to come back spread over the drain window rather than
+	// all at once when the hub is back, then let them go.
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = r.edges.Drain(drainCtx, r.cfg.DrainWindow)
+	cancelDrain()
+	// Close what is left explicitly, so every edge gets a close frame now
+	// instead of finding out by its idle timeout after the socket is gone.
+	_ = r.edges.Close()
+	r.stopSched()
+	r.stopCtrl() // before requests end, so the controllers see no broken watches
+
+	// Close the door before ending the watches in flight. Shutdown closes
+	// the listener and tells HTTP/2 clients (GOAWAY) to open no new
+	// streams; a client whose watch then ends finds the port closed, which
+	// client-go retries from its resourceVersion. Were the door still open,
+	// its new watch would end at once, and client-go answers a watch that
+	// ends within a second with a full re-list.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shutDone := make(chan error, 1)
+	go func() { shutDone <- r.srv.Shutdown(shutCtx) }()
+	tunnelShutDone := make(chan error, 1)
+	go func() { tunnelShutDone <- r.tunnelHTTP.Shutdown(shutCtx) }()
+	time.Sleep(200 * time.Millisecond) // the GOAWAYs go out from goroutines of their own
+	r.cancelRequests()                 // ends watches and streams so Shutdown need not wait for them
+	if err := <-shutDone; err != nil {
+		_ = r.srv.Close()
+	}
+	if err := <-tunnelShutDone; err != nil {
+		_ = r.tunnelHTTP.Close()
+	}
+	r.stopBackground()
+}
