@@ -252,12 +252,19 @@ func (h *Hub) signal(sig syscall.Signal) {
 		return
 	}
 	_ = cmd.Process.Signal(sig)
+	// A hub closing thousands of edge sessions on a loaded machine takes
+	// tens of seconds: its drain and HTTP shutdown alone may take 12s.
+	const exitLimit = 60 * time.Second
+	start := time.Now()
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(exitLimit):
 		_ = cmd.Process.Kill()
 		<-done
-		h.t.Errorf("hub did not stop within 30s after %v", sig)
+		h.t.Errorf("hub did not stop within %v after %v (load average %s)", exitLimit, sig, loadAverage())
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		h.t.Logf("hub took %v to exit after %v (load average %s)", d.Round(time.Millisecond), sig, loadAverage())
 	}
 	h.mu.Lock()
 	h.cmd = nil
@@ -367,4 +374,18 @@ func (h *Hub) CPU() (time.Duration, error) {
 	// Linux reports clock ticks of 1/100 s (USER_HZ) on every platform Go
 	// supports here.
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages, for
+// messages about deadlines a loaded machine may break.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
