@@ -195,6 +195,8 @@ var servedSubresources = []discovery.Subresource{
 		Kind: schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}, Verbs: []string{"create"}},
 	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, Name: "token",
 		Kind: schema.GroupVersionKind{Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest"}, Verbs: []string{"create"}},
+	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "ephemeralcontainers",
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Verbs: []string{"get", "patch", "update"}},
 	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "log",
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Verbs: []string{"get"}},
 	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "exec",

@@ -213,6 +213,8 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("update", "", "pods", "shop", "p1", "", ""),
 		res("create", "", "pods", "shop", "p1", "binding", ""),
 		res("create", "", "pods", "shop", "p1", "eviction", ""),
+		res("patch", "", "pods", "shop", "p1", "ephemeralcontainers", ""),
+		res("update", "", "pods", "shop", "p1", "ephemeralcontainers", ""),
 		res("get", "", "pods", "shop", "p1", "log", ""),
 		res("get", "", "pods", "shop", "p1", "proxy", ""),
 		res("create", "", "pods", "shop", "p1:8080", "proxy", ""),

@@ -39,7 +39,7 @@ var podKind = &Kind{
 		return !apiequality.Semantic.DeepEqual(obj.(*corev1.Pod).Spec, old.(*corev1.Pod).Spec)
 	},
 	Validate: func(obj runtime.Object) field.ErrorList {
-		return validatePodSpec(&obj.(*corev1.Pod).Spec, field.NewPath("spec"))
+		return validatePodCreate(obj.(*corev1.Pod))
 	},
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
 		return validatePodUpdate(obj.(*corev1.Pod), old.(*corev1.Pod))
@@ -47,6 +47,8 @@ var podKind = &Kind{
 	ValidateStatusUpdate: func(obj, old runtime.Object) field.ErrorList {
 		return validatePodStatusUpdate(obj.(*corev1.Pod), old.(*corev1.Pod))
 	},
+	// kubectl debug adds containers through pods/ephemeralcontainers.
+	Subresources: map[string]*SubresourceUpdate{"ephemeralcontainers": ephemeralContainersUpdate},
 	Fields: func(obj runtime.Object) fields.Set {
 		pod := obj.(*corev1.Pod)
 		ips := make([]string, 0, len(pod.Status.PodIPs))

@@ -236,6 +236,9 @@ func validatePodTemplateSpec(t *corev1.PodTemplateSpec, path *field.Path) field.
 	errs = append(errs, validateObjectMetaLabels(t.Labels, path.Child("metadata", "labels"))...)
 	errs = append(errs, validateAnnotations(t.Annotations, path.Child("metadata", "annotations"))...)
 	errs = append(errs, validatePodSpec(&t.Spec, path.Child("spec"))...)
+	if len(t.Spec.EphemeralContainers) > 0 {
+		errs = append(errs, field.Forbidden(path.Child("spec", "ephemeralContainers"), "ephemeral containers not allowed in pod template"))
+	}
 	return errs
 }
 
@@ -276,6 +279,7 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(path.Child("containers"), ""))
 	}
 	errs = append(errs, validateContainers(spec.Containers, vols, names, path.Child("containers"), false)...)
+	errs = append(errs, validateEphemeralContainers(spec.EphemeralContainers, vols, names, path.Child("ephemeralContainers"))...)
 
 	if spec.RestartPolicy == "" {
 		errs = append(errs, field.Required(path.Child("restartPolicy"), ""))

@@ -50,6 +50,14 @@ type Kind struct {
 	HasSpec bool
 	// Scale, when set, serves a /scale subresource (autoscaling/v1 Scale).
 	Scale *ScaleAccess
+	// Subresources are the subresources, beyond status and scale, whose
+	// writes update the kind's objects with rules of their own, by name
+	// (pods: "ephemeralcontainers"). Such a write runs the
+	// subresource's PrepareForUpdate first, then Default, the
+	// managedFields entry (with the subresource's name), generation and
+	// the subresource's ValidateUpdate; not the kind's Mutate,
+	// PrepareForUpdate, ValidateUpdate or the update admission.
+	Subresources map[string]*SubresourceUpdate
 	// Verbs lists the verbs served on the main resource; nil means all of
 	// create, delete, deletecollection, get, list, patch, update, watch.
 	Verbs []string
@@ -134,6 +142,16 @@ type Kind struct {
 	// grace period to use; graceful false means delete at once. Nil means
 	// every delete is immediate (unless finalizers hold the object).
 	GracefulDelete func(obj runtime.Object, requested *int64) (grace int64, graceful bool)
+}
+
+// SubresourceUpdate holds the rules of a subresource that writes the
+// kind's objects.
+type SubresourceUpdate struct {
+	// PrepareForUpdate keeps, in the written object, only what the
+	// subresource may change of old, the stored object.
+	PrepareForUpdate func(obj, old runtime.Object)
+	// ValidateUpdate checks the result against old.
+	ValidateUpdate func(obj, old runtime.Object) field.ErrorList
 }
 
 // ScaleAccess reads and writes the replica count behind /scale.

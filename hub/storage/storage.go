@@ -37,7 +37,9 @@ type Options struct {
 	// Force takes ownership of conflicting fields on Apply.
 	Force bool
 	// Subresource is "" for the main resource, "status" to write status
-	// only, or "finalize" (namespaces) to write spec.finalizers only.
+	// only, "finalize" (namespaces) to write spec.finalizers only, or one
+	// of the kind's Subresources (pods/ephemeralcontainers), written with
+	// its rules.
 	Subresource string
 }
 

@@ -455,7 +455,14 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		obj = cur.DeepCopyObject()
 		obj.(*corev1.Namespace).Spec.Finalizers = fin
 	default:
-		return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
+		// A subresource of the kind's own (pods/ephemeralcontainers)
+		// keeps what it does not own before anything else, so that
+		// defaults and the managedFields entry see only its changes.
+		sr := k.Subresources[opts.Subresource]
+		if sr == nil {
+			return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
+		}
+		sr.PrepareForUpdate(obj, cur)
 	}
 	if k.Default != nil {
 		k.Default(obj)
@@ -476,7 +483,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 	if opts.Subresource == "" && k.PrepareForUpdate != nil {
 		k.PrepareForUpdate(obj, cur)
 	}
-	if k.HasSpec && opts.Subresource == "" {
+	if k.HasSpec && (opts.Subresource == "" || k.Subresources[opts.Subresource] != nil) {
 		var changed bool
 		if k.GenerationChanged != nil {
 			changed = k.GenerationChanged(obj, cur)
@@ -496,7 +503,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 			errs = append(errs, k.ValidateStatusUpdate(obj, cur)...)
 		}
 	default:
-		if k.ValidateUpdate != nil {
+		if sr := k.Subresources[opts.Subresource]; sr != nil {
+			errs = append(errs, sr.ValidateUpdate(obj, cur)...)
+		} else if k.ValidateUpdate != nil {
 			errs = append(errs, k.ValidateUpdate(obj, cur)...)
 		} else if k.Validate != nil {
 			errs = append(errs, k.Validate(obj)...)
