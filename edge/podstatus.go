@@ -93,6 +93,10 @@ func computePodStatus(in podStatusInput) corev1.PodStatus {
 			containerStatus(c, find(rt.Containers, c.Name), appReason, appMsg, false))
 	}
 
+	for _, c := range pod.Spec.EphemeralContainers {
+		st.EphemeralContainerStatuses = append(st.EphemeralContainerStatuses, ephemeralStatus(c, find(rt.EphemeralContainers, c.Name), waitReason, waitMsg))
+	}
+
 	st.Phase = podPhase(pod, st.InitContainerStatuses, st.ContainerStatuses, in.terminating)
 	st.Conditions = podConditions(pod, old.Conditions, rt, st, initDone, in.now)
 	// Reason and message belong to whoever ended the pod (eviction,
@@ -368,4 +372,13 @@ func qosClass(spec *corev1.PodSpec) corev1.PodQOSClass {
 		return corev1.PodQOSGuaranteed
 	}
 	return corev1.PodQOSBurstable
+}
+
+// ephemeralStatus converts the runtime's view of an ephemeral container.
+// As the kubelet reports them, ephemeral containers are never ready and
+// have no started field: no probe runs for them.
+func ephemeralStatus(c corev1.EphemeralContainer, cs *ContainerStatus, waitReason, waitMsg string) corev1.ContainerStatus {
+	out := containerStatus(corev1.Container(c.EphemeralContainerCommon), cs, waitReason, waitMsg, false)
+	out.Ready, out.Started = false, nil
+	return out
 }

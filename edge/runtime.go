@@ -25,7 +25,10 @@ type Runtime interface {
 
 	// SyncPod makes the pod's sandbox and containers match pod: it creates
 	// what is missing and starts containers in order (init containers one
-	// by one, then the others). It is idempotent and returns without
+	// by one, then the others). Ephemeral containers added to the spec
+	// start at the next SyncPod, whatever the others' state, in the pod's
+	// sandbox and, with a targetContainerName, in the process namespace
+	// of that container. It is idempotent and returns without
 	// waiting for containers to start. It is not called for a pod that is
 	// being deleted or that reached a terminal phase.
 	SyncPod(ctx context.Context, pod *corev1.Pod, net Network) error
@@ -107,6 +110,11 @@ type PodStatus struct {
 	// created are absent.
 	InitContainers []ContainerStatus
 	Containers     []ContainerStatus
+	// EphemeralContainers lists the ephemeral containers of the spec
+	// the runtime created (or tried to), in spec order. The runtime
+	// starts each once, when it first appears in the spec, and never
+	// restarts it.
+	EphemeralContainers []ContainerStatus
 }
 
 // ContainerState is the state of a container instance.

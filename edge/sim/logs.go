@@ -91,7 +91,7 @@ func (r *Runtime) instanceFor(uid types.UID, name string, previous bool) (*insta
 	if !ok {
 		return nil, fmt.Errorf("pod %s: %w", uid, edge.ErrPodNotFound)
 	}
-	for _, c := range append(append([]*container{}, p.init...), p.app...) {
+	for _, c := range p.all() {
 		if c.name != name {
 			continue
 		}

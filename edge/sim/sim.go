@@ -5,7 +5,8 @@
 // runtime restarts them according to the pod's restartPolicy with the
 // kubelet's crash-loop back-off. Hollow nodes use it to load a hub with
 // thousands of nodes from one process; tests use it to drive every pod
-// state the status logic must handle.
+// state the status logic must handle. Ephemeral containers added to a pod
+// start once, run until the pod is killed and are never restarted.
 //
 // It keeps everything in memory: a restarted agent starts its pods again.
 package sim
@@ -121,8 +122,9 @@ type pod struct {
 	ips           []string
 	init          []*container
 	app           []*container
-	nextInit      int  // index of the init container that must complete next
-	initFailed    bool // an init container failed and will not be restarted
+	eph           []*container // ephemeral containers, in the order they were added
+	nextInit      int          // index of the init container that must complete next
+	initFailed    bool         // an init container failed and will not be restarted
 	killing       bool
 }
 
@@ -190,6 +192,7 @@ func (r *Runtime) SyncPod(_ context.Context, spec *corev1.Pod, net edge.Network)
 		}
 	}
 	r.advance(p)
+	r.syncEphemeral(p, spec)
 	r.mu.Unlock()
 	return nil
 }
@@ -396,7 +399,7 @@ func (r *Runtime) KillPod(ctx context.Context, uid types.UID, grace time.Duratio
 	}
 	p.killing = true
 	var wait []chan struct{}
-	for _, c := range append(append([]*container{}, p.init...), p.app...) {
+	for _, c := range p.all() {
 		if c.timer != nil {
 			c.timer.Stop()
 			c.timer = nil
@@ -440,7 +443,7 @@ func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 		return nil
 	}
 	p.killing = true
-	for _, c := range append(append([]*container{}, p.init...), p.app...) {
+	for _, c := range p.all() {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
@@ -473,6 +476,12 @@ func (r *Runtime) PodStatus(_ context.Context, uid types.UID) (*edge.PodStatus, 
 	for _, c := range p.app {
 		if cs, ok := c.status(); ok {
 			st.Containers = append(st.Containers, cs)
+		}
+	}
+	for _, c := range p.eph {
+		if cs, ok := c.status(); ok {
+			cs.Ready = false
+			st.EphemeralContainers = append(st.EphemeralContainers, cs)
 		}
 	}
 	return st, nil
