@@ -23,8 +23,11 @@ func (r *Runtime) event(p *pod, cs *ctr, warning bool, reason, format string, ar
 	if cs != nil {
 		ev.Container = cs.name
 		ev.FieldPath = "spec.containers{" + cs.name + "}"
-		if cs.isInit {
+		switch {
+		case cs.isInit:
 			ev.FieldPath = "spec.initContainers{" + cs.name + "}"
+		case cs.ephemeral:
+			ev.FieldPath = "spec.ephemeralContainers{" + cs.name + "}"
 		}
 	}
 	(*fn)(ev)

@@ -81,6 +81,9 @@ type ctr struct {
 	// containers start in the new sandbox, as the kubelet runs a pod's
 	// init containers again whenever it makes the pod's sandbox anew.
 	stale bool
+	// ephemeral marks an ephemeral container, kept with the app
+	// containers but started once and never restarted (ephemeral.go).
+	ephemeral bool
 }
 
 // instance is one containerd container (one run of a pod's container).
@@ -228,7 +231,7 @@ func (r *Runtime) SyncPod(ctx context.Context, spec *corev1.Pod, net edge.Networ
 		// running on the volumes it has (their events say what failed).
 		return fmt.Errorf("set up volumes of pod %s/%s: %w", spec.Namespace, spec.Name, err)
 	}
-	return r.advance(ctx, p, spec)
+	return errors.Join(r.advance(ctx, p, spec), r.syncEphemeral(ctx, p, spec))
 }
 
 func (r *Runtime) createSandbox(ctx context.Context, p *pod, spec *corev1.Pod, net edge.Network) error {
@@ -409,6 +412,9 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 	nsPath := p.netnsPath
 	p.mu.Unlock()
 	specOpts, err := r.specOpts(ctx, p, spec, c, img, ips, nsPath, id)
+	if err == nil {
+		specOpts, err = r.ephemeralOpts(p, cs, spec, specOpts)
+	}
 	if err != nil {
 		r.event(p, cs, true, "Failed", "Error: %v", err)
 		return fail("CreateContainerConfigError", err)
@@ -419,6 +425,9 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 	}
 	if cs.isInit {
 		labels[labelInit] = "true"
+	}
+	if cs.ephemeral {
+		labels[labelEphemeral] = "true"
 	}
 	cont, err := r.client.NewContainer(ctx, id,
 		containerd.WithImage(img),

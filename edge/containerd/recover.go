@@ -80,6 +80,7 @@ func (r *Runtime) recover(ctx context.Context) error {
 				p.namespace, p.name = list[0].labels[labelPodNamespace], list[0].labels[labelPodName]
 			}
 			cs := p.container(name, list[0].labels[labelInit] == "true", r.cfg.BackoffBase, r.cfg.BackoffMax)
+			cs.ephemeral = list[0].labels[labelEphemeral] == "true"
 			for i, f := range list {
 				if i >= 2 {
 					r.deleteContainer(ctx, f.cont)

@@ -196,7 +196,11 @@ func (r *Runtime) PodStatus(_ context.Context, uid types.UID) (*edge.PodStatus, 
 		st.InitContainers = append(st.InitContainers, conv(c))
 	}
 	for _, c := range p.app {
-		st.Containers = append(st.Containers, conv(c))
+		if c.ephemeral {
+			st.EphemeralContainers = append(st.EphemeralContainers, conv(c))
+		} else {
+			st.Containers = append(st.Containers, conv(c))
+		}
 	}
 	return st, nil
 }
