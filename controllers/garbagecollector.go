@@ -7,14 +7,14 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // objectKey names one object of one resource.
@@ -41,7 +41,7 @@ func (k objectKey) String() string {
 type garbageCollector struct {
 	m     *Manager
 	log   *slog.Logger
-	queue workqueue.TypedRateLimitingInterface[objectKey]
+	queue *kit.TypedQueue[objectKey]
 
 	mu         sync.Mutex
 	byUID      map[types.UID]objectKey
@@ -50,11 +50,9 @@ type garbageCollector struct {
 
 func newGarbageCollector(m *Manager, log *slog.Logger) *garbageCollector {
 	return &garbageCollector{
-		m:   m,
-		log: log,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[objectKey](),
-			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "garbagecollector"}),
+		m:          m,
+		log:        log,
+		queue:      kit.NewTypedQueue[objectKey]("garbagecollector"),
 		byUID:      map[types.UID]objectKey{},
 		dependents: map[types.UID]map[objectKey]struct{}{},
 	}
@@ -248,45 +246,24 @@ func (gc *garbageCollector) dependentsOf(owner objectKey, uid types.UID, namespa
 	return out
 }
 
-func (gc *garbageCollector) worker(ctx context.Context) {
-	for {
-		key, quit := gc.queue.Get()
-		if quit {
-			return
-		}
-		requeue, err := gc.sync(ctx, key)
-		switch {
-		case err != nil:
-			gc.log.Info("reconcile failed; retrying", "object", key.String(), "err", err)
-			gc.queue.AddRateLimited(key)
-		case requeue > 0:
-			gc.queue.Forget(key)
-			gc.queue.AddAfter(key, requeue)
-		default:
-			gc.queue.Forget(key)
-		}
-		gc.queue.Done(key)
-	}
-}
-
 // sync reconciles one object as an owner being deleted and as a dependent.
-func (gc *garbageCollector) sync(ctx context.Context, key objectKey) (time.Duration, error) {
+func (gc *garbageCollector) sync(ctx context.Context, key objectKey) error {
 	p, ok := gc.cached(key)
 	if !ok {
-		return 0, nil
+		return nil
 	}
 	switch beingDeletedWith(p) {
 	case metav1.FinalizerOrphanDependents:
-		return 0, gc.orphanDependents(ctx, key, p)
+		return gc.orphanDependents(ctx, key, p)
 	case metav1.FinalizerDeleteDependents:
 		if err := gc.deleteDependents(ctx, key, p); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	if len(p.OwnerReferences) == 0 {
-		return 0, nil
+		return nil
 	}
-	return 0, gc.attemptToDelete(ctx, key, p)
+	return gc.attemptToDelete(ctx, key, p)
 }
 
 // ownerState is what the collector knows of an owner reference.

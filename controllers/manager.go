@@ -191,13 +191,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.waitForSync(ctx, 30*time.Second)
 
 	var wg sync.WaitGroup
-	for range m.cfg.Workers {
-		if Enabled(m.cfg.Controllers, "garbagecollector") {
-			wg.Go(func() { m.gc.worker(ctx) })
-		}
-		if Enabled(m.cfg.Controllers, "namespace") {
-			wg.Go(func() { m.ns.worker(ctx) })
-		}
+	if Enabled(m.cfg.Controllers, "garbagecollector") {
+		wg.Go(func() { m.gc.queue.Run(ctx, m.cfg.Workers, m.gc.log, m.gc.sync) })
+	}
+	if Enabled(m.cfg.Controllers, "namespace") {
+		wg.Go(func() { m.ns.queue.Run(ctx, m.cfg.Workers, m.ns.log, m.ns.sync) })
 	}
 	m.typed.Start(ctx.Done())
 	for _, r := range m.runners {

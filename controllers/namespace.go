@@ -14,7 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // Namespace condition reasons, as upstream's namespace controller writes
@@ -36,7 +37,7 @@ const (
 type namespaceController struct {
 	m     *Manager
 	log   *slog.Logger
-	queue workqueue.TypedRateLimitingInterface[string]
+	queue *kit.Queue
 
 	mu         sync.Mutex
 	namespaces *watchedResource // the namespaces informer, once watched
@@ -44,11 +45,9 @@ type namespaceController struct {
 
 func newNamespaceController(m *Manager, log *slog.Logger) *namespaceController {
 	return &namespaceController{
-		m:   m,
-		log: log,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "namespace"}),
+		m:     m,
+		log:   log,
+		queue: kit.NewQueue("namespace", kit.WithBackoff(5*time.Millisecond, time.Minute)),
 	}
 }
 
@@ -89,31 +88,6 @@ func (nc *namespaceController) watch(w *watchedResource) {
 	}
 }
 
-func (nc *namespaceController) worker(ctx context.Context) {
-	for {
-		name, quit := nc.queue.Get()
-		if quit {
-			return
-		}
-		again, err := nc.sync(ctx, name)
-		switch {
-		case err != nil:
-			nc.log.Info("namespace deletion incomplete; retrying", "namespace", name, "err", err)
-			nc.queue.AddRateLimited(name)
-		case again < 0:
-			// Content held by finalizers: look again with growing
-			// delays; its deletion queues the namespace at once.
-			nc.queue.AddRateLimited(name)
-		case again > 0:
-			nc.queue.Forget(name)
-			nc.queue.AddAfter(name, again)
-		default:
-			nc.queue.Forget(name)
-		}
-		nc.queue.Done(name)
-	}
-}
-
 // contentResult is what one pass over a namespace's content found.
 type contentResult struct {
 	remaining     map[string]int // resource → objects left
@@ -124,18 +98,20 @@ type contentResult struct {
 }
 
 // sync deletes a terminating namespace's content and, once none is left,
-// finalizes it. When content remains it returns the delay after which to
-// look again, or a negative one to back off.
-func (nc *namespaceController) sync(ctx context.Context, name string) (time.Duration, error) {
+// finalizes it. While content remains it looks again when its graceful
+// deletions should be over (at most 15s), or after a second; content held
+// by finalizers is looked at again with growing delays, as after a
+// failure, and its deletion queues the namespace at once.
+func (nc *namespaceController) sync(ctx context.Context, name string) error {
 	ns, err := nc.m.kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return 0, nil
+		return nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("get namespace: %w", err)
+		return fmt.Errorf("get namespace: %w", err)
 	}
 	if ns.DeletionTimestamp == nil || !slices.Contains(ns.Spec.Finalizers, corev1.FinalizerKubernetes) {
-		return 0, nil
+		return nil
 	}
 	if ns.Status.Phase != corev1.NamespaceTerminating {
 		// The hub sets the phase when it sets the deletion timestamp;
@@ -148,22 +124,19 @@ func (nc *namespaceController) sync(ctx context.Context, name string) (time.Dura
 
 	switch {
 	case res.discoveryFail != nil:
-		return 0, res.discoveryFail
+		return res.discoveryFail
 	case len(res.failures) > 0:
-		return 0, errors.New(strings.Join(res.failures, "; "))
+		return errors.New(strings.Join(res.failures, "; "))
 	case len(res.remaining) > 0:
-		wait := res.estimate
-		if wait <= 0 {
-			wait = -1
-			if len(res.finalizers) == 0 {
-				wait = time.Second
-			}
+		wait := min(res.estimate, 15*time.Second)
+		if wait <= 0 && len(res.finalizers) > 0 {
+			return errors.New(describeCounts("Some content in the namespace has finalizers remaining: ", res.finalizers, "resource instances"))
 		}
-		if wait > 15*time.Second {
-			wait = 15 * time.Second
+		if wait <= 0 {
+			wait = time.Second
 		}
 		nc.log.Debug("namespace content remains", "namespace", name, "remaining", res.remaining, "after", wait)
-		return wait, nil
+		return kit.RequeueAfter(wait)
 	}
 
 	// Empty: hand the namespace back to the hub without our finalizer.
@@ -172,13 +145,13 @@ func (nc *namespaceController) sync(ctx context.Context, name string) (time.Dura
 	})
 	_, err = nc.m.kube.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
-		return 0, nil
+		return nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("finalize namespace: %w", err)
+		return fmt.Errorf("finalize namespace: %w", err)
 	}
 	nc.log.Info("namespace emptied and finalized", "namespace", name)
-	return 0, nil
+	return nil
 }
 
 // deleteContent deletes every namespaced object of a namespace and counts

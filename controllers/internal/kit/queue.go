@@ -96,6 +96,10 @@ func (q *TypedQueue[K]) AddRateLimited(key K) {
 // Len returns the number of queued keys.
 func (q *TypedQueue[K]) Len() int { return q.q.Len() }
 
+// ShutDown stops a queue that is not to be run, or no longer, and the
+// timers of its delayed keys. Run shuts its queue down itself.
+func (q *TypedQueue[K]) ShutDown() { q.q.ShutDown() }
+
 // Run runs workers workers, each taking a key and calling fn with it,
 // until ctx ends; it then shuts the queue down and waits for them.
 //
