@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // Names and keys of what the controller publishes, as upstream's.
@@ -59,7 +59,7 @@ type Config struct {
 type Controller struct {
 	cfg    Config
 	log    *slog.Logger
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  *kit.Queue
 	ns     corelisters.NamespaceLister
 	sas    corelisters.ServiceAccountLister
 	cms    corelisters.ConfigMapLister
@@ -79,11 +79,9 @@ func New(cfg Config) (*Controller, error) {
 		log = slog.Default()
 	}
 	c := &Controller{
-		cfg: cfg,
-		log: log.With("controller", "serviceaccount"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "serviceaccount"}),
+		cfg:   cfg,
+		log:   log.With("controller", "serviceaccount"),
+		queue: kit.NewQueue("serviceaccount", kit.WithBackoff(50*time.Millisecond, time.Minute)),
 	}
 	nsInf := cfg.Informers.Core().V1().Namespaces()
 	saInf := cfg.Informers.Core().V1().ServiceAccounts()
@@ -140,27 +138,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.log.Info("serviceaccount controller running")
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Go(func() {
-			for {
-				ns, quit := c.queue.Get()
-				if quit {
-					return
-				}
-				if err := c.sync(ctx, ns); err != nil {
-					c.log.Info("sync namespace; retrying", "ns", ns, "err", err)
-					c.queue.AddRateLimited(ns)
-				} else {
-					c.queue.Forget(ns)
-				}
-				c.queue.Done(ns)
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	c.queue.Run(ctx, c.cfg.Workers, c.log, c.sync)
 	return nil
 }
 
