@@ -46,7 +46,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // Names the controller reads and writes, as upstream's.
@@ -86,7 +87,7 @@ type Config struct {
 type Controller struct {
 	cfg     Config
 	log     *slog.Logger
-	queue   workqueue.TypedRateLimitingInterface[string]
+	queue   *kit.Queue
 	pvcs    corelisters.PersistentVolumeClaimLister
 	pvs     corelisters.PersistentVolumeLister
 	pods    corelisters.PodLister
@@ -116,11 +117,9 @@ func New(cfg Config) (*Controller, error) {
 		log = slog.Default()
 	}
 	c := &Controller{
-		cfg: cfg,
-		log: log.With("controller", "persistentvolume-binder"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "persistentvolume-binder"}),
+		cfg:   cfg,
+		log:   log.With("controller", "persistentvolume-binder"),
+		queue: kit.NewQueue("persistentvolume-binder", kit.WithBackoff(100*time.Millisecond, time.Minute)),
 	}
 	pvcInf := cfg.Informers.Core().V1().PersistentVolumeClaims()
 	pvInf := cfg.Informers.Core().V1().PersistentVolumes()
@@ -212,38 +211,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.log.Info("persistentvolume binder running", "workers", c.cfg.Workers, "local_path_root", c.cfg.LocalPathRoot)
-	for range c.cfg.Workers {
-		go func() {
-			for c.next(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
+	c.queue.Run(ctx, c.cfg.Workers, c.log, c.sync)
 	return nil
 }
 
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	var err error
+// sync binds a queued claim or volume.
+func (c *Controller) sync(ctx context.Context, key string) error {
 	if rest, ok := strings.CutPrefix(key, claimPrefix); ok {
 		ns, name, _ := strings.Cut(rest, "/")
-		err = c.syncClaim(ctx, ns, name)
-	} else {
-		err = c.syncVolume(ctx, strings.TrimPrefix(key, volumePrefix))
+		return c.syncClaim(ctx, ns, name)
 	}
-	if err != nil {
-		if !apierrors.IsConflict(err) {
-			c.log.Warn("sync", "key", key, "err", err)
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+	return c.syncVolume(ctx, strings.TrimPrefix(key, volumePrefix))
 }
 
 func claimClass(p *corev1.PersistentVolumeClaim) string {
