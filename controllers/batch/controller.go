@@ -14,7 +14,6 @@ import (
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/tether-edge/tether/controllers/internal/kit"
@@ -56,8 +55,7 @@ type Controller struct {
 	podIdx   cache.Indexer
 	synced   []cache.InformerSynced
 
-	cronQueue workqueue.TypedRateLimitingInterface[string]
-	cronRetry workqueue.TypedRateLimiter[string]
+	cronQueue *kit.Queue
 	jobQueue  *kit.Queue
 	expect    *kit.Expectations
 
@@ -95,10 +93,9 @@ func New(cfg Config) (*Controller, error) {
 		cfg:    cfg,
 		log:    log.With("controller", "batch"),
 		events: kit.NewRecorder(cfg.Client, "job-controller", log),
-		cronQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "cronjob", Clock: cfg.Clock}),
-		cronRetry: workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 5*time.Minute),
+		// Start times are waited for on the configured clock; failures
+		// back off in real time.
+		cronQueue: kit.NewQueue("cronjob", kit.WithClock(cfg.Clock), kit.WithBackoff(50*time.Millisecond, 5*time.Minute)),
 		jobQueue:  kit.NewQueue("job"),
 		expect:    kit.NewExpectations(kit.DefaultExpectationsTTL, time.Now),
 		jobMem:    map[string]*jobMemory{},
@@ -134,11 +131,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { c.events.Run(ctx) })
 	wg.Go(func() { c.jobQueue.Run(ctx, c.cfg.Workers, c.log.With("kind", "Job"), c.syncJob) })
-	for range c.cfg.Workers {
-		wg.Go(func() { c.cronWorker(ctx) })
-	}
-	<-ctx.Done()
-	c.cronQueue.ShutDown()
+	wg.Go(func() { c.cronQueue.Run(ctx, c.cfg.Workers, c.log.With("kind", "CronJob"), c.syncCron) })
 	wg.Wait()
 	return nil
 }

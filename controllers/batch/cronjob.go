@@ -62,32 +62,14 @@ func (c *Controller) registerCronJobHandlers(cjInf, jobInf cache.SharedIndexInfo
 	return nil
 }
 
-func (c *Controller) cronWorker(ctx context.Context) {
-	for {
-		key, quit := c.cronQueue.Get()
-		if quit {
-			return
-		}
-		requeue, err := c.syncCronJob(ctx, key)
-		switch {
-		case err != nil:
-			// Retries back off in real time: the queue's clock is the
-			// schedule's, which tests may hold still.
-			d := c.cronRetry.When(key)
-			if apierrors.IsConflict(err) {
-				c.log.Debug("sync cronjob; retrying", "cronjob", key, "err", err)
-			} else {
-				c.log.Info("sync cronjob; retrying", "cronjob", key, "err", err, "in", d)
-			}
-			time.AfterFunc(d, func() { c.cronQueue.Add(key) })
-		default:
-			c.cronRetry.Forget(key)
-			if requeue > 0 {
-				c.cronQueue.AddAfter(key, requeue)
-			}
-		}
-		c.cronQueue.Done(key)
+// syncCron syncs a queued CronJob and has the queue bring it back at its
+// next start time.
+func (c *Controller) syncCron(ctx context.Context, key string) error {
+	next, err := c.syncCronJob(ctx, key)
+	if err != nil {
+		return err
 	}
+	return kit.RequeueAfter(next)
 }
 
 func isJobFinished(j *batchv1.Job) (batchv1.JobConditionType, bool) {
