@@ -20,7 +20,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 )
 
@@ -48,7 +47,7 @@ type Config struct {
 type Controller struct {
 	cfg   Config
 	log   *slog.Logger
-	queue workqueue.TypedRateLimitingInterface[string]
+	queue *kit.Queue
 
 	services  corelisters.ServiceLister
 	pods      corelisters.PodLister
@@ -92,9 +91,7 @@ func New(cfg Config) (*Controller, error) {
 		log: log.With("controller", "endpointslice"),
 		// No batching delay: a readiness change is written as soon as it
 		// is seen. Failures back off from 5ms to 30s.
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice"}),
+		queue:    kit.NewQueue("endpointslice", kit.WithBackoff(5*time.Millisecond, 30*time.Second)),
 		tracker:  newTracker(),
 		triggers: map[string]time.Time{},
 	}
@@ -120,9 +117,9 @@ func New(cfg Config) (*Controller, error) {
 		h   cache.ResourceEventHandler
 	}{
 		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.enqueueObj(obj) },
-			UpdateFunc: func(_, obj any) { c.enqueueObj(obj) },
-			DeleteFunc: func(obj any) { c.enqueueObj(obj) },
+			AddFunc:    c.queue.Enqueue,
+			UpdateFunc: func(_, obj any) { c.queue.Enqueue(obj) },
+			DeleteFunc: c.queue.Enqueue,
 		}},
 		{podInf.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.podChanged(nil, obj) },
@@ -162,43 +159,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.log.Info("endpointslice controller running", "workers", c.cfg.Workers)
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Go(func() { c.worker(ctx) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	c.queue.Run(ctx, c.cfg.Workers, c.log, c.sync)
 	return nil
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		switch {
-		case err == nil:
-			c.queue.Forget(key)
-		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-			c.log.Debug("sync service; retrying", "service", key, "err", err)
-			c.queue.AddRateLimited(key)
-		default:
-			c.log.Info("sync service; retrying", "service", key, "err", err)
-			c.queue.AddRateLimited(key)
-		}
-		c.queue.Done(key)
-	}
-}
-
-func (c *Controller) enqueueObj(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return
-	}
-	c.queue.Add(key)
 }
 
 // noteTrigger records when a change that concerns a Service was seen; the
