@@ -15,8 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // LeaseNamespace holds the nodes' heartbeat Leases.
@@ -80,9 +81,9 @@ type Controller struct {
 	synced []cache.InformerSynced
 
 	// Pods to look at for NoExecute eviction.
-	evictQueue workqueue.TypedRateLimitingInterface[string]
+	evictQueue *kit.Queue
 	// Nodes whose unschedulable taint disagrees with spec.unschedulable.
-	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	nodeQueue *kit.Queue
 
 	mu sync.Mutex // guards the following fields
 	// lastSeen is, by node, the controller's time of the last heartbeat
@@ -151,16 +152,14 @@ func New(cfg Config) (*Controller, error) {
 		cfg:    cfg,
 		log:    log.With("controller", "nodelifecycle"),
 		events: newEventSink(cfg.Client, "node-controller"),
-		evictQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "noexecute-eviction", Clock: cfg.Clock}),
-		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node-taints", Clock: cfg.Clock}),
-		lastSeen:  map[string]heartbeat{},
-		taintSeen: map[taintKey]time.Time{},
-		zoneNext:  map[string]time.Time{},
-		states:    map[string]State{},
+		// Eviction times are waited for on the controller's clock;
+		// failures back off in real time.
+		evictQueue: kit.NewQueue("noexecute-eviction", kit.WithClock(cfg.Clock), kit.WithBackoff(50*time.Millisecond, time.Minute)),
+		nodeQueue:  kit.NewQueue("node-taints", kit.WithClock(cfg.Clock), kit.WithBackoff(50*time.Millisecond, time.Minute)),
+		lastSeen:   map[string]heartbeat{},
+		taintSeen:  map[taintKey]time.Time{},
+		zoneNext:   map[string]time.Time{},
+		states:     map[string]State{},
 	}
 	nodeInf := cfg.Informers.Core().V1().Nodes()
 	leaseInf := cfg.Informers.Coordination().V1().Leases()
@@ -211,18 +210,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.events.stop()
 	c.log.Info("node lifecycle controller running", "grace_period", c.cfg.GracePeriod, "monitor_period", c.cfg.MonitorPeriod)
 	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Go(func() { c.work(ctx, c.evictQueue, "evict pod", c.syncPod) })
-	}
-	wg.Go(func() { c.work(ctx, c.nodeQueue, "taint node by spec.unschedulable", c.syncUnschedulable) })
+	wg.Go(func() { c.evictQueue.Run(ctx, c.cfg.Workers, c.log.With("queue", "noexecute-eviction"), c.syncPod) })
+	wg.Go(func() { c.nodeQueue.Run(ctx, 1, c.log.With("queue", "node-taints"), c.syncUnschedulable) })
 	t := c.cfg.Clock.NewTicker(c.cfg.MonitorPeriod)
 	defer t.Stop()
 	for {
 		c.monitor(ctx)
 		select {
 		case <-ctx.Done():
-			c.evictQueue.ShutDown()
-			c.nodeQueue.ShutDown()
 			wg.Wait()
 			return nil
 		case <-t.C():

@@ -8,28 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/workqueue"
 )
-
-// work takes keys from q and syncs each until q shuts down; a failed
-// sync is logged as what, with the key, and retried after its back-off.
-// The controller's queues run on its clock, which kit.Queue does not
-// take, so they have this loop of their own.
-func (c *Controller) work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], what string, sync func(context.Context, string) error) {
-	for {
-		key, quit := q.Get()
-		if quit {
-			return
-		}
-		if err := sync(ctx, key); err != nil {
-			c.log.Info(what+"; retrying", "key", key, "err", err)
-			q.AddRateLimited(key)
-		} else {
-			q.Forget(key)
-		}
-		q.Done(key)
-	}
-}
 
 // syncPod deletes a pod whose node has a NoExecute taint it does not
 // tolerate, or tolerates for a time that has run out; otherwise it looks
