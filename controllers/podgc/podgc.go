@@ -17,7 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // Upstream's defaults.
@@ -70,7 +71,7 @@ type Controller struct {
 
 	// quarantined holds the names of absent nodes; each comes out of the
 	// queue once its quarantine is over.
-	quarantined workqueue.TypedDelayingInterface[string]
+	quarantined *kit.Queue
 
 	mu      sync.Mutex      // guards waiting
 	waiting map[string]bool // nodes in quarantine, so each is queued once
@@ -104,7 +105,7 @@ func New(cfg Config) (*Controller, error) {
 		synced: []cache.InformerSynced{
 			podInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
 		},
-		quarantined: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "podgc-nodes"}),
+		quarantined: kit.NewQueue("podgc-nodes"),
 		waiting:     map[string]bool{},
 	}
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -131,14 +132,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.log.Info("pod garbage collector running", "terminated_pod_threshold", c.cfg.TerminatedPodThreshold,
 		"quarantine", c.cfg.Quarantine, "period", c.cfg.Period)
 	var wg sync.WaitGroup
-	wg.Go(func() { c.orphanWorker(ctx) })
+	wg.Go(func() { c.quarantined.Run(ctx, 1, c.log, c.collectQuarantined) })
 	t := time.NewTicker(c.cfg.Period)
 	defer t.Stop()
 	for {
 		c.pass(ctx)
 		select {
 		case <-ctx.Done():
-			c.quarantined.ShutDown()
 			wg.Wait()
 			return nil
 		case <-t.C:
@@ -263,23 +263,17 @@ func (c *Controller) gcUnscheduledTerminating(ctx context.Context, pods []*corev
 	}
 }
 
-// orphanWorker takes nodes whose quarantine is over and, if the hub
-// confirms they are gone, deletes their pods.
-func (c *Controller) orphanWorker(ctx context.Context) {
-	for {
-		node, quit := c.quarantined.Get()
-		if quit {
-			return
-		}
-		c.mu.Lock()
-		delete(c.waiting, node)
-		c.mu.Unlock()
-		if err := c.collectNode(ctx, node); err != nil {
-			c.log.Info("garbage collect pods of deleted node; retrying", "node", node, "err", err)
-			c.quarantine(node)
-		}
-		c.quarantined.Done(node)
+// collectQuarantined deletes the pods of a node whose quarantine is over
+// if the hub confirms it is gone. A failure starts a new quarantine.
+func (c *Controller) collectQuarantined(ctx context.Context, node string) error {
+	c.mu.Lock()
+	delete(c.waiting, node)
+	c.mu.Unlock()
+	if err := c.collectNode(ctx, node); err != nil {
+		c.log.Info("garbage collect pods of deleted node; retrying", "node", node, "err", err)
+		c.quarantine(node)
 	}
+	return nil
 }
 
 // collectNode deletes the pods of node if the hub has no such node.
