@@ -128,8 +128,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.log.Info("job and cronjob controllers running", "workers", c.cfg.Workers)
+	c.events.Start(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { c.events.Run(ctx) })
 	wg.Go(func() { c.jobQueue.Run(ctx, c.cfg.Workers, c.log.With("kind", "Job"), c.syncJob) })
 	wg.Go(func() { c.cronQueue.Run(ctx, c.cfg.Workers, c.log.With("kind", "CronJob"), c.syncCron) })
 	wg.Wait()

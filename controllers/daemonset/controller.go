@@ -180,7 +180,7 @@ func nodeChanged(old, cur *corev1.Node) bool {
 
 // Run waits for the informers, then syncs DaemonSets until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	go c.recorder.Run(ctx)
+	c.recorder.Start(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -133,10 +132,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.log.Info("disruption controller running")
-	var wg sync.WaitGroup
-	wg.Go(func() { c.events.Run(ctx) })
+	c.events.Start(ctx)
 	c.queue.Run(ctx, c.cfg.Workers, c.log, c.sync)
-	wg.Wait()
 	return nil
 }
 

@@ -74,7 +74,7 @@ type Config struct {
 type Controller struct {
 	cfg    Config
 	log    *slog.Logger
-	events *eventSink
+	events *kit.Recorder
 
 	nodes  corelisters.NodeLister
 	pods   cache.Indexer // by namespace/name, and by node
@@ -151,7 +151,7 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:    cfg,
 		log:    log.With("controller", "nodelifecycle"),
-		events: newEventSink(cfg.Client, "node-controller"),
+		events: kit.NewRecorder(cfg.Client, "node-controller", log),
 		// Eviction times are waited for on the controller's clock;
 		// failures back off in real time.
 		evictQueue: kit.NewQueue("noexecute-eviction", kit.WithClock(cfg.Clock), kit.WithBackoff(50*time.Millisecond, time.Minute)),
@@ -206,8 +206,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil
 	}
-	c.events.start(c.cfg.Client)
-	defer c.events.stop()
+	c.events.Start(ctx)
 	c.log.Info("node lifecycle controller running", "grace_period", c.cfg.GracePeriod, "monitor_period", c.cfg.MonitorPeriod)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.evictQueue.Run(ctx, c.cfg.Workers, c.log.With("queue", "noexecute-eviction"), c.syncPod) })

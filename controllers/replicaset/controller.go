@@ -168,7 +168,7 @@ func newController(cfg Config, o *owners) (*Controller, error) {
 
 // Run waits for the informers, then syncs ReplicaSets until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	go c.recorder.Run(ctx)
+	c.recorder.Start(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil // ctx ended first
 	}

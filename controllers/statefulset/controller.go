@@ -124,7 +124,7 @@ func New(cfg Config) (*Controller, error) {
 
 // Run waits for the informers, then syncs StatefulSets until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	go c.recorder.Run(ctx)
+	c.recorder.Start(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -59,6 +60,13 @@ func PodFromTemplate(template *corev1.PodTemplateSpec, owner metav1.Object, gvk 
 		},
 		Spec: t.Spec,
 	}
+}
+
+// Object is what owns pods and what events are about: a typed API
+// object.
+type Object interface {
+	metav1.Object
+	runtime.Object
 }
 
 // PodControl creates and deletes a controller's pods and records events
