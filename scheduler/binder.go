@@ -29,7 +29,7 @@ func (s *Scheduler) bindWorker(ctx context.Context) {
 		err := s.bind(ctx, j)
 		if err == nil {
 			s.count(func(st *Stats) { st.Scheduled++ })
-			s.rec.event(j.pod, corev1.EventTypeNormal, "Scheduled",
+			s.events.Event(j.pod, corev1.EventTypeNormal, "Scheduled",
 				fmt.Sprintf("Successfully assigned %s/%s to %s", j.pod.Namespace, j.pod.Name, j.node))
 			s.post(func() {
 				if p := s.snap.Pod(j.pod.UID); p != nil && p.assumed {
@@ -121,7 +121,7 @@ func (s *Scheduler) writeWorker(ctx context.Context) {
 // event and the PodScheduled=False condition (with the nominated node
 // preemption chose, if any).
 func (s *Scheduler) reportUnschedulable(ctx context.Context, pod *corev1.Pod, msg, nominate string, clearNomination bool) {
-	s.rec.event(pod, corev1.EventTypeWarning, "FailedScheduling", msg)
+	s.events.Event(pod, corev1.EventTypeWarning, "FailedScheduling", msg)
 	var cur *corev1.PodCondition
 	for i := range pod.Status.Conditions {
 		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
@@ -185,7 +185,7 @@ func (s *Scheduler) preemptAsync(ctx context.Context, preemptor *PodInfo, pr Pre
 				s.log.Info("cannot delete preemption victim", "pod", victim.Namespace+"/"+victim.Name, "err", err)
 				return
 			}
-			s.rec.event(victim, corev1.EventTypeNormal, "Preempted",
+			s.events.Event(victim, corev1.EventTypeNormal, "Preempted",
 				fmt.Sprintf("Preempted by pod %s on node %s", preemptor.UID, pr.Node))
 		})
 	}

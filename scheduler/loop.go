@@ -200,7 +200,6 @@ func schedulingChanged(old, pod *corev1.Pod) bool {
 }
 
 func (s *Scheduler) onPodDelete(pod *corev1.Pod) {
-	s.rec.forget(pod.UID)
 	s.q.remove(pod.UID)
 	s.snap.ClearNominated(pod.UID)
 	if s.snap.RemovePod(pod.UID) != nil {

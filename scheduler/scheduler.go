@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -57,7 +56,7 @@ type Scheduler struct {
 
 	binds  chan bindJob
 	writes chan func(context.Context)
-	rec    *recorder
+	events *events
 
 	stats Stats
 }
@@ -104,8 +103,9 @@ func New(cfg Config) (*Scheduler, error) {
 		binds:  make(chan bindJob, cfg.Parallelism),
 		writes: make(chan func(context.Context), 4096),
 	}
-	host, _ := os.Hostname()
-	s.rec = newRecorder(cs, s.name, s.name+"-"+host, s.log)
+	if s.events, err = newEvents(rc, s.name, s.log); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -136,6 +136,7 @@ func (s *Scheduler) drain() {
 // ctx is done.
 func (s *Scheduler) Run(ctx context.Context) error {
 	begin := time.Now()
+	s.events.start(ctx)
 	factory := informers.NewSharedInformerFactory(s.cs, 0)
 	stripManagedFields := func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
@@ -212,7 +213,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for range 8 {
 		wg.Go(func() { s.writeWorker(ctx) })
 	}
-	wg.Go(func() { s.rec.run(ctx) })
 	s.loop(ctx)
 	close(s.binds)
 	close(s.writes)
