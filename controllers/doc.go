@@ -15,4 +15,8 @@
 // The controllers talk to the hub only through the Kubernetes API with
 // client-go. Work is level-based: events put keys on rate-limited work
 // queues, and each worker reads the current state before acting.
+//
+// Every controller here and below uses one work queue, kit.Queue, and
+// writes events one way, kit.Recorder over client-go's record
+// broadcaster; the package kit describes both.
 package controllers
