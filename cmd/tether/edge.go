@@ -20,7 +20,6 @@ import (
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/containerd"
 	"github.com/tether-edge/tether/edge/sim"
-	"github.com/tether-edge/tether/memtrim"
 )
 
 func newEdgeCmd() *cobra.Command {
@@ -40,7 +39,6 @@ func newEdgeCmd() *cobra.Command {
 		dnsPort        uint16
 		uplinks        []string
 		manifestPath   string
-		keepStartup    bool
 		gcPercent      int
 		memoryLimit    string
 	)
@@ -133,12 +131,6 @@ working while the hub is out of reach.`,
 			if err != nil {
 				return err
 			}
-			if !keepStartup {
-				// Once the node is registered (its running pods were
-				// adopted before), and again after bursts of pod
-				// starts and stops, once the agent is quiet.
-				go memtrim.New(memtrim.Config{Logger: logger, Ready: a.Registered(), ReadyTimeout: time.Minute, AfterBursts: true}).Run(ctx)
-			}
 			return a.Run(ctx)
 		},
 	}
@@ -176,7 +168,6 @@ working while the hub is out of reach.`,
 	f.BoolVar(&cfg.WatchServices, "watch-services", true, "watch Services and EndpointSlices for the data plane")
 	f.IntVar(&gcPercent, "gc-percent", 50, "garbage collection target percentage, as GOGC (which applies when this flag is not given): the heap may grow by this much over what is live before a collection; lower keeps the agent smaller for more CPU")
 	f.StringVar(&memoryLimit, "memory-limit", "64Mi", "soft limit of the agent's own memory, as GOMEMLIMIT (which applies when this flag is not given): the garbage collector works harder near it; 0: none")
-	f.BoolVar(&keepStartup, "keep-startup-memory", false, "do not return the memory only start-up used (free heap, pages of the executable) to the operating system once the node is registered and the agent has settled, nor again when it is quiet after bursts of work")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&simCfg.StartDelay, "sim-start-delay", time.Second, "sim runtime: time a container takes to start")
 	f.DurationVar(&simCfg.BackoffBase, "sim-backoff-base", 0, "sim runtime: first crash-loop back-off (0: 10s)")
