@@ -41,8 +41,8 @@ var importRules = []importRule{
 		why: "hub/apiserver talks to objects only through storage.API"},
 	{from: []string{"scheduler/...", "controllers/...", "edge/..."}, to: []string{"hub/...", "store/..."},
 		why: "scheduler, controllers and edge talk to the hub only through the Kubernetes API"},
-	{from: []string{"tunnel/...", "join/...", "memtrim/..."}, to: []string{"hub/...", "edge/..."},
-		why: "tunnel, join and memtrim import neither hub nor edge"},
+	{from: []string{"tunnel/...", "join/..."}, to: []string{"hub/...", "edge/..."},
+		why: "tunnel and join import neither hub nor edge"},
 }
 
 // isTestSupport reports whether a module package exists only for tests: its
@@ -242,7 +242,7 @@ func TestImportRulesReportOffender(t *testing.T) {
 		"controllers imports testbench/hollow (nothing imports testbench but tests)",
 		"hub/apiserver imports store (hub/apiserver talks to objects only through storage.API): hub/apiserver → store",
 		"hub/registry imports hub/storage (hub/registry knows no storage): hub/registry → hub/storage",
-		"join imports edge/state (tunnel, join and memtrim import neither hub nor edge): join → edge/state",
+		"join imports edge/state (tunnel and join import neither hub nor edge): join → edge/state",
 		"scheduler imports hub/hubtest (a test-support package, for tests only)",
 		"scheduler imports hub/hubtest (scheduler, controllers and edge talk to the hub only through the Kubernetes API): scheduler → hub/hubtest",
 		"store/internal/kinds imports k8s.io/api/core/v1 (store knows no Kubernetes kinds): store/internal/kinds → k8s.io/api/core/v1",
