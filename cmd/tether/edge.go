@@ -73,7 +73,6 @@ working while the hub is out of reach.`,
 				}
 				defer unlock()
 			}
-			noHeapSampling()
 			if err := agentGC(cmd, gcPercent, memoryLimit); err != nil {
 				return err
 			}

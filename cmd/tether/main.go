@@ -67,10 +67,6 @@ func newHubCmd() *cobra.Command {
 			}
 			cfg.Logger = logger
 			cfg.Version = version
-			// Without --profiling the hub serves no profiles.
-			if !cfg.Profiling {
-				noHeapSampling()
-			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			h, err := hub.New(cfg)
@@ -102,16 +98,6 @@ func newHubCmd() *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
-}
-
-// noHeapSampling turns off the runtime's sampling of heap allocations:
-// a process that serves no profiles (the agent, the hub without
-// --profiling) only pays memory for the samples (the records and their
-// hash table). GODEBUG=memprofilerate=N still turns it on.
-func noHeapSampling() {
-	if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
-		runtime.MemProfileRate = 0
-	}
 }
 
 func newLogger(level string) (*slog.Logger, error) {
