@@ -10,6 +10,10 @@
 //	tether edge reset --data-dir DIR          remove what an agent set up on a node
 //	tether version
 //
+// Built with -tags edge (scripts/build.sh's tether-edge) it is the agent
+// alone: edge, edge images, edge reset and version, and it links none of
+// the hub, store, scheduler or controllers code.
+//
 // This is the only place that reads flags and environment variables; every
 // component gets a Config built here.
 package main

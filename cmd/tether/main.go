@@ -1,20 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"runtime"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-edge/tether/controllers"
-	"github.com/tether-edge/tether/hub"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -34,7 +26,8 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newHubCmd(), newTokenCmd(), newEdgeCmd(), newVersionCmd())
+	root.AddCommand(commands()...)
+	root.AddCommand(newVersionCmd())
 	return root
 }
 
@@ -45,59 +38,10 @@ func newVersionCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(cmd.OutOrStdout(), "tether %s (Kubernetes API %s, %s, %s/%s)\n",
-				version, hub.KubernetesVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+				version, kubernetesVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},
 	}
-}
-
-func newHubCmd() *cobra.Command {
-	var (
-		cfg      hub.Config
-		logLevel string
-	)
-	cmd := &cobra.Command{
-		Use:   "hub --data-dir DIR",
-		Short: "Run the hub: the Kubernetes API server over an embedded SQLite store",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(logLevel)
-			if err != nil {
-				return err
-			}
-			cfg.Logger = logger
-			cfg.Version = version
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			h, err := hub.New(cfg)
-			if err != nil {
-				return err
-			}
-			return h.Run(ctx)
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the store, certificates and admin.kubeconfig (required)")
-	f.StringVar(&cfg.Listen, "listen", "0.0.0.0:6443", "address of the HTTPS API (TCP)")
-	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address clients and the kubernetes Service use to reach the API (default: the listen address, or the first non-loopback address when listening on all)")
-	f.StringSliceVar(&cfg.SANs, "tls-san", nil, "extra DNS names or IPs for the serving certificate")
-	f.StringVar(&cfg.ServiceCIDR, "service-cidr", "10.0.0.0/16", "range for Service cluster IPs")
-	f.Int64Var(&cfg.ChangeLogRetain, "change-log-retain", 0, "revisions the change log keeps for resuming watches (0: 100000)")
-	f.DurationVar(&cfg.CompactInterval, "compact-interval", 0, "how often the change log is compacted (0: 30s)")
-	f.StringVar(&cfg.TunnelListen, "tunnel-listen", "", "UDP address of the edge tunnel (default: the API's address and port)")
-	f.StringVar(&cfg.ClusterCIDR, "cluster-cidr", "10.42.0.0/16", "range node pod CIDRs are taken from")
-	f.IntVar(&cfg.NodeCIDRMaskSize, "node-cidr-mask-size", 24, "prefix length of each node's pod CIDR")
-	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 365*24*time.Hour, "lifetime of node certificates (agents renew at two thirds)")
-	f.Float64Var(&cfg.TunnelHandshakeRate, "tunnel-handshake-rate", 500, "edge connections admitted per second at most (token bucket)")
-	f.IntVar(&cfg.TunnelHandshakeBurst, "tunnel-handshake-burst", 100, "burst of edge connections admitted at once")
-	f.DurationVar(&cfg.DrainWindow, "drain-window", 10*time.Second, "on shutdown, the window over which edges are told to spread their reconnects")
-	f.StringSliceVar(&cfg.Controllers, "controllers", []string{"*"}, "controllers to run: '*' for all, 'name' to enable, '-name' to disable (names: "+strings.Join(controllers.Names(), ", ")+")")
-	f.StringVar(&cfg.LocalPathRoot, "local-path-root", "/var/lib/tether/storage", "directory of the nodes under which the local-path provisioner makes volumes (agents' --local-path-root must match)")
-	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
-	f.BoolVar(&cfg.Profiling, "profiling", false, "serve the Go runtime's profiles at /debug/pprof/ to authorized users")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	_ = cmd.MarkFlagRequired("data-dir")
-	return cmd
 }
 
 func newLogger(level string) (*slog.Logger, error) {

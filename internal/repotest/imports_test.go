@@ -72,6 +72,13 @@ func matches(path string, patterns []string) bool {
 // paths are relative to the module ("hub/registry"), the module root's is ".".
 func listPackages(t *testing.T) map[string]*pkgInfo {
 	t.Helper()
+	return listDeps(t, "", "...")
+}
+
+// listDeps is listPackages for the packages matching pattern (relative to
+// the module: "...", "cmd/tether") built with the build tags tags.
+func listDeps(t *testing.T, tags, pattern string) map[string]*pkgInfo {
+	t.Helper()
 	modOut, err := exec.Command("go", "list", "-m").Output()
 	if err != nil {
 		t.Fatalf("list module: %v", err)
@@ -86,9 +93,9 @@ func listPackages(t *testing.T) map[string]*pkgInfo {
 		}
 		return p
 	}
-	cmd := exec.Command("go", "list", "-deps", "-f",
+	cmd := exec.Command("go", "list", "-deps", "-tags", tags, "-f",
 		`{{.ImportPath}}|{{not .DepOnly}}|{{join .Imports " "}}`,
-		module+"/...")
+		module+"/"+pattern)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

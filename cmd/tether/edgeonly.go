@@ -1,0 +1,17 @@
+//go:build edge
+
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/tether-edge/tether/edge"
+)
+
+// kubernetesVersion is the Kubernetes version the agent reports.
+const kubernetesVersion = edge.KubernetesVersion
+
+// commands are the subcommands of the edge-only binary: the agent's.
+func commands() []*cobra.Command {
+	return []*cobra.Command{newEdgeCmd()}
+}
