@@ -28,20 +28,47 @@ import (
 	"github.com/tether-edge/tether/testbench/images"
 )
 
-var footprintFull = flag.Bool("footprint.full", false, "TestAgentFootprintAndPodStartup: 20 pods one by one, 30 at once, 50 running (default: 5, 10, 20)")
+var (
+	footprintFull = flag.Bool("footprint.full", false, "TestAgentFootprintAndPodStartup: 20 pods one at a time, 50 at once, a 30-minute idle window, 5 minutes with the pods (default: 5, 20, 2 minutes, 30 seconds)")
+	footprintIdle = flag.Duration("footprint.idle", 0, "TestAgentFootprintAndPodStartup: the idle window (default: 2m, 30m with -footprint.full)")
+)
 
 // TestAgentFootprintAndPodStartup runs `tether edge` as its own process
 // with the containerd runtime and the eBPF dataplane (on a test cgroup)
-// against a real hub, and measures what a node pays: the agent's RSS
-// (anonymous and file pages apart) idle, with many pods right after they
-// started, and with them once the agent released what the burst used
-// (package memtrim) and ran its periodic work again; containerd and the
-// shims reported apart; pod start-up from create to Running with a local
-// image, one pod at a time and many at once. It checks the agent's memory
-// against the targets (20 MB idle, 40 MB with 50 pods) and, in the short
-// run CI makes (20 pods), against tighter bounds. The full run:
+// against a real hub, and measures what a node pays for the agent and what
+// its users wait for:
 //
-//	go test ./edge/containerd -run TestAgentFootprintAndPodStartup -v -count=1 -args -footprint.full
+//   - the agent's working set: the pages (anonymous and file) it referenced
+//     over a window, from /proc/PID/smaps_rollup's Referenced after writing 1
+//     to /proc/PID/clear_refs at the window's start; the window lasts until
+//     a garbage collection ran in it (a collection reads the whole live
+//     heap), in the short run for 10 s more at most. Idle over the idle
+//     window, and with the pods running;
+//   - its PSS, RSS and major page faults, and the PSS of containerd and the
+//     shims, alongside;
+//   - the kernel memory of the eBPF maps the agent holds: the sum of
+//     memlock in /proc/PID/fdinfo over its map descriptors (each map once);
+//   - the size of the full `tether` binary and of the edge-only build
+//     (-tags edge), unstripped and stripped; the full run builds them as
+//     scripts/build.sh does (-trimpath), the short one from the build
+//     cache, without;
+//   - pod start-up, create → Running as a watch sees it, local image: one
+//     pod at a time right after the node is Ready, one at a time again after
+//     the idle window, and many at once.
+//
+// Nothing trims the agent's memory. Each figure is printed as one line
+//
+//	BENCH name=NAME value=V unit=U [target=T met=yes|no] [key=value...]
+//
+// for scripts to tabulate. The targets (working set 20 MB idle and 30 MB
+// with 50 pods, edge binary 45 MB stripped, p99 after idle within 1.2× of
+// p99 right after start; in MiB 19.07, 28.61, 42.92) are reported, not
+// asserted; the short run CI makes
+// (20 pods, a 2-minute idle window) fails only past generous regression
+// bounds. The idle figures are printed as soon as they are measured. The
+// full run:
+//
+//	go test ./edge/containerd -run TestAgentFootprintAndPodStartup -v -count=1 -timeout 60m -args -footprint.full
 func TestAgentFootprintAndPodStartup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run containers and attach eBPF programs")
@@ -57,10 +84,20 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 			t.Fatal("needs the CNI plugins (containernetworking-plugins)")
 		}
 	}
-	seq, burst, many := 5, 10, 20
+	seq, many := 5, 20
+	// A window lasts until a garbage collection ran in it, for at most
+	// gcGrace more; the short run, which CI makes within 4 minutes,
+	// reports a window without one rather than wait for the runtime's
+	// forced collection (every 2 minutes).
+	idleWindow, podsWindow, gcGrace := 2*time.Minute, 20*time.Second, 10*time.Second
 	if *footprintFull {
-		seq, burst, many = 20, 30, 50
+		seq, many = 20, 50
+		idleWindow, podsWindow, gcGrace = 30*time.Minute, 5*time.Minute, 2*time.Minute+30*time.Second
 	}
+	if *footprintIdle > 0 {
+		idleWindow = *footprintIdle
+	}
+	benchLine("loadavg_start", loadAvg(), "load", "")
 	h, tok, cfg := startJoinableHub(t, "--cluster-cidr", "10.78.0.0/16")
 	// Pods created at once go out at once: no client-side rate limit
 	// (client-go's default, 5 per second, would count in their start-up).
@@ -72,8 +109,8 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	dir, cgroup, pins := host.dir, host.cgroup, host.pins
 
 	// The agent runs from a copy of the executable, as on a node where no
-	// hub runs: the kernel does not release pages another process (the
-	// hub) maps too, which would count in the agent's RSS.
+	// hub runs: pages it shared with the hub's process would count only
+	// half in its PSS.
 	bin := filepath.Join(dir, "tether")
 	if err := copyFile(h.Bin, bin); err != nil {
 		t.Fatal(err)
@@ -85,15 +122,13 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		"--dataplane", "ebpf", "--dataplane-cgroup", cgroup, "--bpf-pin-dir", pins, "--uplinks", "none",
 		"--dns-addr", "none", "--pod-bridge", bridge, "--log-level", "debug")
 	agent.Stdout, agent.Stderr = &agentLog, &agentLog
-	// The runtime's line per garbage collection (gctrace) tells the
-	// test when one ran: a collection reads the stack maps of every
-	// goroutine and the types of the heap's objects, pages that stay
-	// resident once touched, and the runtime collects at least every two
-	// minutes; a measurement after one includes them.
+	// The runtime's line per garbage collection (gctrace) tells the test
+	// when one ran in a working-set window.
 	agent.Env = append(os.Environ(), "GODEBUG="+strings.TrimPrefix(os.Getenv("GODEBUG")+",gctrace=1", ","))
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
+	pid := agent.Process.Pid
 	agentDone := make(chan struct{})
 	go func() { _ = agent.Wait(); close(agentDone) }()
 	t.Cleanup(func() {
@@ -109,14 +144,32 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		t.Helper()
 		t.Fatalf(format+"\nagent log:\n%s", append(args, agentLog.String())...)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// Binary sizes, built while the agent starts and done before any
+	// measurement. The short run links from the build cache (the
+	// unstripped full binary is the hub's); the full one builds as
+	// releases are built (-trimpath).
+	type sizes struct {
+		full, fullStripped, edge, edgeStripped int64
+		err                                    error
+	}
+	built := make(chan sizes, 1)
+	buildDir := t.TempDir()
+	buildCtx, stopBuild := context.WithCancel(context.Background())
+	defer stopBuild()
+	go func() {
+		var s sizes
+		s.full, s.fullStripped, s.edge, s.edgeStripped, s.err = buildSizes(buildCtx, buildDir, *footprintFull, h.Bin)
+		built <- s
+	}()
+
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		n, err := client.CoreV1().Nodes().Get(context.Background(), "foot-0", metav1.GetOptions{})
 		if err == nil && nodeReady(n) {
 			break
 		}
 		if time.Now().After(deadline) {
-			fail("node foot-0 not Ready within 60s: %v", err)
+			fail("node foot-0 not Ready within 2 minutes: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -188,72 +241,86 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		defer mu.Unlock()
 		return running[name].Sub(start)
 	}
-
-	// The agent releases what start-up used once the node is registered
-	// and it has settled (package memtrim). Idle is measured 30s later,
-	// and after a garbage collection: by then the agent has run its
-	// periodic work (node status every 10s, tunnel keepalives, the
-	// local volumes check, a collection), whose pages stay resident.
-	releaseDeadline := time.Now().Add(45 * time.Second)
-	for agentLog.count(releaseLine+" after=start-up") == 0 {
-		if time.Now().After(releaseDeadline) {
-			fail("no release of start-up memory logged within 45s after the node was Ready")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	steady := func(what string) usage {
+	// oneAtATime starts n pods one after the other, each deleted once
+	// Running, and waits until the agent removed them all.
+	oneAtATime := func(prefix string, n int) []time.Duration {
 		t.Helper()
-		gcs := gcCount(agentLog.String())
-		time.Sleep(30 * time.Second)
-		deadline := time.Now().Add(2*time.Minute + 30*time.Second)
-		for gcCount(agentLog.String()) == gcs {
+		var ds []time.Duration
+		for i := range n {
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			start := create(name)
+			waitRunning([]string{name}, 2*time.Minute)
+			ds = append(ds, took(name, start))
+			if err := client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			l, err := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+			if err == nil && len(l.Items) == 0 {
+				return ds
+			}
 			if time.Now().After(deadline) {
-				fail("%s: no garbage collection in the agent within 3 minutes", what)
+				fail("pods %s-* not removed within 2 minutes: %v", prefix, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		time.Sleep(time.Second)
-		return footprint(t, agent.Process.Pid, dir)
 	}
-	idle := steady("idle")
-	// The full run idles longer, past the work with a period of five
-	// minutes (the node status report, the local state's flush of watch
-	// bookmarks, the image store's check).
-	// Its RSS is sampled every 5 s meanwhile: the agent hands back what
-	// such work brought in once it is quiet again (memtrim), so the
-	// samples show how high it goes and for how long.
-	longIdle := idle
-	var idleMax, idleMean int64
-	if *footprintFull {
-		var sum int64
-		n := 0
-		for end := time.Now().Add(6 * time.Minute); time.Now().Before(end); {
-			time.Sleep(5 * time.Second)
-			r := vmRSS(agent.Process.Pid)
-			idleMax = max(idleMax, r)
-			sum += r
-			n++
+	// workingSet measures the pages the agent references over window,
+	// and longer, by gcGrace at most, until a garbage collection ran in
+	// it.
+	workingSet := func(window time.Duration) usage {
+		t.Helper()
+		gcs := gcCount(agentLog.String())
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("1"), 0); err != nil {
+			t.Fatalf("clear the agent's referenced bits: %v", err)
 		}
-		idleMean = sum / int64(n)
-		longIdle = footprint(t, agent.Process.Pid, dir)
+		start := time.Now()
+		time.Sleep(window)
+		for deadline := time.Now().Add(gcGrace); gcCount(agentLog.String()) == gcs && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond)
+		}
+		u := footprint(pid, dir)
+		u.window, u.gcs = time.Since(start).Round(time.Second), gcCount(agentLog.String())-gcs
+		return u
 	}
 
-	var one []time.Duration
-	for i := range seq {
-		name := fmt.Sprintf("one-%d", i)
-		start := create(name)
-		waitRunning([]string{name}, time.Minute)
-		one = append(one, took(name, start))
-		if err := client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	var bins sizes
+	select {
+	case bins = <-built:
+	case <-time.After(10 * time.Minute):
+		t.Fatal("building the binaries took over 10 minutes")
 	}
+	if bins.err != nil {
+		t.Fatal(bins.err)
+	}
+
+	fresh := oneAtATime("fresh", seq)
+	idle := workingSet(idleWindow)
+	idle.memlock, idle.maps = mapsMemlock(pid)
+	// Printed at once: a later failure keeps them.
+	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	win := func(u usage) string {
+		return fmt.Sprintf("executable=%.1f window=%v gcs=%d", mb(u.exeReferenced), u.window, u.gcs)
+	}
+	wsIdle := mb(idle.referenced)
+	t.Logf("idle: %s", idle)
+	benchLine("agent_working_set_idle", wsIdle, "MiB", "<=19.07", win(idle))
+	benchLine("agent_pss_idle", mb(idle.pss), "MiB", "")
+	benchLine("agent_rss_idle", mb(idle.rss), "MiB", "", fmt.Sprintf("anon=%.1f file=%.1f", mb(idle.anon), mb(idle.file)))
+	benchLine("bpf_maps_memlock_idle", mb(idle.memlock), "MiB", "", fmt.Sprintf("maps=%d source=fdinfo", idle.maps))
+	benchLine("loadavg_idle", loadAvg(), "load", "")
+	_, faultsBefore := cpuAndFaults(pid)
+	afterIdle := oneAtATime("again", seq)
+	_, faultsAfter := cpuAndFaults(pid)
+
 	var names []string
-	starts := map[string]time.Time{}
-	for i := range burst {
-		names = append(names, fmt.Sprintf("burst-%d", i))
+	for i := range many {
+		names = append(names, fmt.Sprintf("load-%d", i))
 	}
-	burstReleases := agentLog.count(releaseLine + " after=burst")
+	starts := map[string]time.Time{}
 	var wg sync.WaitGroup
 	var smu sync.Mutex
 	for _, name := range names {
@@ -267,108 +334,151 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitRunning(names, 2*time.Minute)
-	var together []time.Duration
+	waitRunning(names, 4*time.Minute)
+	var loaded []time.Duration
 	for _, name := range names {
-		together = append(together, took(name, starts[name]))
+		loaded = append(loaded, took(name, starts[name]))
 	}
-	for i := burst; i < many; i++ {
-		name := fmt.Sprintf("burst-%d", i)
-		create(name)
-		names = append(names, name)
-	}
-	waitRunning(names, 2*time.Minute)
-	allRunning := time.Now()
-	time.Sleep(10 * time.Second)
-	loaded := footprint(t, agent.Process.Pid, dir)
-	// Quiet after the burst of pod starts, the agent releases again (at
-	// most every 30s, after 5s of quiet); what a node with the pods pays
-	// is measured 30s after that and after a garbage collection, with the
-	// periodic work done again (the pods' status, their containers').
-	burstDeadline := time.Now().Add(90 * time.Second)
-	for agentLog.count(releaseLine+" after=burst") == burstReleases {
-		if time.Now().After(burstDeadline) {
-			fail("no release of memory logged within 90s after the burst of pod starts")
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	settled := steady("with the pods")
+	withPods := workingSet(podsWindow)
+	withPods.memlock, withPods.maps = mapsMemlock(pid)
 
-	// Pods started one at a time again, after the agent released what
-	// the burst used: the code they run is read back from the disk, and
-	// the major faults tell what that cost.
-	_, faults := cpuAndFaults(agent.Process.Pid)
-	var again []time.Duration
-	for i := range seq {
-		name := fmt.Sprintf("again-%d", i)
-		start := create(name)
-		waitRunning([]string{name}, time.Minute)
-		again = append(again, took(name, start))
-		if err := client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, faultsAgain := cpuAndFaults(agent.Process.Pid)
+	t.Logf("%d pods: %s", many, withPods)
+	t.Logf("pod start-up, create → Running: %d one at a time right after start %v; %d one at a time after %v idle %v (%d major faults); %d at once %v",
+		seq, fresh, seq, idle.window, afterIdle, faultsAfter-faultsBefore, many, loaded)
 
-	t.Logf("pod start-up, create → Running, local image: one at a time (%d): p50 %v, p99 %v; %d at once: p50 %v, p99 %v; one at a time after the release that followed (%d): p50 %v, p99 %v, %d major faults",
-		seq, pctile(one, 0.5), pctile(one, 0.99), burst, pctile(together, 0.5), pctile(together, 0.99),
-		seq, pctile(again, 0.5), pctile(again, 0.99), faultsAgain-faults)
-	t.Logf("idle: %s", idle)
+	wsPods := mb(withPods.referenced)
+	if withPods.gcs > 0 {
+		benchLine("agent_working_set_pods", wsPods, "MiB", "<=28.61", fmt.Sprintf("pods=%d target_pods=50 %s", many, win(withPods)))
+	} else {
+		// Without a collection the window misses the pages one reads:
+		// a lower bound, not to be held against the target.
+		benchLine("agent_working_set_pods", wsPods, "MiB", "", fmt.Sprintf("pods=%d target_pods=50 %s target=<=28.61 met=n/a lower_bound=no_gc", many, win(withPods)))
+	}
+	benchLine("agent_pss_pods", mb(withPods.pss), "MiB", "", fmt.Sprintf("pods=%d", many))
+	benchLine("agent_rss_pods", mb(withPods.rss), "MiB", "", fmt.Sprintf("pods=%d anon=%.1f file=%.1f", many, mb(withPods.anon), mb(withPods.file)))
+	benchLine("bpf_maps_memlock_pods", mb(withPods.memlock), "MiB", "", fmt.Sprintf("maps=%d source=fdinfo pods=%d", withPods.maps, many))
+	benchLine("containerd_pss_pods", mb(withPods.containerdPSS), "MiB", "", fmt.Sprintf("pods=%d", many))
+	benchLine("shims_pss_pods", mb(withPods.shimPSS), "MiB", "", fmt.Sprintf("shims=%d", withPods.shims))
+	trim := fmt.Sprintf("trimpath=%v", *footprintFull)
+	benchLine("binary_size_full", mb(bins.full), "MiB", "", trim)
+	benchLine("binary_size_full_stripped", mb(bins.fullStripped), "MiB", "", trim)
+	benchLine("binary_size_edge", mb(bins.edge), "MiB", "", trim)
+	benchLine("binary_size_edge_stripped", mb(bins.edgeStripped), "MiB", "<=42.92", trim)
+	freshP99, idleP99 := pctile(fresh, 0.99), pctile(afterIdle, 0.99)
+	benchLine("pod_start_p50_fresh", ms(pctile(fresh, 0.5)), "ms", "", fmt.Sprintf("pods=%d", seq))
+	benchLine("pod_start_p99_fresh", ms(freshP99), "ms", "", fmt.Sprintf("pods=%d first=%.0f", seq, ms(fresh[0])))
+	benchLine("pod_start_p50_after_idle", ms(pctile(afterIdle, 0.5)), "ms", "", fmt.Sprintf("pods=%d idle=%v", seq, idle.window))
+	benchLine("pod_start_p99_after_idle", ms(idleP99), "ms", "", fmt.Sprintf("pods=%d first=%.0f idle=%v major_faults=%d", seq, ms(afterIdle[0]), idle.window, faultsAfter-faultsBefore))
+	benchLine("pod_start_p99_after_idle_ratio", float64(idleP99)/float64(freshP99), "x", "<=1.2")
+	benchLine("pod_start_p50_load", ms(pctile(loaded, 0.5)), "ms", "", fmt.Sprintf("pods=%d", many))
+	benchLine("pod_start_p99_load", ms(pctile(loaded, 0.99)), "ms", "", fmt.Sprintf("pods=%d", many))
+	benchLine("loadavg_end", loadAvg(), "load", "")
+
 	if *footprintFull {
-		t.Logf("idle 6 minutes later: %s; sampled every 5 s meanwhile: mean %s, max %s", longIdle, mib(idleMean), mib(idleMax))
-	}
-	t.Logf("%d pods, 10s after the last one runs: %s", many, loaded)
-	t.Logf("%d pods, 30s after the agent released memory once quiet, after a collection: %s", many, settled)
-	t.Logf("all %d pods Running at %s", many, allRunning.Format(time.RFC3339Nano))
-	pagedOut := true
-	for _, line := range strings.Split(agentLog.String(), "\n") {
-		if strings.Contains(line, releaseLine) {
-			t.Logf("agent: %s", line)
-			pagedOut = pagedOut && !strings.Contains(line, " executableAdvised=0 ")
-		}
-	}
-	t.Logf("targets: one pod p99 ≤ 1s: %v; agent idle ≤ 20 MB: %v; agent with 50 pods ≤ 40 MB: %v (measured with %d; 10s after the burst: %v)",
-		pctile(one, 0.99) <= time.Second, idle.agent <= 20e6, settled.agent <= 40e6, many, loaded.agent <= 40e6)
-
-	// The bounds. The full run holds the targets, 20 MB idle and 40 MB
-	// with 50 pods; the short one, in CI, guards against regressions
-	// (20 pods, and a tighter bound with them); the anonymous memory is
-	// bounded apart, where the kernel maps nothing back. What the runs measured, on two cores shared
-	// with other work: idle 15.7-17.5 MiB, 8.8-9.0 anonymous; with 20
-	// pods 21.2-21.4 MiB, 12.6-12.8 anonymous; with 50 pods 22.1-24.5
-	// MiB, 13.8-16.1 anonymous. In the full run, one pod at a time starts
-	// within the target, p99 1s.
-	check := func(what string, got, limit int64) {
-		t.Helper()
-		if got > limit {
-			t.Errorf("%s: %s, want at most %s", what, mib(got), mib(limit))
-		}
-	}
-	check("agent anonymous RSS idle", idle.agentAnon, 12<<20)
-	check(fmt.Sprintf("agent anonymous RSS with %d pods", many), settled.agentAnon, 20<<20)
-	if *footprintFull && pctile(one, 0.99) > time.Second {
-		t.Errorf("one pod at a time: p99 %v from create to Running, want at most 1s", pctile(one, 0.99))
-	}
-	if !pagedOut {
-		// Linux before 5.4: the executable's pages stay.
-		t.Logf("the kernel has no MADV_PAGEOUT: the agent's file pages are not bounded")
 		return
 	}
-	if *footprintFull {
-		check("agent RSS idle (target 20 MB)", idle.agent, 20e6)
-		check("agent RSS idle 6 minutes later (target 20 MB)", longIdle.agent, 20e6)
-		check("agent RSS idle, mean over those 6 minutes (target 20 MB)", idleMean, 20e6)
-		check("agent RSS with 50 pods (target 40 MB)", settled.agent, 40e6)
-	} else {
-		// A guard against regressions with room for a collection's
-		// timing on a loaded machine; the full run holds the targets.
-		check("agent RSS idle", idle.agent, 22<<20)
-		check("agent RSS with 20 pods", settled.agent, 28<<20)
+	// The short run guards against regressions, with room for a machine
+	// shared with other work: bounds well above what it measures, and
+	// the targets are the full run's to report.
+	check := func(what string, got, limit float64) {
+		t.Helper()
+		if got > limit {
+			t.Errorf("%s: %.1f, want at most %.1f", what, got, limit)
+		}
 	}
+	check("agent working set idle, MiB", wsIdle, 48)
+	check(fmt.Sprintf("agent working set with %d pods, MiB", many), wsPods, 56)
+	check("edge binary stripped, MiB", mb(bins.edgeStripped), 64)
+	check("pod start p99 after idle, ms", ms(idleP99), 3*ms(freshP99)+2000)
 }
 
-// releaseLine starts the agent's debug line for each release of memory.
-const releaseLine = `msg="released memory"`
+// benchLine prints one figure as a line scripts can read: name, value,
+// unit, the target (with whether the value meets it) and extra key=value
+// fields.
+func benchLine(name string, value float64, unit, target string, extra ...string) {
+	line := fmt.Sprintf("BENCH name=%s value=%.3f unit=%s", name, value, unit)
+	if target != "" {
+		met := "no"
+		if limit, err := strconv.ParseFloat(strings.TrimPrefix(target, "<="), 64); err == nil && value <= limit {
+			met = "yes"
+		}
+		line += " target=" + target + " met=" + met
+	}
+	for _, e := range extra {
+		line += " " + e
+	}
+	fmt.Println(line)
+}
+
+// loadAvg is the host's load average over the last minute.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// buildSizes builds cmd/tether in dir, in full and with -tags edge, each
+// unstripped and stripped (-ldflags '-s -w'), and returns the sizes. With
+// trimpath set it builds as scripts/build.sh does (-trimpath), which
+// compiles every package again (and SQLite's C); without, it links the
+// packages the hub's build left in the cache, takes fullBin (that build,
+// `go build ./cmd/tether`) as the unstripped full binary, and the sizes
+// differ from the release builds' only by the longer file paths they
+// record.
+func buildSizes(ctx context.Context, dir string, trimpath bool, fullBin string) (full, fullStripped, edge, edgeStripped int64, err error) {
+	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("find the module: %w", err)
+	}
+	size := func(name, tags, ldflags string) (int64, error) {
+		out := filepath.Join(dir, name)
+		args := []string{"build", "-tags", tags, "-ldflags", ldflags, "-o", out}
+		if trimpath {
+			args = append(args, "-trimpath")
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tether")...)
+		cmd.Dir = strings.TrimSpace(string(root))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("build %s: %w\n%s", name, err, b)
+		}
+		fi, err := os.Stat(out)
+		if err != nil {
+			return 0, err
+		}
+		return fi.Size(), nil
+	}
+	if !trimpath {
+		fi, err := os.Stat(fullBin)
+		if err != nil {
+			return 0, 0, 0, 0, err
+		}
+		full = fi.Size()
+	}
+	for _, b := range []struct {
+		name, tags, ldflags string
+		size                *int64
+	}{
+		{"tether", "", "", &full},
+		{"tether-stripped", "", "-s -w", &fullStripped},
+		{"tether-edge", "edge", "", &edge},
+		{"tether-edge-stripped", "edge", "-s -w", &edgeStripped},
+	} {
+		if *b.size != 0 {
+			continue
+		}
+		if *b.size, err = size(b.name, b.tags, b.ldflags); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	return full, fullStripped, edge, edgeStripped, nil
+}
 
 // gcCount is the number of garbage collections the runtime's trace
 // (GODEBUG=gctrace=1) reported in log.
@@ -400,8 +510,6 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-func (b *syncBuffer) count(s string) int { return strings.Count(b.String(), s) }
-
 // cgroup2Root is where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup,
 // or /sys/fs/cgroup/unified on hybrid hosts).
 func cgroup2Root(t *testing.T) string {
@@ -431,35 +539,41 @@ func nodeReady(n *corev1.Node) bool {
 
 // usage is what a node pays at one point of the test.
 type usage struct {
-	agent, agentAnon, agentFile int64 // VmRSS, RssAnon, RssFile
-	agentExe, agentLibs         int64 // of the file pages: the executable's, the shared libraries'
-	agentCPU                    time.Duration
-	agentMajorFaults            int64 // page faults that read the disk
-	containerd, containerdPSS   int64
-	shims                       int
-	shimRSS, shimPSS            int64
+	referenced      int64 // the agent's working set: Referenced over the window
+	exeReferenced   int64 // of it, pages of the executable
+	window          time.Duration
+	gcs             int   // garbage collections in the window
+	pss             int64 // the agent's
+	rss, anon, file int64 // VmRSS, RssAnon, RssFile
+	cpu             time.Duration
+	majorFaults     int64 // page faults that read the disk, so far
+	memlock         int64 // kernel memory of the eBPF maps the agent holds
+	maps            int
+	containerdPSS   int64
+	shims           int
+	shimPSS         int64
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("agent RSS %s (anonymous %s, file %s: executable %s, libraries %s), CPU %v and %d major faults so far; containerd RSS %s (PSS %s); %d shims RSS %s (PSS %s, %s each)",
-		mib(u.agent), mib(u.agentAnon), mib(u.agentFile), mib(u.agentExe), mib(u.agentLibs), u.agentCPU, u.agentMajorFaults, mib(u.containerd), mib(u.containerdPSS),
-		u.shims, mib(u.shimRSS), mib(u.shimPSS), mib(u.shimPSS/int64(max(u.shims, 1))))
+	return fmt.Sprintf("agent working set %s (executable %s) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
+		mib(u.referenced), mib(u.exeReferenced), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
+		u.maps, mib(u.memlock), mib(u.containerdPSS), u.shims, mib(u.shimPSS))
 }
 
 // footprint reads the memory of the agent, of the containerd it started
 // under dir and of that containerd's shims. Shims share most of their
 // pages (one executable), so their PSS tells their cost better than their
 // RSS.
-func footprint(t *testing.T, agentPID int, dir string) usage {
-	t.Helper()
+func footprint(agentPID int, dir string) usage {
 	var u usage
-	u.agent = vmRSS(agentPID)
-	u.agentAnon, u.agentFile = statusKB(agentPID, "RssAnon:"), statusKB(agentPID, "RssFile:")
-	u.agentExe, u.agentLibs = fileRSS(agentPID, filepath.Join(dir, "tether"))
-	u.agentCPU, u.agentMajorFaults = cpuAndFaults(agentPID)
+	rollup := fmt.Sprintf("/proc/%d/smaps_rollup", agentPID)
+	u.referenced, u.pss = kbField(rollup, "Referenced:"), kbField(rollup, "Pss:")
+	u.exeReferenced = exeReferenced(agentPID, filepath.Join(dir, "tether"))
+	u.rss, u.anon, u.file = statusKB(agentPID, "VmRSS:"), statusKB(agentPID, "RssAnon:"), statusKB(agentPID, "RssFile:")
+	u.cpu, u.majorFaults = cpuAndFaults(agentPID)
 	if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			u.containerd, u.containerdPSS = vmRSS(pid), pss(pid)
+			u.containerdPSS = pss(pid)
 		}
 	}
 	ents, _ := os.ReadDir("/proc")
@@ -473,36 +587,71 @@ func footprint(t *testing.T, agentPID int, dir string) usage {
 			continue
 		}
 		u.shims++
-		u.shimRSS += vmRSS(pid)
 		u.shimPSS += pss(pid)
 	}
 	return u
 }
 
-// fileRSS sums the resident pages of a process's mappings of the
-// executable exe and of shared libraries (*.so*), from /proc/PID/smaps.
-func fileRSS(pid int, exe string) (exeRSS, libRSS int64) {
+// exeReferenced sums Referenced over a process's mappings of the
+// executable exe, from /proc/PID/smaps.
+func exeReferenced(pid int, exe string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
-		return 0, 0
+		return 0
 	}
-	var sum *int64
+	var sum int64
+	inExe := false
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			sum = nil
-			if len(f) >= 6 && f[5] == exe {
-				sum = &exeRSS
-			} else if len(f) >= 6 && strings.Contains(filepath.Base(f[5]), ".so") {
-				sum = &libRSS
-			}
-		case len(f) >= 2 && f[0] == "Rss:" && sum != nil:
+			inExe = len(f) >= 6 && f[5] == exe
+		case len(f) >= 2 && f[0] == "Referenced:" && inExe:
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			*sum += kb << 10
+			sum += kb << 10
 		}
 	}
-	return exeRSS, libRSS
+	return sum
+}
+
+// mapsMemlock sums the kernel memory (memlock, in bytes) of the eBPF maps
+// a process holds descriptors of, each map once, from /proc/PID/fdinfo.
+func mapsMemlock(pid int) (total int64, maps int) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, 0
+	}
+	seen := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err != nil || l != "anon_inode:bpf-map" {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			continue
+		}
+		var id string
+		var memlock int64
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			switch f[0] {
+			case "map_id:":
+				id = f[1]
+			case "memlock:":
+				memlock, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		total += memlock
+		maps++
+	}
+	return total, maps
 }
 
 // cpuAndFaults is the CPU time a process used (user and system) and its
@@ -526,8 +675,6 @@ func cpuAndFaults(pid int) (time.Duration, int64) {
 
 // pss is the proportional set size of a process, in bytes.
 func pss(pid int) int64 { return kbField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:") }
-
-func vmRSS(pid int) int64 { return statusKB(pid, "VmRSS:") }
 
 // statusKB reads a kB field of /proc/PID/status, in bytes.
 func statusKB(pid int, field string) int64 {
@@ -562,8 +709,7 @@ func pctile(ds []time.Duration, q float64) time.Duration {
 }
 
 // copyFile copies the executable src to dst and writes it out, so that it
-// runs from clean pages like an installed binary (the kernel cannot release
-// dirty pages of an executable).
+// runs from its own clean pages like an installed binary.
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
