@@ -95,6 +95,10 @@ YAML
    $root/bin/kubectl get nodes,pods,svc,endpointslices -o wide
    $root/bin/kubectl logs deploy/demo
    $root/bin/kubectl port-forward svc/demo 8080:80 & curl localhost:8080
+== Ctrl-C stops the hub and the edge; the pods' containers and the edge's containerd keep
+   running, as they do across an agent restart. To remove what the edge put on this machine
+   (pods, containerd, pod network, eBPF programs, DNS interface) and its data directory:
+   $root/bin/tether edge reset --purge --data-dir $data/edge
 TXT
 else
   cat <<TXT
@@ -103,6 +107,8 @@ else
    $root/bin/kubectl get nodes
    $root/bin/kubectl create deployment hello --image=hello --replicas=3
    $root/bin/kubectl get pods -o wide
+== Ctrl-C stops the hub and the edge; to remove the edge's data directory afterwards:
+   $root/bin/tether edge reset --runtime sim --purge --data-dir $data/edge
 TXT
 fi
 wait -n "${pids[@]}"

@@ -35,7 +35,9 @@ in containerd's store; a containerd the node runs for itself stays running.
 With --purge the data directory goes too, the node's key and certificate
 with it: the node must join again with a token.
 
-Use the same flags as the agent where it ran with other than their defaults.`,
+Use the same flags as the agent where it ran with other than their defaults;
+the containerd socket is found in the data directory, where the agent
+records the one it used.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel)
@@ -58,6 +60,11 @@ Use the same flags as the agent where it ran with other than their defaults.`,
 			var errs []error
 			switch runtime {
 			case "containerd":
+				// The agent records the containerd it used; a flag given
+				// here wins.
+				if rec, ok := containerd.RecordedAddress(dataDir); ok && !cmd.Flags().Changed("containerd-address") {
+					containerdAddr = rec
+				}
 				ctrdCfg.DataDir, ctrdCfg.Address, ctrdCfg.Logger = dataDir, containerdAddr, logger
 				ctrdCfg.SkipImport, ctrdCfg.ImageGCHighThresholdPercent = true, 101
 				rt, err := containerd.New(ctx, ctrdCfg)
@@ -83,7 +90,7 @@ Use the same flags as the agent where it ran with other than their defaults.`,
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", "", "the agent's data directory (required)")
 	f.StringVar(&runtime, "runtime", "containerd", "the agent's container runtime: containerd or sim (nothing to remove)")
-	f.StringVar(&containerdAddr, "containerd-address", defaultContainerdAddress, "the agent's containerd socket")
+	f.StringVar(&containerdAddr, "containerd-address", defaultContainerdAddress, "the agent's containerd socket (default: the one the agent recorded in --data-dir, else this)")
 	f.StringVar(&ctrdCfg.Bridge, "pod-bridge", "tether0", "bridge of the generated pod network")
 	f.StringVar(&ctrdCfg.CNIConfDir, "cni-conf-dir", "", "the agent's --cni-conf-dir: with one, the bridge is the user's and stays")
 	f.StringSliceVar(&ctrdCfg.CNIBinDirs, "cni-bin-dir", nil, "directories of CNI plugins (default /usr/lib/cni,/opt/cni/bin)")

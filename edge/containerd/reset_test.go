@@ -120,8 +120,18 @@ func TestEdgeReset(t *testing.T) {
 		t.Fatalf("the agent's containerd (%d) is not running after the agent stopped", daemon)
 	}
 
+	// Reset finds the agent's containerd from what the agent recorded in
+	// its data directory, as after scripts/up.sh, which runs one there.
+	var resetArgs []string
+	for i := 0; i < len(agentArgs); i++ {
+		if agentArgs[i] == "--containerd-address" {
+			i++
+			continue
+		}
+		resetArgs = append(resetArgs, agentArgs[i])
+	}
 	start := time.Now()
-	out, err := reset(agentArgs...)
+	out, err := reset(resetArgs...)
 	if err != nil {
 		t.Fatalf("tether edge reset: %v\n%s", err, out)
 	}

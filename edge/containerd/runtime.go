@@ -209,6 +209,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("create containerd runtime: %w", err)
 	}
 	r.client, r.daemon = c, d
+	if err := recordAddress(cfg.DataDir, cfg.Address); err != nil {
+		r.log.Warn("reset will not find this containerd without --containerd-address", "err", err)
+	}
 	v, err := c.Version(ctx)
 	if err != nil {
 		r.Close()
