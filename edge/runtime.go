@@ -228,6 +228,11 @@ type Sources interface {
 	// ServiceAccountToken asks the hub for a token of the pod's service
 	// account bound to the pod.
 	ServiceAccountToken(ctx context.Context, pod *corev1.Pod, audience string, expirationSeconds int64) (token string, expires time.Time, err error)
+	// ServiceEnv returns the Service environment variables of a
+	// container of pod created now (see the package's ServiceEnv), or an
+	// error wrapping ErrSourceNotReady while the node has not read the
+	// Services once. The container's own env wins over them.
+	ServiceEnv(pod *corev1.Pod) (map[string]string, error)
 }
 
 // Errors of Sources.

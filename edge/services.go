@@ -64,6 +64,9 @@ func (w *serviceWatch) waitSynced(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), synced...)
 }
 
+// servicesSynced tells whether the Service informer listed once.
+func (w *serviceWatch) servicesSynced() bool { return w.ctrls[0].HasSynced() }
+
 // deletedObject unwraps the tombstone a re-list leaves for an object whose
 // delete event was missed.
 func deletedObject(obj any) any {

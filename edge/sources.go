@@ -89,3 +89,25 @@ func (s agentSources) ServiceAccountToken(ctx context.Context, pod *corev1.Pod, 
 	}
 	return out.Status.Token, out.Status.ExpirationTimestamp.Time, nil
 }
+
+// ServiceEnv implements Sources with the agent's Service informer. Like
+// the kubelet, it refuses to answer before the informer listed once (from
+// the hub or from the local state); a node that watches no Services gives
+// no variables.
+func (s agentSources) ServiceEnv(pod *corev1.Pod) (map[string]string, error) {
+	w := s.a.services
+	if w == nil {
+		return map[string]string{}, nil
+	}
+	if !w.servicesSynced() {
+		return nil, fmt.Errorf("services have not yet been read at least once, cannot construct envvars: %w", ErrSourceNotReady)
+	}
+	objs := w.services.List()
+	svcs := make([]*corev1.Service, 0, len(objs))
+	for _, o := range objs {
+		if svc, ok := o.(*corev1.Service); ok {
+			svcs = append(svcs, svc)
+		}
+	}
+	return ServiceEnv(pod, svcs), nil
+}

@@ -19,6 +19,10 @@ import (
 // came before, as the kubelet does.
 func (r *Runtime) containerEnv(pod *corev1.Pod, c *corev1.Container, podIPs []string, nodeAllocatable corev1.ResourceList) ([]string, error) {
 	src := r.sources()
+	svcEnv, err := serviceEnv(src, pod)
+	if err != nil {
+		return nil, err
+	}
 	vars := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -63,7 +67,7 @@ func (r *Runtime) containerEnv(pod *corev1.Pod, c *corev1.Container, podIPs []st
 	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
-			set(e.Name, expand(e.Value, vars))
+			set(e.Name, expandWith(e.Value, lookupIn(vars, svcEnv)))
 			continue
 		}
 		v, skip, err := r.envValue(src, pod, c, e.ValueFrom, podIPs, nodeAllocatable)
@@ -74,11 +78,11 @@ func (r *Runtime) containerEnv(pod *corev1.Pod, c *corev1.Container, podIPs []st
 			set(e.Name, v)
 		}
 	}
-	out := make([]string, 0, len(order))
+	out := make([]string, 0, len(order)+len(svcEnv))
 	for _, k := range order {
 		out = append(out, k+"="+vars[k])
 	}
-	return out, nil
+	return append(out, remainingServiceEnv(svcEnv, vars)...), nil
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -246,6 +250,11 @@ func resourceField(pod *corev1.Pod, c *corev1.Container, ref *corev1.ResourceFie
 // expand replaces $(VAR) with the value of VAR when it is defined and
 // $$ with $, leaving other references as they are.
 func expand(s string, vars map[string]string) string {
+	return expandWith(s, lookupIn(vars, nil))
+}
+
+// expandWith is expand with the variables given by lookup.
+func expandWith(s string, lookup func(string) (string, bool)) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
@@ -266,7 +275,7 @@ func expand(s string, vars map[string]string) string {
 				return b.String()
 			}
 			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
+			if v, ok := lookup(name); ok {
 				b.WriteString(v)
 			} else {
 				b.WriteString(s[i : i+3+end])

@@ -185,6 +185,8 @@ type fakeSources struct {
 	secrets map[string]*corev1.Secret
 	pvcs    map[string]*corev1.PersistentVolumeClaim
 	pvs     map[string]*corev1.PersistentVolume
+	// serviceEnv is what ServiceEnv returns (serviceenv_test.go).
+	serviceEnv map[string]string
 }
 
 func newFakeSources() *fakeSources {
