@@ -42,6 +42,7 @@ type Agent struct {
 	status   *statusManager
 	services *serviceWatch
 	net      *nodeNet       // dataplane and DNS server; set by Run
+	relay    *apiRelay      // pods' connections to the hub; nil when off
 	dnsAddr  netip.AddrPort // where the DNS server listens
 	server   *http.Server
 	listener *pipeListener
@@ -102,6 +103,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Closing leaves the dataplane loaded (pinned maps keep Services
 	// working across an agent restart) and stops the DNS server.
 	defer nn.close()
+	if a.relay, err = a.startAPIRelay(); err != nil {
+		return err
+	}
+	if a.relay != nil {
+		defer a.relay.close()
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -167,6 +174,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("node server stopped", "err", err)
 		}
 	})
+	if a.cfg.WatchServices {
+		// Before the pods start: their containers' Service variables
+		// are read from it.
+		a.services = newServiceWatch(a, a.serviceSinks(nn))
+	}
 	if u, ok := a.cfg.Runtime.(SourceUser); ok {
 		u.SetSources(agentSources{a: a})
 	}
@@ -192,11 +204,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	goRun(func() { a.node.run(ctx) })
 	podInformer := a.pods.informer()
 	goRun(func() { podInformer.RunWithContext(ctx) })
-	if a.cfg.WatchServices {
-		a.services = newServiceWatch(a, nn.sinks())
+	if a.services != nil {
 		a.services.run(ctx, goRun)
 	}
 	nn.run(ctx, a, goRun)
+	if a.relay != nil {
+		a.relay.dial = tc.DialContext
+		goRun(func() { a.relay.serve(ctx) })
+	}
 	goRun(func() { a.certLoop(ctx) })
 	if rm, ok := a.cfg.Runtime.(LocalVolumeRemover); ok {
 		goRun(func() { a.localVolumeLoop(ctx, rm) })
@@ -318,6 +333,12 @@ type Stats struct {
 	// DNSForwarded those sent to the upstream resolvers, DNSFailures
 	// those answered with SERVFAIL.
 	DNSQueries, DNSForwarded, DNSFailures int64
+	// APIRelayActive is the number of pod connections the API relay
+	// pipes to the hub now; APIRelayConnections counts those it piped,
+	// APIRelayRejected those it refused (over its bound, or not TLS) and
+	// APIRelayFailures those it found no tunnel stream for.
+	APIRelayActive                                          int64
+	APIRelayConnections, APIRelayRejected, APIRelayFailures int64
 }
 
 // Stats returns the agent's counters; it may be called at any time.
@@ -347,6 +368,12 @@ func (a *Agent) Stats() Stats {
 		s.DNSQueries = a.net.dnsQueries.Load()
 		s.DNSForwarded = a.net.dnsForwarded.Load()
 		s.DNSFailures = a.net.dnsFailures.Load()
+		if r := a.relay; r != nil {
+			s.APIRelayActive = r.active.Load()
+			s.APIRelayConnections = r.relayed.Load()
+			s.APIRelayRejected = r.rejected.Load()
+			s.APIRelayFailures = r.failures.Load()
+		}
 	default:
 	}
 	return s
@@ -372,6 +399,19 @@ func (a *Agent) DNSAddr() netip.AddrPort {
 	default:
 		return netip.AddrPort{}
 	}
+}
+
+// APIRelayAddr returns the address the API relay listens on once Run
+// started it, or the zero AddrPort when it is off.
+func (a *Agent) APIRelayAddr() netip.AddrPort {
+	select {
+	case <-a.ready:
+		if a.relay != nil {
+			return a.relay.addr
+		}
+	default:
+	}
+	return netip.AddrPort{}
 }
 
 // Registered is closed once the Node is registered with the hub.

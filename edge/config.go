@@ -37,6 +37,15 @@ const (
 	DefaultDNSInterface = "tether-dns"
 )
 
+// DefaultAPIRelayPort is the port of the API relay that `tether edge`
+// opens on DefaultDNSAddr by default, the port of the kubernetes Service.
+// DefaultAPIRelayMaxConns bounds its connections when
+// Config.APIRelayMaxConns is zero.
+const (
+	DefaultAPIRelayPort     = 443
+	DefaultAPIRelayMaxConns = 256
+)
+
 // Config configures an Agent. HubURL, DataDir and Runtime are required;
 // Token is required the first time only.
 type Config struct {
@@ -118,6 +127,18 @@ type Config struct {
 	// cluster domain. Empty: the nameservers of the node's
 	// /etc/resolv.conf, DNSAddr's address excepted.
 	DNSUpstreams []string
+	// APIRelayAddr is where the agent relays pods' connections to the
+	// hub's API: the dataplane sends connections to the kubernetes
+	// Service there, and the agent pipes each, unread beyond its TLS
+	// ClientHello, to a tunnel stream the hub serves with its HTTPS
+	// server; the pod's own credentials authenticate it. The address must
+	// be on the node: with DNSInterface set the agent puts it there.
+	// Invalid (zero): no relay, and the kubernetes Service keeps the
+	// endpoints the hub writes.
+	APIRelayAddr netip.AddrPort
+	// APIRelayMaxConns bounds the connections relayed at once; further
+	// ones are refused. Zero means DefaultAPIRelayMaxConns.
+	APIRelayMaxConns int
 	// PodManifestPath is the directory of static pod manifests (or one
 	// manifest file), as the kubelet's staticPodPath: the pods there run
 	// without the hub, and the agent keeps a mirror pod of each on the
@@ -201,6 +222,14 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DNSInterface != "" && len(c.DNSInterface) > 15 {
 		return fmt.Errorf("DNS interface name %q is longer than 15 characters", c.DNSInterface)
+	}
+	if c.APIRelayAddr.IsValid() {
+		if c.APIRelayAddr.Addr().IsUnspecified() || c.APIRelayAddr.Port() == 0 {
+			return fmt.Errorf("API relay address %s: pods need a specific address and port", c.APIRelayAddr)
+		}
+	}
+	if c.APIRelayMaxConns <= 0 {
+		c.APIRelayMaxConns = DefaultAPIRelayMaxConns
 	}
 	if c.Version == "" {
 		c.Version = "devel"

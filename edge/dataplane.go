@@ -45,18 +45,6 @@ type nodeNet struct {
 	dnsQueries, dnsForwarded, dnsFailures atomic.Int64
 }
 
-// sinks are the receivers of Service and EndpointSlice changes.
-func (n *nodeNet) sinks() []serviceSink {
-	var out []serviceSink
-	if n.dp != nil {
-		out = append(out, n.dp)
-	}
-	if n.dns != nil {
-		out = append(out, n.dns)
-	}
-	return out
-}
-
 // startNodeNet loads the dataplane (probing the kernel first) and opens
 // the DNS server's sockets. Any failure is fatal to the agent: a node that
 // was asked for Service load balancing or cluster DNS and cannot provide
