@@ -37,6 +37,7 @@ func newEdgeCmd() *cobra.Command {
 		dataplaneMode  string
 		dnsAddr        string
 		dnsPort        uint16
+		apiRelayAddr   string
 		uplinks        []string
 		manifestPath   string
 		gcPercent      int
@@ -57,7 +58,14 @@ cluster DNS on a node-local link-local address (169.254.20.10 by default) that
 it puts on a dummy interface, tether-dns; pods reach it through their default
 route to the node, and ClusterFirst pods get it as their name server. Both
 answer from the agent's watches of Services and EndpointSlices, so they keep
-working while the hub is out of reach.`,
+working while the hub is out of reach.
+
+Pods reach the hub's API as in-cluster clients do: the dataplane sends their
+connections to the kubernetes Service (10.0.0.1:443) to the agent's API relay
+on the same node-local address, port 443 (--api-relay-addr), which pipes each
+one over the tunnel to the hub without terminating TLS, so the pod's service
+account token authenticates it, behind any NAT. Containers get the kubelet's
+Service environment variables (KUBERNETES_SERVICE_HOST and the rest).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel)
@@ -82,6 +90,9 @@ working while the hub is out of reach.`,
 				}
 			}
 			if err := edgeNetFlags(cmd, &cfg, runtime, dataplaneMode, dnsAddr, dnsPort, uplinks); err != nil {
+				return err
+			}
+			if err := apiRelayFlag(&cfg, apiRelayAddr); err != nil {
 				return err
 			}
 			switch manifestPath {
@@ -149,6 +160,8 @@ working while the hub is out of reach.`,
 	f.StringVar(&dnsAddr, "dns-addr", "", "node-local address of the agent's DNS server, or none; it is put on --dns-interface and pods reach it through their default route (default "+edge.DefaultDNSAddr+" with the containerd runtime, none with the sim runtime)")
 	f.Uint16Var(&dnsPort, "dns-port", 53, "port of the agent's DNS server (pods can use only 53)")
 	f.StringVar(&cfg.DNSInterface, "dns-interface", edge.DefaultDNSInterface, "interface the agent creates (a dummy) to hold --dns-addr; empty: the address must already be on the node")
+	f.StringVar(&apiRelayAddr, "api-relay-addr", "", "node-local IP[:PORT] where the agent relays pods' connections to the kubernetes Service to the hub over the tunnel, or none; it is put on --dns-interface (default: the --dns-addr address, port 443; none without a DNS server)")
+	f.IntVar(&cfg.APIRelayMaxConns, "api-relay-max-conns", edge.DefaultAPIRelayMaxConns, "pod connections the API relay carries at once; more are refused")
 	f.StringSliceVar(&cfg.DNSUpstreams, "dns-upstream", nil, "resolvers HOST:PORT for names outside the cluster domain (default: the node's resolv.conf)")
 	f.StringVar(&ctrdCfg.CNIConfDir, "cni-conf-dir", "", "directory with your own CNI .conflist (default: a bridge network over the node's pod CIDR)")
 	f.StringSliceVar(&ctrdCfg.CNIBinDirs, "cni-bin-dir", nil, "directories of CNI plugins (default /usr/lib/cni,/opt/cni/bin)")
@@ -244,5 +257,30 @@ func edgeNetFlags(cmd *cobra.Command, cfg *edge.Config, runtime, mode, dnsAddr s
 	if (cfg.Dataplane == edge.DataplaneEBPF || cfg.DNSAddr.IsValid()) && !cfg.WatchServices {
 		return errors.New("--watch-services=false leaves the dataplane and the DNS server without Services: add --dataplane none --dns-addr none")
 	}
+	return nil
+}
+
+// apiRelayFlag sets cfg.APIRelayAddr from --api-relay-addr: IP or
+// IP:PORT (port 443 when absent), none, or empty for the DNS server's
+// address on port 443 (none when the node runs no DNS server).
+func apiRelayFlag(cfg *edge.Config, v string) error {
+	switch v {
+	case "none":
+		return nil
+	case "":
+		if cfg.DNSAddr.IsValid() {
+			cfg.APIRelayAddr = netip.AddrPortFrom(cfg.DNSAddr.Addr(), edge.DefaultAPIRelayPort)
+		}
+		return nil
+	}
+	if ip, err := netip.ParseAddr(v); err == nil {
+		cfg.APIRelayAddr = netip.AddrPortFrom(ip, edge.DefaultAPIRelayPort)
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(v)
+	if err != nil {
+		return fmt.Errorf("parse --api-relay-addr: want IP, IP:PORT or none: %w", err)
+	}
+	cfg.APIRelayAddr = ap
 	return nil
 }

@@ -66,6 +66,40 @@ func TestEdgeNetFlags(t *testing.T) {
 	}
 }
 
+// TestAPIRelayFlag checks --api-relay-addr: by default the DNS server's
+// address on port 443, off without a DNS server, and explicit choices.
+func TestAPIRelayFlag(t *testing.T) {
+	dns := edge.Config{DNSAddr: netip.MustParseAddrPort(edge.DefaultDNSAddr + ":53")}
+	for _, c := range []struct {
+		cfg  edge.Config
+		flag string
+		want string // "" for off
+	}{
+		{dns, "", edge.DefaultDNSAddr + ":443"},
+		{edge.Config{}, "", ""},
+		{dns, "none", ""},
+		{dns, "169.254.20.11", "169.254.20.11:443"},
+		{edge.Config{}, "10.42.0.1:8443", "10.42.0.1:8443"},
+	} {
+		cfg := c.cfg
+		if err := apiRelayFlag(&cfg, c.flag); err != nil {
+			t.Errorf("%q: %v", c.flag, err)
+			continue
+		}
+		got := ""
+		if cfg.APIRelayAddr.IsValid() {
+			got = cfg.APIRelayAddr.String()
+		}
+		if got != c.want {
+			t.Errorf("--api-relay-addr %q with DNS %v: %q, want %q", c.flag, c.cfg.DNSAddr, got, c.want)
+		}
+	}
+	cfg := dns
+	if err := apiRelayFlag(&cfg, "relay.example:443"); err == nil {
+		t.Error("a host name was accepted")
+	}
+}
+
 // TestAgentGC checks that --gc-percent and --memory-limit apply when given
 // and by default, and that GOGC and GOMEMLIMIT win over the defaults.
 func TestAgentGC(t *testing.T) {
