@@ -366,45 +366,6 @@ func emptyIfOptional(ok bool, err error) (map[string]projFile, os.FileMode, erro
 	return map[string]projFile{}, 0o644, nil
 }
 
-// projectToken gets a service account token for the pod, renewing it at
-// 80% of its lifetime (or after 24h), and keeps the last one when the hub
-// is unreachable.
-func (r *Runtime) projectToken(ctx context.Context, p *pod, pod *corev1.Pod, t *corev1.ServiceAccountTokenProjection, def os.FileMode, files map[string]projFile) error {
-	key := filepath.Join(p.dir, "tokens", strings.ReplaceAll(t.Path, "/", "_")+"."+t.Audience)
-	if b, err := os.ReadFile(key); err == nil {
-		if at, tok, ok := bytes.Cut(b, []byte{'\n'}); ok {
-			if ts, err := time.Parse(time.RFC3339, string(at)); err == nil && time.Now().Before(ts) {
-				files[t.Path] = projFile{data: tok, mode: def}
-				return nil
-			}
-		}
-	}
-	src := r.sources()
-	if src == nil {
-		return errors.New("service account token: no source of tokens")
-	}
-	exp := int64(3600)
-	if t.ExpirationSeconds != nil {
-		exp = *t.ExpirationSeconds
-	}
-	tok, expires, err := src.ServiceAccountToken(ctx, pod, t.Audience, exp)
-	if err != nil {
-		if b, rerr := os.ReadFile(key); rerr == nil {
-			if _, old, ok := bytes.Cut(b, []byte{'\n'}); ok {
-				files[t.Path] = projFile{data: old, mode: def}
-				return nil
-			}
-		}
-		return err
-	}
-	life := time.Until(expires)
-	renew := time.Now().Add(min(life*8/10, 24*time.Hour))
-	_ = os.MkdirAll(filepath.Dir(key), 0o700)
-	_ = os.WriteFile(key, append([]byte(renew.UTC().Format(time.RFC3339)+"\n"), tok...), 0o600)
-	files[t.Path] = projFile{data: []byte(tok), mode: def}
-	return nil
-}
-
 // writeProjection makes dir hold exactly files, atomically. It does
 // nothing when the content is unchanged.
 func writeProjection(dir string, files map[string]projFile, _ os.FileMode, group *int64) error {
