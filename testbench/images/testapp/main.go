@@ -9,6 +9,10 @@
 //	sleep [SECONDS]   sleeps (forever without an argument); exits 0 on SIGTERM
 //	get URL           fetches URL and prints the body (images have no curl)
 //	log N             prints N numbered lines, one every 100ms, then sleeps
+//	incluster         lists the pods of all namespaces as an in-cluster
+//	                  client (the service account's token, CA and the
+//	                  KUBERNETES_SERVICE_* variables) and prints
+//	                  "incluster: listed N pods" and its namespace
 //
 // It is built static (CGO_ENABLED=0) so that the images need no libc.
 package main
@@ -68,6 +72,11 @@ func main() {
 		io.Copy(os.Stdout, resp.Body)
 		if resp.StatusCode != 200 {
 			os.Exit(2)
+		}
+	case "incluster":
+		if err := inCluster(); err != nil {
+			fmt.Fprintln(os.Stderr, "incluster:", err)
+			os.Exit(1)
 		}
 	case "log":
 		n, _ := strconv.Atoi(arg(2, "10"))
