@@ -1,0 +1,309 @@
+package testbench
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tether-edge/tether/testbench/images"
+)
+
+// TestContainerdInClusterThroughNAT runs pods that use the hub's API as
+// in-cluster clients do on a containerd node behind its site's NAT, whose
+// pods have no route to the hub at all: the node's eBPF dataplane sends
+// their connections to the kubernetes Service to the agent's API relay,
+// which carries them over the node's tunnel to the hub, where the pod's
+// service account token authenticates them. It checks the service account
+// volume and variables of a pod, that client-go's in-cluster configuration
+// lists pods, that automountServiceAccountToken: false mounts nothing, that
+// a projected token for another audience is bound to its pod, and the
+// Service environment variables of the Kubernetes concept page.
+//
+// The dataplane is attached to the cgroup of the containers of the
+// machine's containerd namespace (tether), so that it sees the pods' sockets
+// and not the other lab processes'.
+func TestContainerdInClusterThroughNAT(t *testing.T) {
+	requireContainerdNode(t)
+	cgroup := containersCgroup(t)
+	pins := fmt.Sprintf("/sys/fs/bpf/tether-incluster-%d", os.Getpid())
+	t.Cleanup(func() { _ = os.RemoveAll(pins) }) // unpinning detaches the programs
+
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "test-images.tar")
+	if err := images.Build(archive); err != nil {
+		t.Fatalf("build test images: %v", err)
+	}
+	l, err := Up(context.Background(), Config{
+		Spec:       Spec{DiskSize: 1024, Sites: []SiteSpec{{Name: "shop", Nodes: 1}}},
+		PlainDisks: true,
+		Log:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	h := startLabHub(t, l)
+	n := startCtrNode(t, l, h, "shop-n1", "shop", []string{archive},
+		"--dataplane", "ebpf", "--dataplane-cgroup", cgroup, "--bpf-pin-dir", pins, "--uplinks", "none")
+	h.waitReady(90*time.Second, "shop-n1")
+
+	// Nothing the pods send to the hub's address leaves the node: only
+	// the agent's own tunnel does.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := l.Exec(ctx, "shop-n1", "ip", "rule", "add", "to", l.Hub().Addr+"/32", "iif", "tether0", "prohibit"); err != nil {
+		t.Fatalf("cut the pod network off the hub: %v\n%s", err, out)
+	}
+
+	h.applyManifest(t, fmt.Sprintf(inClusterObjects, images.Sleeper))
+	eventually(t, 90*time.Second, "sa, nosa, vault and late-env Running; incluster Succeeded", func() (bool, string) {
+		pods, err := h.podsByName()
+		if err != nil {
+			return false, err.Error()
+		}
+		want := map[string]corev1.PodPhase{"sa": corev1.PodRunning, "nosa": corev1.PodRunning, "vault": corev1.PodRunning,
+			"env": corev1.PodRunning, "nolinks": corev1.PodRunning, "incluster": corev1.PodSucceeded}
+		var states []string
+		ok := true
+		for name, phase := range want {
+			p := pods[name]
+			if p == nil {
+				ok = false
+				states = append(states, name+"=missing")
+				continue
+			}
+			n.track(p)
+			ok = ok && p.Status.Phase == phase
+			states = append(states, name+"="+string(p.Status.Phase))
+		}
+		return ok, strings.Join(states, " ")
+	})
+
+	t.Run("no route from pods to the hub", func(t *testing.T) {
+		out, err := h.run("exec", "sa", "--", "/testapp", "get", "http://"+h.api+"/")
+		if err == nil || !strings.Contains(out, "dial tcp") {
+			t.Errorf("a pod reached the hub's address directly: %v\n%s", err, out)
+		}
+	})
+	t.Run("service account volume and variables", func(t *testing.T) {
+		dir := "/var/run/secrets/kubernetes.io/serviceaccount/"
+		if out := h.must(t, "exec", "sa", "--", "cat", dir+"namespace"); out != "default" {
+			t.Errorf("namespace file: %q", out)
+		}
+		if out := h.must(t, "exec", "sa", "--", "cat", dir+"ca.crt"); !strings.Contains(out, "BEGIN CERTIFICATE") {
+			t.Errorf("ca.crt: %q", out)
+		}
+		claims := jwtClaims(t, h.must(t, "exec", "sa", "--", "cat", dir+"token"))
+		if sub, _ := claims["sub"].(string); sub != "system:serviceaccount:default:default" {
+			t.Errorf("token subject %q", sub)
+		}
+		env := h.must(t, "exec", "sa", "--", "env")
+		for _, want := range []string{"KUBERNETES_SERVICE_HOST=10.0.0.1\n", "KUBERNETES_SERVICE_PORT=443\n", "KUBERNETES_PORT=tcp://10.0.0.1:443\n"} {
+			if !strings.Contains(env, want) {
+				t.Errorf("env lacks %s", strings.TrimSpace(want))
+			}
+		}
+	})
+	t.Run("in-cluster client lists pods", func(t *testing.T) {
+		out := h.must(t, "logs", "incluster")
+		if !strings.Contains(out, "incluster: listed ") || !strings.Contains(out, "incluster: namespace default") {
+			t.Errorf("testapp incluster said %q", out)
+		}
+	})
+	t.Run("automountServiceAccountToken false", func(t *testing.T) {
+		if out, err := h.run("exec", "nosa", "--", "ls", "/var/run/secrets/kubernetes.io/serviceaccount"); err == nil {
+			t.Errorf("the service account directory exists: %s", out)
+		}
+	})
+	t.Run("projected token for vault", func(t *testing.T) {
+		p, err := h.pod("vault")
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := jwtClaims(t, h.must(t, "exec", "vault", "--", "cat", "/var/run/secrets/vault/token"))
+		if aud := fmt.Sprint(claims["aud"]); !strings.Contains(aud, "vault") {
+			t.Errorf("aud %v, want vault", claims["aud"])
+		}
+		exp, _ := claims["exp"].(float64)
+		if left := time.Until(time.Unix(int64(exp), 0)); left < 30*time.Minute || left > 2*time.Hour {
+			t.Errorf("exp %v: %v from now, want about an hour", claims["exp"], left)
+		}
+		k8s, _ := claims["kubernetes.io"].(map[string]any)
+		bound, _ := k8s["pod"].(map[string]any)
+		if bound["name"] != "vault" || bound["uid"] != string(p.UID) {
+			t.Errorf("token bound to %v, want pod vault %s", k8s["pod"], p.UID)
+		}
+	})
+	t.Run("service environment variables", func(t *testing.T) {
+		// A Service created after the pod's container gives it nothing.
+		h.applyManifest(t, inClusterLateService)
+		env := h.must(t, "exec", "env", "--", "env")
+		vars := map[string]string{}
+		for _, line := range strings.Split(env, "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				vars[k] = v
+			}
+		}
+		ip := strings.TrimSpace(h.must(t, "get", "svc", "redis-master", "-o", "jsonpath={.spec.clusterIP}"))
+		for k, want := range map[string]string{
+			"REDIS_MASTER_SERVICE_HOST":        ip,
+			"REDIS_MASTER_SERVICE_PORT":        "6379",
+			"REDIS_MASTER_SERVICE_PORT_REDIS":  "6379",
+			"REDIS_MASTER_PORT":                "tcp://" + ip + ":6379",
+			"REDIS_MASTER_PORT_6379_TCP":       "tcp://" + ip + ":6379",
+			"REDIS_MASTER_PORT_6379_TCP_PROTO": "tcp",
+			"REDIS_MASTER_PORT_6379_TCP_PORT":  "6379",
+			"REDIS_MASTER_PORT_6379_TCP_ADDR":  ip,
+			"FROM_SERVICE":                     ip + ":6379",
+		} {
+			if vars[k] != want {
+				t.Errorf("%s=%q, want %q", k, vars[k], want)
+			}
+		}
+		if _, ok := vars["LATE_SERVICE_HOST"]; ok {
+			t.Error("a Service created after the container gave it variables")
+		}
+		nolinks := h.must(t, "exec", "nolinks", "--", "env")
+		if !strings.Contains(nolinks, "KUBERNETES_SERVICE_HOST=10.0.0.1\n") || strings.Contains(nolinks, "REDIS_MASTER") {
+			t.Errorf("enableServiceLinks false: want only the KUBERNETES_* variables:\n%s", nolinks)
+		}
+	})
+}
+
+const inClusterObjects = `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: pod-reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list, watch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: default-reads-pods}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}
+subjects: [{kind: ServiceAccount, name: default, namespace: default}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: redis-master}
+spec:
+  ports: [{name: redis, port: 6379, protocol: TCP}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sa}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers: [{name: app, image: %[1]s, imagePullPolicy: Never}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: incluster}
+spec:
+  restartPolicy: Never
+  containers: [{name: app, image: %[1]s, imagePullPolicy: Never, command: [/testapp, incluster]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: nosa}
+spec:
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  containers: [{name: app, image: %[1]s, imagePullPolicy: Never}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: vault}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: %[1]s
+    imagePullPolicy: Never
+    volumeMounts: [{name: vault-token, mountPath: /var/run/secrets/vault}]
+  volumes:
+  - name: vault-token
+    projected:
+      sources: [{serviceAccountToken: {audience: vault, expirationSeconds: 3600, path: token}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: env}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: %[1]s
+    imagePullPolicy: Never
+    env: [{name: FROM_SERVICE, value: "$(REDIS_MASTER_SERVICE_HOST):$(REDIS_MASTER_SERVICE_PORT)"}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: nolinks}
+spec:
+  terminationGracePeriodSeconds: 1
+  enableServiceLinks: false
+  containers: [{name: app, image: %[1]s, imagePullPolicy: Never}]
+`
+
+const inClusterLateService = `
+apiVersion: v1
+kind: Service
+metadata: {name: late}
+spec:
+  ports: [{port: 80}]
+`
+
+// jwtClaims decodes the claims of a JWT, unverified.
+func jwtClaims(t *testing.T, token string) map[string]any {
+	t.Helper()
+	parts := strings.Split(strings.TrimSpace(token), ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWT: %q", token)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatalf("decode JWT claims: %v", err)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(b, &claims); err != nil {
+		t.Fatalf("decode JWT claims: %v", err)
+	}
+	return claims
+}
+
+// containersCgroup is the cgroup v2 directory of the containers of
+// tether's containerd namespace (created if missing), where runc puts
+// every container of the machine's containerd nodes.
+func containersCgroup(t *testing.T) string {
+	t.Helper()
+	root := ""
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if f, g := strings.Fields(pre), strings.Fields(post); ok && len(f) > 4 && len(g) > 0 && g[0] == "cgroup2" {
+			root = f[4]
+			break
+		}
+	}
+	if root == "" {
+		t.Skip("no cgroup v2 hierarchy is mounted; the dataplane needs one")
+	}
+	dir := filepath.Join(root, "tether")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("containers' cgroup: %v", err)
+	}
+	return dir
+}
