@@ -91,15 +91,17 @@ func (s agentSources) ServiceAccountToken(ctx context.Context, pod *corev1.Pod, 
 }
 
 // ServiceEnv implements Sources with the agent's Service informer. Like
-// the kubelet, it refuses to answer before the informer listed once (from
-// the hub or from the local state); a node that watches no Services gives
-// no variables.
+// the kubelet, it refuses to answer for a pod of the API before the
+// informer listed once (from the hub or from the local state), while
+// static pods start with what it holds; a node that watches no Services
+// gives no variables.
 func (s agentSources) ServiceEnv(pod *corev1.Pod) (map[string]string, error) {
 	w := s.a.services
 	if w == nil {
 		return map[string]string{}, nil
 	}
-	if !w.servicesSynced() {
+	static := pod.Annotations[AnnConfigSource] != "" && pod.Annotations[AnnConfigSource] != "api"
+	if !static && !w.servicesSynced() {
 		return nil, fmt.Errorf("services have not yet been read at least once, cannot construct envvars: %w", ErrSourceNotReady)
 	}
 	objs := w.services.List()
