@@ -102,7 +102,7 @@ func (s agentSources) ServiceEnv(pod *corev1.Pod) (map[string]string, error) {
 	}
 	static := pod.Annotations[AnnConfigSource] != "" && pod.Annotations[AnnConfigSource] != "api"
 	if !static && !w.servicesSynced() {
-		return nil, fmt.Errorf("services have not yet been read at least once, cannot construct envvars: %w", ErrSourceNotReady)
+		return nil, errServicesNotSynced{}
 	}
 	objs := w.services.List()
 	svcs := make([]*corev1.Service, 0, len(objs))
@@ -113,3 +113,13 @@ func (s agentSources) ServiceEnv(pod *corev1.Pod) (map[string]string, error) {
 	}
 	return ServiceEnv(pod, svcs), nil
 }
+
+// errServicesNotSynced is the kubelet's error for a container created
+// before the node read the Services; it is an ErrSourceNotReady.
+type errServicesNotSynced struct{}
+
+func (errServicesNotSynced) Error() string {
+	return "services have not yet been read at least once, cannot construct envvars"
+}
+
+func (errServicesNotSynced) Is(target error) bool { return target == ErrSourceNotReady }

@@ -1,7 +1,6 @@
 package containerd
 
 import (
-	"fmt"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,11 +14,8 @@ func serviceEnv(src edge.Sources, pod *corev1.Pod) (map[string]string, error) {
 	if src == nil {
 		return nil, nil
 	}
-	env, err := src.ServiceEnv(pod)
-	if err != nil {
-		return nil, fmt.Errorf("read service environment variables: %w", err)
-	}
-	return env, nil
+	// The error is the kubelet's own, as is.
+	return src.ServiceEnv(pod)
 }
 
 // lookupIn looks a variable up in the container's own variables first,
