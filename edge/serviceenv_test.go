@@ -1,11 +1,13 @@
 package edge
 
 import (
+	"errors"
 	"maps"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 func testService(ns, name, ip string, ports ...corev1.ServicePort) *corev1.Service {
@@ -108,5 +110,36 @@ func TestServiceEnv(t *testing.T) {
 	}
 	if got := ServiceEnv(pod, []*corev1.Service{own, master}); got["KUBERNETES_SERVICE_HOST"] != "10.0.0.99" {
 		t.Errorf("own kubernetes Service listed first: KUBERNETES_SERVICE_HOST = %q", got["KUBERNETES_SERVICE_HOST"])
+	}
+}
+
+// syncedCtrl is a controller that only says whether it synced.
+type syncedCtrl struct {
+	cache.Controller
+	synced bool
+}
+
+func (c syncedCtrl) HasSynced() bool { return c.synced }
+
+// TestAgentServiceEnv checks that pods of the API wait for the Service
+// list with the kubelet's error, while static pods start without it.
+func TestAgentServiceEnv(t *testing.T) {
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	store.Add(testService("default", "kubernetes", "10.0.0.1", corev1.ServicePort{Name: "https", Port: 443}))
+	a := &Agent{services: &serviceWatch{services: store, ctrls: []cache.Controller{syncedCtrl{}}}}
+	src := agentSources{a: a}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}}
+	_, err := src.ServiceEnv(pod)
+	if err == nil || !errors.Is(err, ErrSourceNotReady) || err.Error() != "services have not yet been read at least once, cannot construct envvars" {
+		t.Errorf("unsynced: %v", err)
+	}
+	static := pod.DeepCopy()
+	static.Annotations = map[string]string{AnnConfigSource: "file"}
+	if env, err := src.ServiceEnv(static); err != nil || env["KUBERNETES_SERVICE_HOST"] != "10.0.0.1" {
+		t.Errorf("static pod before the sync: %v, %v", env, err)
+	}
+	a.services.ctrls[0] = syncedCtrl{synced: true}
+	if env, err := src.ServiceEnv(pod); err != nil || env["KUBERNETES_SERVICE_PORT"] != "443" {
+		t.Errorf("synced: %v, %v", env, err)
 	}
 }
