@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,5 +49,17 @@ func TestContainerEnvServices(t *testing.T) {
 	}
 	if !slices.Equal(env, want) {
 		t.Errorf("env = %q, want %q", env, want)
+	}
+
+	// Command and args see them too, as specOpts passes the final
+	// environment.
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	c.Command, c.Args = []string{"/testapp", "get"}, []string{"https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)/api"}
+	if args := containerArgs(c, nil, nil, vars); !slices.Equal(args, []string{"/testapp", "get", "https://10.0.0.1:443/api"}) {
+		t.Errorf("args = %q", args)
 	}
 }
