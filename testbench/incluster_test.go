@@ -122,6 +122,17 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 		if !strings.Contains(out, "incluster: listed ") || !strings.Contains(out, "incluster: namespace default") {
 			t.Errorf("testapp incluster said %q", out)
 		}
+		// The agent relayed the connection.
+		metrics := h.must(t, "get", "--raw", "/api/v1/nodes/shop-n1/proxy/metrics")
+		relayed := -1
+		for _, line := range strings.Split(metrics, "\n") {
+			if v, ok := strings.CutPrefix(line, "tether_edge_api_relay_connections_total "); ok {
+				fmt.Sscan(v, &relayed)
+			}
+		}
+		if relayed < 1 {
+			t.Errorf("tether_edge_api_relay_connections_total = %d, want at least 1", relayed)
+		}
 	})
 	t.Run("automountServiceAccountToken false", func(t *testing.T) {
 		if out, err := h.run("exec", "nosa", "--", "ls", "/var/run/secrets/kubernetes.io/serviceaccount"); err == nil {
