@@ -25,8 +25,10 @@ import (
 // service account token authenticates them. It checks the service account
 // volume and variables of a pod, that client-go's in-cluster configuration
 // lists pods, that automountServiceAccountToken: false mounts nothing, that
-// a projected token for another audience is bound to its pod, and the
-// Service environment variables of the Kubernetes concept page.
+// a projected token for another audience is bound to its pod, the
+// Service environment variables of the Kubernetes concept page, that
+// NodePorts answer a pod on the node's own address, and that a Service
+// without a selector carries traffic to a hand-written Endpoints object.
 //
 // The dataplane is attached to the cgroup of the containers of the
 // machine's containerd namespace (tether), so that it sees the pods' sockets
@@ -192,7 +194,134 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 			t.Errorf("enableServiceLinks false: want only the KUBERNETES_* variables:\n%s", nolinks)
 		}
 	})
+	t.Run("NodePort and a hand-written Endpoints object", func(t *testing.T) {
+		inClusterServices(t, h, l.Nodes("shop")[0].Addr)
+	})
 }
+
+// inClusterServices checks, from a pod of the node, that a NodePort answers
+// on the node's own address with every backend, under both traffic
+// policies (the backends run on this node), and that a Service without a
+// selector carries traffic to the address of a hand-written Endpoints
+// object within 5s of its creation (EndpointSlice mirroring, then the
+// node's dataplane).
+func inClusterServices(t *testing.T, h *labHub, nodeIP string) {
+	h.applyManifest(t, fmt.Sprintf(inClusterServiceObjects, images.Echo))
+	var backends []string
+	eventually(t, 90*time.Second, "two echo backends Running and Ready", func() (bool, string) {
+		pods, err := h.podsByName()
+		if err != nil {
+			return false, err.Error()
+		}
+		backends = backends[:0]
+		for name, p := range pods {
+			if p.Labels["app"] == "np" && p.Status.PodIP != "" && podIsReady(p) {
+				backends = append(backends, name)
+			}
+		}
+		return len(backends) == 2, fmt.Sprint(backends)
+	})
+	get := func(url string) (string, error) {
+		out, err := h.run("exec", "sa", "--", "/testapp", "get", url)
+		return strings.TrimSpace(out), err
+	}
+	for _, port := range []int{30080, 30081} {
+		seen := map[string]bool{}
+		eventually(t, 60*time.Second, fmt.Sprintf("node port %d answers from both backends", port), func() (bool, string) {
+			out, err := get(fmt.Sprintf("http://%s:%d/", nodeIP, port))
+			if err != nil {
+				return false, out
+			}
+			seen[out] = true
+			return len(seen) == 2, fmt.Sprint(seen)
+		})
+	}
+
+	p, err := h.pod(backends[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := strings.TrimSpace(h.must(t, "get", "svc", "manual", "-o", "jsonpath={.spec.clusterIP}"))
+	if out, err := get("http://" + ip + "/"); err == nil {
+		t.Fatalf("the selector-less Service answered before it had Endpoints: %s", out)
+	}
+	created := time.Now()
+	h.applyManifest(t, fmt.Sprintf(inClusterManualEndpoints, p.Status.PodIP))
+	var firstOK time.Duration
+	eventually(t, 30*time.Second, "the selector-less Service answers through its Endpoints", func() (bool, string) {
+		began := time.Since(created)
+		out, err := get("http://" + ip + "/")
+		if err != nil || !strings.Contains(out, backends[0]) {
+			return false, out
+		}
+		firstOK = began
+		return true, ""
+	})
+	t.Logf("the selector-less Service answered through its Endpoints from an attempt %v after they were created", firstOK.Round(time.Millisecond))
+	if firstOK > 5*time.Second {
+		t.Errorf("the first attempt that reached the Endpoints' address began %v after they were created, want within 5s", firstOK)
+	}
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+const inClusterServiceObjects = `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: np}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: np}}
+  template:
+    metadata: {labels: {app: np}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: %[1]s
+        imagePullPolicy: Never
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: np-cluster}
+spec:
+  type: NodePort
+  selector: {app: np}
+  ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: np-local}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  selector: {app: np}
+  ports: [{port: 80, targetPort: 8080, nodePort: 30081}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: manual}
+spec:
+  ports: [{port: 80}]
+`
+
+const inClusterManualEndpoints = `
+apiVersion: v1
+kind: Endpoints
+metadata: {name: manual}
+subsets:
+- addresses: [{ip: %s}]
+  ports: [{port: 8080}]
+`
 
 const inClusterObjects = `
 apiVersion: rbac.authorization.k8s.io/v1
