@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -53,27 +52,8 @@ func TestContainerdEdgeThroughNAT(t *testing.T) {
 	requireContainerdNode(t)
 	began := time.Now()
 	dir := t.TempDir()
-	archive := filepath.Join(dir, "test-images.tar")
-	if err := images.Build(archive); err != nil {
-		t.Fatalf("build test images: %v", err)
-	}
-	l, err := Up(context.Background(), Config{
-		Spec: Spec{DiskSize: 1024, Sites: []SiteSpec{{Name: "shop", Nodes: 1,
-			Link: LinkParams{Delay: Duration(10 * time.Millisecond)}}}},
-		// containerd's overlayfs snapshots cannot have their upper
-		// directories on the FUSE delay layer.
-		PlainDisks: true,
-		Log:        slog.New(slog.NewTextHandler(t.Output(), nil)),
-	})
-	if err != nil {
-		t.Fatalf("Up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	h := startLabHub(t, l)
+	l, h, archive := upCtrLab(t, dir, 1024, SiteSpec{Name: "shop", Nodes: 1,
+		Link: LinkParams{Delay: Duration(10 * time.Millisecond)}})
 	reg := startLabRegistry(t, l, dir)
 	regDir := filepath.Join(dir, "certs.d")
 	if err := os.MkdirAll(filepath.Join(regDir, labRegistry), 0o755); err != nil {

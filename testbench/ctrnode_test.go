@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -646,4 +647,30 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// upCtrLab builds the project's test images into dir and brings up a lab
+// of one site for containerd nodes (on plain disks: containerd's overlayfs
+// snapshots cannot have their upper directories on the FUSE delay layer),
+// closed when the test ends, with its hub. It returns the image archive.
+func upCtrLab(t *testing.T, dir string, diskMiB int, site SiteSpec) (*Lab, *labHub, string) {
+	t.Helper()
+	archive := filepath.Join(dir, "test-images.tar")
+	if err := images.Build(archive); err != nil {
+		t.Fatalf("build test images: %v", err)
+	}
+	l, err := Up(context.Background(), Config{
+		Spec:       Spec{DiskSize: diskMiB, Sites: []SiteSpec{site}},
+		PlainDisks: true,
+		Log:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return l, startLabHub(t, l), archive
 }

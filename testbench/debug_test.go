@@ -1,10 +1,7 @@
 package testbench
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,25 +21,7 @@ import (
 func TestKubectlDebugContainerd(t *testing.T) {
 	requireContainerdNode(t)
 	began := time.Now()
-	dir := t.TempDir()
-	archive := filepath.Join(dir, "test-images.tar")
-	if err := images.Build(archive); err != nil {
-		t.Fatalf("build test images: %v", err)
-	}
-	l, err := Up(context.Background(), Config{
-		Spec:       Spec{DiskSize: 512, Sites: []SiteSpec{{Name: "dbg", Nodes: 1}}},
-		PlainDisks: true,
-		Log:        slog.New(slog.NewTextHandler(t.Output(), nil)),
-	})
-	if err != nil {
-		t.Fatalf("Up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	h := startLabHub(t, l)
+	l, h, archive := upCtrLab(t, t.TempDir(), 512, SiteSpec{Name: "dbg", Nodes: 1})
 	startCtrNode(t, l, h, "dbg-n1", "dbg", []string{archive})
 	h.waitReady(90*time.Second, "dbg-n1")
 	h.applyManifest(t, fmt.Sprintf(`

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,25 +38,7 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 	pins := fmt.Sprintf("/sys/fs/bpf/tether-incluster-%d", os.Getpid())
 	t.Cleanup(func() { _ = os.RemoveAll(pins) }) // unpinning detaches the programs
 
-	dir := t.TempDir()
-	archive := filepath.Join(dir, "test-images.tar")
-	if err := images.Build(archive); err != nil {
-		t.Fatalf("build test images: %v", err)
-	}
-	l, err := Up(context.Background(), Config{
-		Spec:       Spec{DiskSize: 1024, Sites: []SiteSpec{{Name: "shop", Nodes: 1}}},
-		PlainDisks: true,
-		Log:        slog.New(slog.NewTextHandler(t.Output(), nil)),
-	})
-	if err != nil {
-		t.Fatalf("Up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	h := startLabHub(t, l)
+	l, h, archive := upCtrLab(t, t.TempDir(), 1024, SiteSpec{Name: "shop", Nodes: 1})
 	n := startCtrNode(t, l, h, "shop-n1", "shop", []string{archive},
 		"--dataplane", "ebpf", "--dataplane-cgroup", cgroup, "--bpf-pin-dir", pins, "--uplinks", "none")
 	h.waitReady(90*time.Second, "shop-n1")
