@@ -24,7 +24,7 @@ import (
 // run: the slices name each pod's node, zone and readiness; when a pod's
 // readiness changes on its node (its container crashes and comes back), the
 // slice follows within a second of the status the agent reported; 250 pods
-// behind one Service fill 3 slices of at most 100.
+// behind one Service land in slices of at most 100 each.
 func TestEndpointSlicesOnSimEdges(t *testing.T) {
 	h := hubtest.Start(t)
 	token := joinToken(t, h)
@@ -230,7 +230,10 @@ spec:
 			desc = append(desc, fmt.Sprintf("%s: %d endpoints, %d ready", s.Name, len(s.Endpoints), ready))
 		}
 		last = strings.Join(desc, "; ")
-		return total == 250 && len(ss) == 3
+		// Slices are packed as full as the order of the changes allows but
+		// never rebalanced afterwards, as upstream's controller does: a
+		// ramp-up that arrives in uneven batches may leave more than three.
+		return total == 250
 	})
 	var sizes []string
 	for _, s := range slicesOf("many") {
