@@ -50,6 +50,11 @@ func New(cfg Config) *Authorizer {
 	return &Authorizer{cfg: cfg, idx: newIndex(), synced: make(chan struct{}), listed: map[string]bool{}}
 }
 
+// SetStorage sets the storage the authorizer reads when it could not be
+// given in Config: the storage takes the authorizer's Admitter among its
+// admission, so it is built after the authorizer. Call it before Run.
+func (a *Authorizer) SetStorage(st storage.API) { a.cfg.Storage = st }
+
 // WaitSynced waits until Roles, ClusterRoles, RoleBindings and
 // ClusterRoleBindings have all been listed once; false if ctx ended first.
 func (a *Authorizer) WaitSynced(ctx context.Context) bool {

@@ -36,7 +36,7 @@ type nsName struct{ namespace, name string }
 type index struct {
 	roles    map[nsName]*roleSlot // Roles' slots
 	cluster  map[string]*roleSlot // ClusterRoles' slots
-	bindings map[nsName]*binding // ClusterRoleBindings have namespace ""
+	bindings map[nsName]*binding  // ClusterRoleBindings have namespace ""
 	users    map[string]*subjectBindings
 	groups   map[string]*subjectBindings
 }
