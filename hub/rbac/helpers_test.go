@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -98,3 +99,7 @@ func errText(err error) string {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func nsObj(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
