@@ -1,12 +1,16 @@
 package rbac
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
@@ -242,5 +246,46 @@ func TestRoleSlots(t *testing.T) {
 	a.idx.remove(roleBinding("shop", "b", rbacv1.RoleRef{}))
 	if len(a.idx.roles) != 0 {
 		t.Fatalf("slots kept: %v", a.idx.roles)
+	}
+}
+
+// TestForbiddenAsUpstream compares the 403 with the one upstream's
+// wording gives through apierrors.NewForbidden and fmt.
+func TestForbiddenAsUpstream(t *testing.T) {
+	upstream := func(u *auth.User, at apiserver.Attributes, reason string) error {
+		var msg string
+		gr := schema.GroupResource{}
+		switch {
+		case !at.Resource:
+			msg = fmt.Sprintf("User %q cannot %s path %q", u.Name, at.Verb, at.Path)
+		case at.Namespace != "":
+			gr = schema.GroupResource{Group: at.Group, Resource: at.Kind}
+			msg = fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q", u.Name, at.Verb, strings.TrimSuffix(at.Kind+"/"+at.Subresource, "/"), at.Group, at.Namespace)
+		default:
+			gr = schema.GroupResource{Group: at.Group, Resource: at.Kind}
+			msg = fmt.Sprintf("User %q cannot %s resource %q in API group %q at the cluster scope", u.Name, at.Verb, strings.TrimSuffix(at.Kind+"/"+at.Subresource, "/"), at.Group)
+		}
+		msg = sanitizer.Replace(msg)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		return apierrors.NewForbidden(gr, at.Name, errors.New(msg))
+	}
+	for _, u := range []*auth.User{user("bob"), user("ä \"x\"\n<&>"), user("")} {
+		for _, at := range []apiserver.Attributes{
+			res("list", "", "secrets", "y", ""),
+			res("get", "apps", "deployments/scale", "y", "we\"b"),
+			res("get", "", "nodes", "", "n<1>"),
+			res("list", "example.com", "widgets", "", ""),
+			path("get", "/foo"),
+			path("get", "/a<b>&\"c\""),
+		} {
+			for _, reason := range []string{"", "RBAC: x"} {
+				got, want := forbidden(u, at, reason), upstream(u, at, reason)
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("forbidden(%q, %+v)\n got %#v\nwant %#v", u.Name, at, got, want)
+				}
+			}
+		}
 	}
 }

@@ -39,6 +39,8 @@ type index struct {
 	bindings map[nsName]*binding  // ClusterRoleBindings have namespace ""
 	users    map[string]*subjectBindings
 	groups   map[string]*subjectBindings
+	// gen counts changes of bindings, which invalidate user views.
+	gen uint64
 }
 
 func newIndex() *index {
@@ -106,6 +108,7 @@ func saUser(namespace, name string) string {
 // namespace, and applies to nobody in a ClusterRoleBinding.
 func (x *index) setBinding(namespace, name string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
 	x.removeBinding(namespace, name)
+	x.gen++
 	b := &binding{namespace: namespace, name: name}
 	switch ref.Kind {
 	case "ClusterRole":
@@ -196,6 +199,7 @@ func (x *index) removeBinding(namespace, name string) {
 		return
 	}
 	delete(x.bindings, k)
+	x.gen++
 	for _, u := range b.users {
 		x.unfile(x.users, u, b)
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rbac
+
+const raceEnabled = false
