@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -145,66 +146,73 @@ func notFound(missing []*roleSlot, registry bool) error {
 // sanitizer escapes what upstream escapes in a 403's message.
 var sanitizer = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
-// denial holds a 403 and its details in one allocation.
+// denial holds a 403, its details and, when it fits, its message in one
+// allocation.
 type denial struct {
 	err     apierrors.StatusError
 	details metav1.StatusDetails
+	buf     [256]byte
 }
 
 // forbidden is the 403 kube-apiserver answers to a request no authorizer
 // allowed, reason appended when there is one: what apierrors.NewForbidden
-// builds from upstream's message, assembled without fmt and in two
-// allocations because a denial is as frequent as an allowed request for
+// builds from upstream's message, assembled without fmt and usually in one
+// allocation, because a denial is as frequent as an allowed request for
 // some clients.
 func forbidden(u *auth.User, at apiserver.Attributes, reason string) error {
-	var b strings.Builder
-	b.Grow(128 + len(at.Group)*2 + len(at.Kind)*2 + len(at.Subresource) + len(u.Name) + len(at.Path) + len(at.Namespace) + len(at.Name)*2 + len(reason))
 	d := &denial{}
 	if at.Resource {
 		d.details = metav1.StatusDetails{Group: at.Group, Kind: at.Kind, Name: at.Name}
 	}
+	b := d.buf[:0]
 	switch {
 	case !at.Resource || at.Kind == "" && at.Group == "":
-		b.WriteString("forbidden: ")
+		b = append(b, "forbidden: "...)
 	default:
-		b.WriteString(at.Kind)
+		b = append(b, at.Kind...)
 		if at.Group != "" {
-			b.WriteByte('.')
-			b.WriteString(at.Group)
+			b = append(b, '.')
+			b = append(b, at.Group...)
 		}
 		if at.Name != "" {
-			b.WriteByte(' ')
-			writeQuoted(&b, at.Name, "")
+			b = append(b, ' ')
+			b = appendQuoted(b, at.Name, "")
 		}
-		b.WriteString(" is forbidden: ")
+		b = append(b, " is forbidden: "...)
 	}
-	start := b.Len()
-	b.WriteString("User ")
-	writeQuoted(&b, u.Name, "")
-	b.WriteString(" cannot ")
-	b.WriteString(at.Verb)
+	start := len(b)
+	b = append(b, "User "...)
+	b = appendQuoted(b, u.Name, "")
+	b = append(b, " cannot "...)
+	b = append(b, at.Verb...)
 	if !at.Resource {
-		b.WriteString(" path ")
-		writeQuoted(&b, at.Path, "")
+		b = append(b, " path "...)
+		b = appendQuoted(b, at.Path, "")
 	} else {
-		b.WriteString(" resource ")
-		writeQuoted(&b, at.Kind, at.Subresource)
-		b.WriteString(" in API group ")
-		writeQuoted(&b, at.Group, "")
+		b = append(b, " resource "...)
+		b = appendQuoted(b, at.Kind, at.Subresource)
+		b = append(b, " in API group "...)
+		b = appendQuoted(b, at.Group, "")
 		if at.Namespace != "" {
-			b.WriteString(" in the namespace ")
-			writeQuoted(&b, at.Namespace, "")
+			b = append(b, " in the namespace "...)
+			b = appendQuoted(b, at.Namespace, "")
 		} else {
-			b.WriteString(" at the cluster scope")
+			b = append(b, " at the cluster scope"...)
 		}
+	}
+	if end := len(b); needsEscape(b[start:end]) {
+		b = append(b[:start], sanitizer.Replace(string(b[start:end]))...)
 	}
 	if reason != "" {
-		b.WriteString(": ")
-		b.WriteString(reason)
+		b = append(b, ": "...)
+		b = append(b, reason...)
 	}
-	msg := b.String()
-	if end := len(msg) - len(reason); needsEscape(msg[start:end]) {
-		msg = msg[:start] + sanitizer.Replace(msg[start:end]) + msg[end:]
+	var msg string
+	if len(b) <= len(d.buf) && &b[0] == &d.buf[0] {
+		// The bytes stay in d, which nothing writes again.
+		msg = unsafe.String(&b[0], len(b))
+	} else {
+		msg = string(b)
 	}
 	d.err.ErrStatus = metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -216,33 +224,32 @@ func forbidden(u *auth.User, at apiserver.Attributes, reason string) error {
 	return &d.err
 }
 
-func needsEscape(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '&' || c == '<' || c == '>' {
+func needsEscape(s []byte) bool {
+	for _, c := range s {
+		if c == '&' || c == '<' || c == '>' {
 			return true
 		}
 	}
 	return false
 }
 
-// writeQuoted writes s, or s/sub when sub is not empty, as
+// appendQuoted appends s, or s/sub when sub is not empty, as
 // strconv.Quote (and so fmt's %q) would, without its cost for the plain
 // names that requests almost always carry.
-func writeQuoted(b *strings.Builder, s, sub string) {
+func appendQuoted(b []byte, s, sub string) []byte {
 	if plain(s) && plain(sub) {
-		b.WriteByte('"')
-		b.WriteString(s)
+		b = append(b, '"')
+		b = append(b, s...)
 		if sub != "" {
-			b.WriteByte('/')
-			b.WriteString(sub)
+			b = append(b, '/')
+			b = append(b, sub...)
 		}
-		b.WriteByte('"')
-		return
+		return append(b, '"')
 	}
 	if sub != "" {
 		s += "/" + sub
 	}
-	b.WriteString(strconv.Quote(s))
+	return strconv.AppendQuote(b, s)
 }
 
 func plain(s string) bool {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -287,5 +288,52 @@ func TestForbiddenAsUpstream(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestConcurrentDecisions decides from several goroutines while the
+// bindings and roles change, for the race detector.
+func TestConcurrentDecisions(t *testing.T) {
+	a := fixture(role("shop", "r", rule(l("get"), l(""), l("pods"))))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u := user(fmt.Sprintf("u%d", g%2), "team")
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_ = a.Authorize(u, res("get", "", "pods", "shop", "p"))
+				_ = a.Authorize(u, res("get", "", "pods", "", "p"))
+				_ = a.RulesFor(u, "shop")
+			}
+		}()
+	}
+	for i := range 300 {
+		a.mu.Lock()
+		a.idx.set(roleBinding("shop", fmt.Sprintf("b%d", i%7), ref("Role", "r"), userSubject(fmt.Sprintf("u%d", i%2)), groupSubject("team")))
+		a.idx.set(role("shop", "r", rule(l("get", "list"), l(""), l("pods"))))
+		if i%3 == 0 {
+			a.idx.remove(roleBinding("shop", fmt.Sprintf("b%d", (i+3)%7), rbacv1.RoleRef{}))
+		}
+		a.mu.Unlock()
+	}
+	close(done)
+	wg.Wait()
+	a.mu.Lock()
+	for i := range 7 {
+		a.idx.set(roleBinding("shop", fmt.Sprintf("b%d", i), ref("Role", "r"), userSubject("u0")))
+	}
+	a.mu.Unlock()
+	if err := a.Authorize(user("u0"), res("list", "", "pods", "shop", "")); err != nil {
+		t.Fatalf("after the changes: %v", err)
+	}
+	if err := a.Authorize(user("u1", "team"), res("list", "", "pods", "shop", "")); err == nil {
+		t.Fatal("u1 still allowed after its bindings changed")
 	}
 }
