@@ -8,6 +8,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -96,6 +97,28 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 		return nil
 	}
 	return forbidden(u, at, why)
+}
+
+// RulesFor lists what u may do in namespace, for SelfSubjectRulesReview:
+// Next's answer when Next can list rules. The node authorizer's own rules
+// depend on the objects asked for and cannot be listed: for a node the
+// answer is incomplete, as upstream's.
+func (a *Authorizer) RulesFor(u *auth.User, namespace string) authorizationv1.SubjectRulesReviewStatus {
+	var st authorizationv1.SubjectRulesReviewStatus
+	if rl, ok := a.Next.(interface {
+		RulesFor(u *auth.User, namespace string) authorizationv1.SubjectRulesReviewStatus
+	}); ok {
+		st = rl.RulesFor(u, namespace)
+	}
+	if _, ok := nodeOf(u); ok {
+		st.Incomplete = true
+		msg := "node authorizer does not support user rule resolution"
+		if st.EvaluationError != "" {
+			msg = "[" + msg + ", " + st.EvaluationError + "]"
+		}
+		st.EvaluationError = msg
+	}
+	return st
 }
 
 // AuthorizeCreate implements apiserver.CreateAuthorizer: for creates whose
