@@ -1,6 +1,8 @@
 package rbac
 
 import (
+	"slices"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
@@ -39,7 +41,8 @@ func (a *Authorizer) rulesFor(u *auth.User, namespace string) ([]rbacv1.PolicyRu
 	return rules, missing
 }
 
-// RulesFor lists what u may do in namespace, for SelfSubjectRulesReview:
+// RulesFor lists what u may do in namespace, for SelfSubjectRulesReview
+// (copies, which the caller owns):
 // the rules of the cluster's and the namespace's bindings that apply to
 // u, as upstream's RBAC rule resolver, plus everything for members of
 // system:masters. Roles that bindings reference but that do not exist
@@ -54,12 +57,13 @@ func (a *Authorizer) RulesFor(u *auth.User, namespace string) authorizationv1.Su
 		r := &rules[i]
 		if len(r.Resources) > 0 {
 			st.ResourceRules = append(st.ResourceRules, authorizationv1.ResourceRule{
-				Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames,
+				Verbs: slices.Clone(r.Verbs), APIGroups: slices.Clone(r.APIGroups),
+				Resources: slices.Clone(r.Resources), ResourceNames: slices.Clone(r.ResourceNames),
 			})
 		}
 		if len(r.NonResourceURLs) > 0 {
 			st.NonResourceRules = append(st.NonResourceRules, authorizationv1.NonResourceRule{
-				Verbs: r.Verbs, NonResourceURLs: r.NonResourceURLs,
+				Verbs: slices.Clone(r.Verbs), NonResourceURLs: slices.Clone(r.NonResourceURLs),
 			})
 		}
 	}
