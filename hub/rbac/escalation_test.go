@@ -110,6 +110,18 @@ func TestEscalation(t *testing.T) {
 			t.Fatalf("owner reference update: %v", err)
 		}
 	})
+	t.Run("server-side apply", func(t *testing.T) {
+		patch := []byte(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"applied","namespace":"z"},` +
+			`"rules":[{"apiGroups":[""],"resources":["secrets"],"verbs":["list"]}]}`)
+		_, _, err := s.st.Apply(s.as(bob), kindOf(resRoles), "z", "applied", patch, storage.Options{FieldManager: "kubectl"})
+		wantForbidden(t, err, `roles.rbac.authorization.k8s.io "applied" is forbidden: user "bob" (groups=["g" "system:authenticated"]) is attempting to grant RBAC permissions not currently held:`+"\n"+`{APIGroups:[""], Resources:["secrets"], Verbs:["list"]}`)
+		notStored(t, resRoles, "z", "applied")
+		// Applied to an existing role, too.
+		patch = []byte(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"grows","namespace":"z"},` +
+			`"rules":[{"apiGroups":[""],"resources":["secrets"],"verbs":["list"]}]}`)
+		_, _, err = s.st.Apply(s.as(bob), kindOf(resRoles), "z", "grows", patch, storage.Options{FieldManager: "kubectl"})
+		wantForbidden(t, err, "")
+	})
 	t.Run("aggregationRule", func(t *testing.T) {
 		agg := clusterRole("agg")
 		agg.AggregationRule = &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"a": "b"}}}}
