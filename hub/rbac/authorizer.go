@@ -38,8 +38,8 @@ type Authorizer struct {
 	idx    *index
 	viewMu sync.RWMutex
 	// views caches per-user merges of the index, guarded by viewMu; see
-	// bindingsFor.
-	views map[string][]*userView
+	// rolesFor.
+	views map[viewKey][]*userView
 
 	synced   chan struct{}
 	syncOnce sync.Once
@@ -53,7 +53,7 @@ func New(cfg Config) *Authorizer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Authorizer{cfg: cfg, idx: newIndex(), synced: make(chan struct{}), listed: map[string]bool{}, views: map[string][]*userView{}}
+	return &Authorizer{cfg: cfg, idx: newIndex(), synced: make(chan struct{}), listed: map[string]bool{}, views: map[viewKey][]*userView{}}
 }
 
 // SetStorage sets the storage the authorizer reads when it could not be
@@ -82,11 +82,11 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 		namespace = at.Namespace
 	}
 	a.mu.RLock()
-	v, inNS := a.rolesFor(u, namespace)
-	allowed := allows(v.cluster, &at) || allows(inNS, &at)
+	v := a.rolesFor(u, namespace)
+	allowed := allows(v.cluster, &at) || allows(v.inNS, &at)
 	var missing []*roleSlot
 	if !allowed {
-		missing = missingRoles(v.cluster, inNS)
+		missing = missingRoles(v.cluster, v.inNS)
 	}
 	a.mu.RUnlock()
 	if allowed {

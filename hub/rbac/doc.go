@@ -20,5 +20,7 @@
 // the user, one of the user's groups, or the service account the user is,
 // in the request's namespace and at the cluster scope. Bindings point at
 // a shared slot per role, so that a change to a role, or a role created
-// after its bindings, takes effect for every binding at once.
+// after its bindings, takes effect for every binding at once. The roles
+// bound to a user (with its groups) in a namespace are merged once per
+// change of the bindings, so that a decision costs one lookup.
 package rbac

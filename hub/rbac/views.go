@@ -7,33 +7,78 @@ import (
 )
 
 const (
-	// maxViewNames bounds the user names with cached views; past it the
-	// cache starts afresh.
-	maxViewNames = 8192
-	// viewsPerName bounds the group sets cached per user name (a user
-	// may present different groups, e.g. through impersonation).
-	viewsPerName = 4
-	// maxEmptyNamespaces bounds the namespaces a view remembers that it
-	// has no bindings in, so that requests for made-up namespaces do not
-	// grow the cache.
-	maxEmptyNamespaces = 256
+	// maxViews bounds the cached views; past it the cache starts afresh.
+	maxViews = 16384
+	// viewsPerKey bounds the group sets cached per user name and
+	// namespace (a user may present different groups, e.g. through
+	// impersonation).
+	viewsPerKey = 4
 )
 
-// userView caches, for one user with one set of groups, the subjects'
-// entries of the index and the roles their bindings reference, each role
-// once: the cluster's at once, a namespace's on first use. A decision
-// then costs two lookups however many groups the user has, and reads
-// each role once however many bindings grant it. A view belongs to one
-// generation of the index's bindings; role changes reach it through the
-// role slots.
+// viewKey is a user name and the namespace of a request ("" for the
+// cluster scope).
+type viewKey struct{ name, namespace string }
+
+// userView caches, for one user with one set of groups in one namespace,
+// the roles that the bindings naming the user or a group reference, each
+// once: cluster-wide and in the namespace. A decision then costs one
+// lookup however many groups the user has, and reads each role once
+// however many bindings grant it. A view belongs to one generation of
+// the index's bindings; role changes reach it through the role slots.
 type userView struct {
 	gen     uint64
 	groups  []string
-	sbs     []*subjectBindings
 	cluster []*roleSlot
-	// guarded by Authorizer.viewMu
-	ns    map[string][]*roleSlot
-	empty int
+	inNS    []*roleSlot
+}
+
+// rolesFor returns u's view in namespace, building it if needed. The
+// caller holds a.mu for reading.
+func (a *Authorizer) rolesFor(u *auth.User, namespace string) *userView {
+	gen := a.idx.gen
+	key := viewKey{u.Name, namespace}
+	a.viewMu.RLock()
+	for _, v := range a.views[key] {
+		if v.gen == gen && slices.Equal(v.groups, u.Groups) {
+			a.viewMu.RUnlock()
+			return v
+		}
+	}
+	a.viewMu.RUnlock()
+	v := a.idx.buildView(u.Name, u.Groups, namespace)
+	a.viewMu.Lock()
+	if len(a.views) >= maxViews {
+		a.views = map[viewKey][]*userView{}
+	}
+	views := []*userView{v}
+	for _, o := range a.views[key] {
+		if o.gen == gen && len(views) < viewsPerKey {
+			views = append(views, o)
+		}
+	}
+	a.views[key] = views
+	a.viewMu.Unlock()
+	return v
+}
+
+func (x *index) buildView(name string, groups []string, namespace string) *userView {
+	v := &userView{gen: x.gen, groups: slices.Clone(groups)}
+	add := func(sb *subjectBindings) {
+		if sb == nil {
+			return
+		}
+		v.cluster = addRoles(v.cluster, sb.cluster)
+		if namespace != "" {
+			v.inNS = addRoles(v.inNS, sb.byNS[namespace])
+		}
+	}
+	add(x.users[name])
+	for _, g := range groups {
+		add(x.groups[g])
+	}
+	// A role bound both cluster-wide and in the namespace is read once.
+	v.inNS = slices.DeleteFunc(v.inNS, func(s *roleSlot) bool { return slices.Contains(v.cluster, s) })
+	return v
 }
 
 // addRoles appends the roles of bindings not in list yet.
@@ -44,76 +89,4 @@ func addRoles(list []*roleSlot, bindings []*binding) []*roleSlot {
 		}
 	}
 	return list
-}
-
-// rolesFor returns the view of u, and the roles bound to u in namespace
-// (unless namespace is ""), building what is missing. The caller holds
-// a.mu for reading.
-func (a *Authorizer) rolesFor(u *auth.User, namespace string) (*userView, []*roleSlot) {
-	gen := a.idx.gen
-	a.viewMu.RLock()
-	var v *userView
-	for _, o := range a.views[u.Name] {
-		if o.gen == gen && slices.Equal(o.groups, u.Groups) {
-			v = o
-			break
-		}
-	}
-	var list []*roleSlot
-	have := namespace == ""
-	if v != nil && !have {
-		list, have = v.ns[namespace]
-	}
-	a.viewMu.RUnlock()
-	if v != nil && have {
-		return v, list
-	}
-	if v == nil {
-		v = a.idx.buildView(u.Name, u.Groups)
-		a.viewMu.Lock()
-		if len(a.views) >= maxViewNames {
-			a.views = map[string][]*userView{}
-		}
-		views := []*userView{v}
-		for _, o := range a.views[u.Name] {
-			if o.gen == gen && len(views) < viewsPerName {
-				views = append(views, o)
-			}
-		}
-		a.views[u.Name] = views
-		a.viewMu.Unlock()
-		if namespace == "" {
-			return v, nil
-		}
-	}
-	for _, sb := range v.sbs {
-		list = addRoles(list, sb.byNS[namespace])
-	}
-	// A role bound both cluster-wide and in the namespace is read once.
-	list = slices.DeleteFunc(list, func(s *roleSlot) bool { return slices.Contains(v.cluster, s) })
-	a.viewMu.Lock()
-	if len(list) > 0 || v.empty < maxEmptyNamespaces {
-		if len(list) == 0 {
-			v.empty++
-		}
-		v.ns[namespace] = list
-	}
-	a.viewMu.Unlock()
-	return v, list
-}
-
-func (x *index) buildView(name string, groups []string) *userView {
-	v := &userView{gen: x.gen, groups: slices.Clone(groups), ns: map[string][]*roleSlot{}}
-	add := func(sb *subjectBindings) {
-		if sb == nil {
-			return
-		}
-		v.sbs = append(v.sbs, sb)
-		v.cluster = addRoles(v.cluster, sb.cluster)
-	}
-	add(x.users[name])
-	for _, g := range groups {
-		add(x.groups[g])
-	}
-	return v
 }
