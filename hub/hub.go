@@ -211,6 +211,8 @@ var servedSubresources = []discovery.Subresource{
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
 	{Parent: schema.GroupVersionResource{Version: "v1", Resource: "services"}, Name: "proxy",
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "ServiceProxyOptions"}, Verbs: []string{"create", "delete", "get", "patch", "update"}},
+	{Parent: schema.GroupVersionResource{Group: "certificates.k8s.io", Version: "v1", Resource: "certificatesigningrequests"}, Name: "approval",
+		Kind: schema.GroupVersionKind{Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"}, Verbs: []string{"get", "patch", "update"}},
 }
 
 // localConfig is the client configuration of a component running inside

@@ -257,6 +257,8 @@ func (s *Server) serveSubresource(w http.ResponseWriter, r *http.Request, t targ
 			return
 		}
 		s.bind(w, r, t)
+	case k.Subresources[t.subresource] != nil:
+		s.kindSubresource(w, r, t, verb, notAllowed)
 	default:
 		s.writeError(w, notFoundPath())
 	}

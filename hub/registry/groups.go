@@ -16,13 +16,14 @@ import (
 )
 
 // groupKinds returns the served kinds of the named API groups, in discovery
-// order: apps, batch, discovery.k8s.io, coordination.k8s.io, events.k8s.io,
+// order: apps, batch, certificates.k8s.io, discovery.k8s.io, coordination.k8s.io, events.k8s.io,
 // policy, networking.k8s.io, rbac.authorization.k8s.io, scheduling.k8s.io,
 // storage.k8s.io.
 func groupKinds() []*Kind {
 	return []*Kind{
 		deploymentKind, replicaSetKind, statefulSetKind, daemonSetKind, controllerRevisionKind,
 		jobKind, cronJobKind,
+		csrKind,
 		endpointSliceKind,
 		leaseKind,
 		eventsV1Kind,

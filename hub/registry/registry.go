@@ -92,6 +92,9 @@ type Kind struct {
 	// PrepareForUpdate adjusts an update given the stored object, beyond the
 	// generic status/spec split.
 	PrepareForUpdate func(obj, old runtime.Object)
+	// PrepareForStatusUpdate adjusts a write to /status given the stored
+	// object, after the generic code kept everything but status.
+	PrepareForStatusUpdate func(obj, old runtime.Object)
 	// GenerationChanged reports whether an update bumps generation. If nil,
 	// and HasSpec, generation bumps when the "spec" field differs.
 	GenerationChanged func(obj, old runtime.Object) bool

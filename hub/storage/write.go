@@ -446,6 +446,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		}); err != nil {
 			return nil, err
 		}
+		if k.PrepareForStatusUpdate != nil {
+			k.PrepareForStatusUpdate(obj, cur)
+		}
 	case "finalize":
 		if k.GVK != namespaceGVK {
 			return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
