@@ -73,6 +73,11 @@ type Config struct {
 	// NodeCertTTL is the lifetime of node certificates; zero means one
 	// year. Agents renew them over the tunnel at two thirds of it.
 	NodeCertTTL time.Duration
+	// ClusterSigningDuration is the longest lifetime of the client
+	// certificates the kubernetes.io/kube-apiserver-client signer issues
+	// for CertificateSigningRequests (kube-controller-manager's
+	// --cluster-signing-duration); zero means one year.
+	ClusterSigningDuration time.Duration
 	// TunnelHandshakeRate and TunnelHandshakeBurst bound how fast the hub
 	// admits new edge connections (a token bucket); zero means 500/s with
 	// a burst of 100. Edges refused back off with jitter and come later.

@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/tether-edge/tether/controllers"
 	"github.com/tether-edge/tether/hub/admission"
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/hub/certificates"
 	"github.com/tether-edge/tether/hub/discovery"
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/openapi"
@@ -74,6 +76,7 @@ type run struct {
 	authority *pki.Authority
 	kinds     []*registry.Kind
 	adm       *admission.Admission
+	csrAdm    *certificates.Admission
 	objs      *storage.Storage
 	bootCfg   storage.BootstrapConfig
 
@@ -92,7 +95,7 @@ type run struct {
 	url             string
 
 	// startClients
-	stopCtrl, stopSched func()
+	stopCtrl, stopSched, stopSigner func()
 }
 
 // onClose adds an undo step.
@@ -156,8 +159,9 @@ func (r *run) open(ctx context.Context) error {
 	r.onClose(st.Close)
 
 	r.adm = admission.New(cfg.Logger.With("component", "admission"))
+	r.csrAdm = certificates.NewAdmission()
 	r.objs, err = storage.New(storage.Config{Store: st, Kinds: r.kinds, Logger: cfg.Logger.With("component", "storage"),
-		Admission: r.adm.Admitters()})
+		Admission: append(r.adm.Admitters(), r.csrAdm)})
 	if err != nil {
 		return err
 	}
@@ -196,6 +200,7 @@ func (r *run) buildAPI() error {
 	nodeCfg := nodes.Config{Storage: r.objs, Authority: r.authority, CertTTL: cfg.NodeCertTTL,
 		Logger: cfg.Logger.With("component", "nodes")}
 	r.authz = nodes.NewAuthorizer(nodeCfg)
+	r.csrAdm.SetAuthorizer(r.authz)
 	r.leases = nodes.NewLeases(nodeCfg)
 	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, cfg.Logger.With("component", "tunnel")); err != nil {
 		return err
@@ -347,6 +352,10 @@ func (r *run) startClients(ctx context.Context) error {
 	r.stopCtrl = sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone })
 	r.onClose(func() error { r.stopCtrl(); return nil })
 
+	if err := r.startSigner(ctx); err != nil {
+		return err
+	}
+
 	r.stopSched = func() {}
 	if !r.cfg.DisableScheduler {
 		if r.stopSched, err = r.h.startScheduler(ctx, r.api, r.url); err != nil {
@@ -373,6 +382,7 @@ func (r *run) shutdown() {
 	_ = r.edges.Close()
 	r.stopSched()
 	r.stopCtrl() // before requests end, so the controllers see no broken watches
+	r.stopSigner()
 
 	// Close the door before ending the watches in flight. Shutdown closes
 	// the listener and tells HTTP/2 clients (GOAWAY) to open no new
@@ -395,4 +405,25 @@ func (r *run) shutdown() {
 		_ = r.tunnelHTTP.Close()
 	}
 	r.stopBackground()
+}
+
+// startSigner runs the kubernetes.io/kube-apiserver-client signer, a
+// client of the hub's API under the identity upstream's signing
+// controller has.
+func (r *run) startSigner(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(localConfig(r.api, r.url, "system:serviceaccount:kube-system:certificate-controller"))
+	if err != nil {
+		return fmt.Errorf("create signer client: %w", err)
+	}
+	signer, err := certificates.NewSigner(certificates.SignerConfig{Client: client, Authority: r.authority,
+		MaxTTL: r.cfg.ClusterSigningDuration, Logger: r.cfg.Logger.With("component", "csrsigning")})
+	if err != nil {
+		return err
+	}
+	sigCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = signer.Run(sigCtx) }()
+	r.stopSigner = sync.OnceFunc(func() { cancel(); <-done })
+	r.onClose(func() error { r.stopSigner(); return nil })
+	return nil
 }

@@ -62,6 +62,7 @@ func newHubCmd() *cobra.Command {
 	f.StringVar(&cfg.ClusterCIDR, "cluster-cidr", "10.42.0.0/16", "range node pod CIDRs are taken from")
 	f.IntVar(&cfg.NodeCIDRMaskSize, "node-cidr-mask-size", 24, "prefix length of each node's pod CIDR")
 	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 365*24*time.Hour, "lifetime of node certificates (agents renew at two thirds)")
+	f.DurationVar(&cfg.ClusterSigningDuration, "cluster-signing-duration", 365*24*time.Hour, "longest lifetime of client certificates issued for CertificateSigningRequests")
 	f.Float64Var(&cfg.TunnelHandshakeRate, "tunnel-handshake-rate", 500, "edge connections admitted per second at most (token bucket)")
 	f.IntVar(&cfg.TunnelHandshakeBurst, "tunnel-handshake-burst", 100, "burst of edge connections admitted at once")
 	f.DurationVar(&cfg.DrainWindow, "drain-window", 10*time.Second, "on shutdown, the window over which edges are told to spread their reconnects")

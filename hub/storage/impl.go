@@ -62,6 +62,15 @@ type UpdateAdmitter interface {
 	AdmitUpdate(ctx context.Context, k *registry.Kind, obj, old runtime.Object, dryRun bool) error
 }
 
+// SubresourceAdmitter is an Admitter that also checks writes of the
+// subresources that update an object: status, finalize and a kind's
+// Subresources (such as certificatesigningrequests/approval).
+type SubresourceAdmitter interface {
+	// AdmitSubresourceUpdate checks obj, about to replace old through
+	// subresource.
+	AdmitSubresourceUpdate(ctx context.Context, k *registry.Kind, subresource string, obj, old runtime.Object, dryRun bool) error
+}
+
 // Storage implements API and registry.Lister on a store.Store.
 type Storage struct {
 	st     store.Store
@@ -524,9 +533,17 @@ func (s *Storage) buildTypeConverters() {
 	s.uc = newUpdateConverter(s.tc, s.scheme)
 }
 
-// admitUpdate runs the UpdateAdmitters on an update of a main resource.
+// admitUpdate runs the UpdateAdmitters on an update of a main resource,
+// the SubresourceAdmitters on a write through a subresource.
 func (s *Storage) admitUpdate(ctx context.Context, k *registry.Kind, obj, cur runtime.Object, opts Options) error {
 	if opts.Subresource != "" {
+		for _, a := range s.admission {
+			if sa, ok := a.(SubresourceAdmitter); ok {
+				if err := sa.AdmitSubresourceUpdate(ctx, k, opts.Subresource, obj, cur, opts.DryRun); err != nil {
+					return admitError(err)
+				}
+			}
+		}
 		return nil
 	}
 	for _, a := range s.admission {
