@@ -5,6 +5,7 @@
 //
 //	tether hub --data-dir DIR                 the control plane
 //	tether token create [--ttl 24h]           a join token for one or more edges
+//	tether user create NAME --group G         a user's client certificate and kubeconfig
 //	tether edge --hub URL --token T           the node agent
 //	tether edge images import FILE...         OCI archives into the agent's containerd
 //	tether edge reset --data-dir DIR          remove what an agent set up on a node

@@ -20,9 +20,9 @@ import (
 const kubernetesVersion = hub.KubernetesVersion
 
 // commands are the subcommands of the full binary: the hub's, the join
-// tokens' and the agent's.
+// tokens', the users' and the agent's.
 func commands() []*cobra.Command {
-	return []*cobra.Command{newHubCmd(), newTokenCmd(), newEdgeCmd()}
+	return []*cobra.Command{newHubCmd(), newTokenCmd(), newUserCmd(), newEdgeCmd()}
 }
 
 func newHubCmd() *cobra.Command {
