@@ -68,6 +68,7 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	if st.Reason == metav1.StatusReasonTooManyRequests && st.Details != nil && st.Details.RetryAfterSeconds > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(st.Details.RetryAfterSeconds))
 	}
+	auditStatus(w, &st)
 	s.writeRawJSON(w, code, &st)
 }
 
@@ -199,6 +200,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, code int, o
 	w.Header().Set("Content-Type", out.info.MediaType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	body := buf.String()
+	auditResponse(r, out.info.MediaType, body, obj)
 	writeBody(w, r, code, len(body), func(w io.Writer) error {
 		_, err := io.WriteString(w, body)
 		return err
@@ -220,6 +222,7 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 	if int64(len(b)) > s.maxBody {
 		return nil, tooLarge(s.maxBody)
 	}
+	auditRequestBody(r, b)
 	return b, nil
 }
 

@@ -161,7 +161,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		q := r.URL.Query()
 		req.attrs.LabelSelector, req.attrs.FieldSelector = q.Get("labelSelector"), q.Get("fieldSelector")
 	}
-	if err := s.authz.Authorize(u, req.attrs); err != nil {
+	if err := s.authorize(r, u, req.attrs); err != nil {
 		s.writeError(w, toStatus(err))
 		return
 	}
@@ -451,6 +451,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, t target) {
 			Kind: t.kind.Resource, Namespace: t.namespace, Path: r.URL.Path}
 		if u != nil {
 			if err := ca.AuthorizeCreate(u, attrs, obj); err != nil {
+				auditDenied(r, err)
 				s.writeError(w, toStatus(err))
 				return
 			}

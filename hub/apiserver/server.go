@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
@@ -113,6 +114,9 @@ type Config struct {
 	// DialPod reaches pods' addresses through their nodes for pods/proxy
 	// and services/proxy; nil answers 503 there.
 	DialPod PodDialer
+	// Audit, when set, receives an audit event per request stage its
+	// policy logs (see hub/audit).
+	Audit *audit.Log
 	// Extensions serve tether's own endpoints, keyed by exact path (e.g.
 	// the node join exchanges under /tether/). They run with the
 	// authenticated user in the request context when the request carries
@@ -187,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 
 // Handler returns the HTTP handler serving the whole API.
 func (s *Server) Handler() http.Handler {
-	return http.HandlerFunc(s.serve)
+	return s.withAudit(http.HandlerFunc(s.serve))
 }
 
 type ctxWriter struct {
@@ -236,7 +240,7 @@ func newRequestID() string {
 func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	w := &ctxWriter{ResponseWriter: rw}
-	req := &request{id: newRequestID()}
+	req := &request{id: requestID(r)}
 	w.Header().Set("Audit-Id", req.id)
 	defer func() {
 		if p := recover(); p != nil {
@@ -289,6 +293,7 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u, err := s.authenticate(r)
+	auditAuthenticated(r, u)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -307,7 +312,7 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	req.attrs = Attributes{Verb: strings.ToLower(r.Method), Path: path}
-	if err := s.authz.Authorize(u, req.attrs); err != nil {
+	if err := s.authorize(r, u, req.attrs); err != nil {
 		s.writeError(w, toStatus(err))
 		return
 	}

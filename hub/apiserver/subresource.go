@@ -32,6 +32,7 @@ func (s *Server) writeBody(w http.ResponseWriter, r *http.Request, options func(
 		s.writeError(w, err)
 		return nil, nil, opts, false
 	}
+	auditRequestObject(r, obj)
 	return obj, warnings, opts, true
 }
 
