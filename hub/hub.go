@@ -22,6 +22,7 @@ import (
 	"github.com/tether-edge/tether/controllers"
 
 	"github.com/tether-edge/tether/hub/apiserver"
+	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/discovery"
 	"github.com/tether-edge/tether/hub/pki"
@@ -101,6 +102,8 @@ type Config struct {
 	Profiling bool
 	// Version is tether's own version, reported as gitCommit at /version.
 	Version string
+	// Audit configures the audit log; an empty Path disables it.
+	Audit audit.Options
 	// Logger receives the hub's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tether-edge/tether/controllers"
 	"github.com/tether-edge/tether/hub/admission"
 	"github.com/tether-edge/tether/hub/apiserver"
+	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/certificates"
 	"github.com/tether-edge/tether/hub/discovery"
@@ -207,7 +208,15 @@ func (r *run) buildAPI() error {
 	}
 	r.onClose(func() error { _ = r.edges.Close(); return nil })
 	r.relay = newStreamDemux(r.edges.Listener())
+	auditLog, err := openAudit(cfg)
+	if err != nil {
+		return err
+	}
+	if auditLog != nil {
+		r.onClose(auditLog.Close)
+	}
 	r.api, err = apiserver.New(apiserver.Config{
+		Audit:                auditLog,
 		Storage:              r.objs,
 		Kinds:                r.kinds,
 		Authorizer:           r.authz,
@@ -426,4 +435,14 @@ func (r *run) startSigner(ctx context.Context) error {
 	r.stopSigner = sync.OnceFunc(func() { cancel(); <-done })
 	r.onClose(func() error { r.stopSigner(); return nil })
 	return nil
+}
+
+// openAudit opens the audit log cfg asks for, or returns nil.
+func openAudit(cfg Config) (*audit.Log, error) {
+	if cfg.Audit.Path == "" {
+		return nil, nil
+	}
+	o := cfg.Audit
+	o.Logger = cfg.Logger.With("component", "audit")
+	return audit.New(o)
 }

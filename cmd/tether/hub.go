@@ -70,6 +70,12 @@ func newHubCmd() *cobra.Command {
 	f.StringVar(&cfg.LocalPathRoot, "local-path-root", "/var/lib/tether/storage", "directory of the nodes under which the local-path provisioner makes volumes (agents' --local-path-root must match)")
 	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
 	f.BoolVar(&cfg.Profiling, "profiling", false, "serve the Go runtime's profiles at /debug/pprof/ to authorized users")
+	f.StringVar(&cfg.Audit.Path, "audit-log-path", "", "if set, write audit.k8s.io/v1 events of API requests to this file, one JSON line each ('-' means standard out)")
+	f.StringVar(&cfg.Audit.PolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy deciding what is logged (default: every request at Metadata level)")
+	f.IntVar(&cfg.Audit.MaxSizeMB, "audit-log-maxsize", 0, "size in megabytes at which the audit log is rotated (0: 100)")
+	f.IntVar(&cfg.Audit.MaxBackups, "audit-log-maxbackups", 0, "number of rotated audit log files kept (0: all)")
+	f.IntVar(&cfg.Audit.MaxAgeDays, "audit-log-maxage", 0, "days rotated audit log files are kept (0: no limit)")
+	f.BoolVar(&cfg.Audit.Compress, "audit-log-compress", false, "gzip rotated audit log files")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
