@@ -96,7 +96,7 @@ func (s *Server) withAudit(next http.Handler) http.Handler {
 		rec.anonymous = localUser(r.Context()) == nil && r.Header.Get("Authorization") == "" &&
 			(r.TLS == nil || len(r.TLS.PeerCertificates) == 0)
 		aw := &auditWriter{ResponseWriter: w, rec: rec}
-		defer rec.complete(aw.code)
+		defer func() { rec.complete(aw.code) }()
 		next.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), auditKey{}, rec)))
 	})
 }

@@ -134,12 +134,27 @@ func (l *Log) Close() error {
 
 func (l *Log) run() {
 	defer close(l.done)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	var batch, one bytes.Buffer
+	enc := json.NewEncoder(&one)
 	enc.SetEscapeHTML(false)
 	tick := time.NewTicker(syncInterval)
 	defer tick.Stop()
 	dirty := false
+	// add encodes ev into the batch, writing the batch first when ev
+	// would take it over batchBytes: lumberjack refuses any single write
+	// larger than its maximum file size.
+	add := func(ev *auditv1.Event) {
+		one.Reset()
+		ev.TypeMeta.Kind, ev.TypeMeta.APIVersion = "Event", auditv1.SchemeGroupVersion.String()
+		if err := enc.Encode(ev); err != nil {
+			l.log.Error("audit: encode event", "error", err, "auditID", ev.AuditID)
+			return
+		}
+		if batch.Len() > 0 && batch.Len()+one.Len() > batchBytes {
+			l.write(&batch)
+		}
+		batch.Write(one.Bytes())
+	}
 	for {
 		select {
 		case ev, ok := <-l.queue:
@@ -150,23 +165,20 @@ func (l *Log) run() {
 				_ = l.out.Close()
 				return
 			}
-			l.encode(enc, ev)
+			add(ev)
 		drain:
-			for buf.Len() < 256<<10 {
+			for {
 				select {
 				case ev, ok := <-l.queue:
 					if !ok {
 						break drain
 					}
-					l.encode(enc, ev)
+					add(ev)
 				default:
 					break drain
 				}
 			}
-			if _, err := l.out.Write(buf.Bytes()); err != nil {
-				l.log.Error("audit: write log", "error", err)
-			}
-			buf.Reset()
+			l.write(&batch)
 			dirty = true
 		case <-tick.C:
 			if dirty {
@@ -177,11 +189,17 @@ func (l *Log) run() {
 	}
 }
 
-func (l *Log) encode(enc *json.Encoder, ev *auditv1.Event) {
-	ev.TypeMeta.Kind, ev.TypeMeta.APIVersion = "Event", auditv1.SchemeGroupVersion.String()
-	if err := enc.Encode(ev); err != nil {
-		l.log.Error("audit: encode event", "error", err, "auditID", ev.AuditID)
+// batchBytes bounds one write of queued events.
+const batchBytes = 256 << 10
+
+func (l *Log) write(b *bytes.Buffer) {
+	if b.Len() == 0 {
+		return
 	}
+	if _, err := l.out.Write(b.Bytes()); err != nil {
+		l.log.Error("audit: write log", "error", err)
+	}
+	b.Reset()
 }
 
 // sync forces the current file to disk; lumberjack has no Sync, and any
