@@ -110,7 +110,11 @@ func auditAuthenticated(r *http.Request, u *auth.User) {
 }
 
 // authorize asks the authorizer about a request and reports the request's
-// attributes and the decision to the audit record.
+// attributes and the decision to the audit record. It is called once per
+// request, for the request itself, with the user it acts as (the
+// impersonated one when impersonating): checks of other attributes, such
+// as the impersonate verb, call the Authorizer directly. The first call
+// fixes the policy's decision and emits RequestReceived.
 func (s *Server) authorize(r *http.Request, u *auth.User, a Attributes) error {
 	err := s.authz.Authorize(u, a)
 	if rec := auditFrom(r.Context()); rec != nil {

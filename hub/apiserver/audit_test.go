@@ -1,0 +1,128 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"github.com/tether-edge/tether/hub/audit"
+	"github.com/tether-edge/tether/hub/auth"
+)
+
+type denySecrets struct{}
+
+func (denySecrets) Authorize(u *auth.User, a Attributes) error {
+	if a.Kind == "secrets" {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, a.Name, nil)
+	}
+	return nil
+}
+
+// TestAuditHook drives the hook with a handler standing for the pipeline:
+// the authenticated and the impersonated user, every stage of a policy
+// that omits none, ResponseStarted of a watch, a denial, and a client's
+// Audit-Id.
+func TestAuditHook(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "audit.log")
+	log, err := audit.New(audit.Options{Path: logPath, PolicyFile: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{cfg: Config{Audit: log}, authz: denySecrets{}}
+	alice := &auth.User{Name: "alice", Groups: []string{"devs", "system:authenticated"}}
+	bob := &auth.User{Name: "bob", UID: "b1", Groups: []string{"system:authenticated"}}
+	h := s.withAudit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Audit-Id", requestID(r))
+		auditAuthenticated(r, alice)
+		as := bob
+		if r.Header.Get("Impersonate-User") == "" {
+			as = alice
+		}
+		q := r.URL.Query()
+		a := Attributes{Verb: q.Get("verb"), Resource: true, Version: "v1", Kind: q.Get("resource"), Namespace: "ns", Name: q.Get("name")}
+		if err := s.authorize(r, as, a); err != nil {
+			st := toStatus(err).ErrStatus
+			auditStatus(w, &st)
+			w.WriteHeader(int(st.Code))
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("{}"))
+	}))
+	do := func(query string, header map[string]string) string {
+		r := httptest.NewRequest(http.MethodGet, "/api/v1/x?"+query, nil)
+		for k, v := range header {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Header().Get("Audit-Id")
+	}
+	getID := do("verb=get&resource=pods&name=p", map[string]string{"Impersonate-User": "bob"})
+	watchID := do("verb=watch&resource=pods", nil)
+	deniedID := do("verb=get&resource=secrets&name=s", nil)
+	clientID := do("verb=get&resource=pods&name=q", map[string]string{"Audit-Id": "client-chosen-id"})
+	if clientID != "client-chosen-id" {
+		t.Errorf("Audit-Id %q, want the client's", clientID)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := map[string][]auditv1.Stage{}
+	byID := map[string]auditv1.Event{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var ev auditv1.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		stages[string(ev.AuditID)] = append(stages[string(ev.AuditID)], ev.Stage)
+		byID[string(ev.AuditID)] = ev
+	}
+	want := map[string]string{
+		getID:    "RequestReceived ResponseComplete",
+		watchID:  "RequestReceived ResponseStarted ResponseComplete",
+		deniedID: "RequestReceived ResponseComplete",
+		clientID: "RequestReceived ResponseComplete",
+	}
+	for id, w := range want {
+		var got []string
+		for _, s := range stages[id] {
+			got = append(got, string(s))
+		}
+		if strings.Join(got, " ") != w {
+			t.Errorf("stages of %s: %v, want %s", id, got, w)
+		}
+	}
+	ev := byID[getID]
+	if ev.User.Username != "alice" || ev.ImpersonatedUser == nil || ev.ImpersonatedUser.Username != "bob" || ev.ImpersonatedUser.UID != "b1" {
+		t.Errorf("impersonated request: user %+v, impersonatedUser %+v", ev.User, ev.ImpersonatedUser)
+	}
+	if ev := byID[watchID]; ev.ImpersonatedUser != nil || ev.User.Username != "alice" || ev.ObjectRef.Resource != "pods" {
+		t.Errorf("watch: %+v", ev)
+	}
+	ev = byID[deniedID]
+	if ev.ResponseStatus == nil || ev.ResponseStatus.Code != 403 || ev.ResponseStatus.Reason != "Forbidden" ||
+		ev.Annotations["authorization.k8s.io/decision"] != "forbid" || !strings.Contains(ev.Annotations["authorization.k8s.io/reason"], "forbidden") {
+		t.Errorf("denied request: %+v", ev)
+	}
+	if byID[getID].Annotations["authorization.k8s.io/decision"] != "allow" {
+		t.Errorf("allowed request's annotations: %v", byID[getID].Annotations)
+	}
+}
