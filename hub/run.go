@@ -444,5 +444,14 @@ func openAudit(cfg Config) (*audit.Log, error) {
 	}
 	o := cfg.Audit
 	o.Logger = cfg.Logger.With("component", "audit")
-	return audit.New(o)
+	l, err := audit.New(o)
+	if err != nil {
+		return nil, err
+	}
+	policy := o.PolicyFile
+	if policy == "" {
+		policy = "(none: Metadata for every request)"
+	}
+	o.Logger.Info("audit log enabled", "path", o.Path, "policy", policy)
+	return l, nil
 }
