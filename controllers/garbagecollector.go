@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/client-go/metadata"
 	"log/slog"
 	"slices"
 	"sync"
@@ -40,6 +41,7 @@ func (k objectKey) String() string {
 // finalizer) and as a dependent (when it has owner references).
 type garbageCollector struct {
 	m     *Manager
+	meta  metadata.Interface // acts as the garbage collector's own identity
 	log   *slog.Logger
 	queue *kit.TypedQueue[objectKey]
 
@@ -48,9 +50,10 @@ type garbageCollector struct {
 	dependents map[types.UID]map[objectKey]struct{}
 }
 
-func newGarbageCollector(m *Manager, log *slog.Logger) *garbageCollector {
+func newGarbageCollector(m *Manager, meta metadata.Interface, log *slog.Logger) *garbageCollector {
 	return &garbageCollector{
 		m:          m,
+		meta:       meta,
 		log:        log,
 		queue:      kit.NewTypedQueue[objectKey]("garbagecollector"),
 		byUID:      map[types.UID]objectKey{},
@@ -314,9 +317,9 @@ func (gc *garbageCollector) ownerStateOf(ctx context.Context, dependent objectKe
 		err error
 	)
 	if ns != "" {
-		p, err = gc.m.meta.Resource(k.gvr).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		p, err = gc.meta.Resource(k.gvr).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 	} else {
-		p, err = gc.m.meta.Resource(k.gvr).Get(ctx, ref.Name, metav1.GetOptions{})
+		p, err = gc.meta.Resource(k.gvr).Get(ctx, ref.Name, metav1.GetOptions{})
 	}
 	switch {
 	case apierrors.IsNotFound(err):
@@ -407,7 +410,7 @@ func (gc *garbageCollector) classify(ctx context.Context, key objectKey, refs []
 
 // get reads an object's metadata from the API.
 func (gc *garbageCollector) get(ctx context.Context, key objectKey) (*metav1.PartialObjectMetadata, error) {
-	r := gc.m.meta.Resource(key.gvr)
+	r := gc.meta.Resource(key.gvr)
 	if key.namespace != "" {
 		return r.Namespace(key.namespace).Get(ctx, key.name, metav1.GetOptions{})
 	}
@@ -500,7 +503,7 @@ func (gc *garbageCollector) patch(ctx context.Context, key objectKey, p *metav1.
 	if err != nil {
 		return err
 	}
-	r := gc.m.meta.Resource(key.gvr)
+	r := gc.meta.Resource(key.gvr)
 	if key.namespace != "" {
 		_, err = r.Namespace(key.namespace).Patch(ctx, key.name, types.JSONPatchType, body, metav1.PatchOptions{})
 	} else {
@@ -536,7 +539,7 @@ func (gc *garbageCollector) delete(ctx context.Context, key objectKey, p *metav1
 		Preconditions:     &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
 		PropagationPolicy: &policy,
 	}
-	r := gc.m.meta.Resource(key.gvr)
+	r := gc.meta.Resource(key.gvr)
 	var err error
 	if key.namespace != "" {
 		err = r.Namespace(key.namespace).Delete(ctx, key.name, opts)

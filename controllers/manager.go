@@ -23,9 +23,16 @@ import (
 
 // Config configures a Manager. Only RestConfig is required.
 type Config struct {
-	// RestConfig reaches the hub's API with rights to read, update and
-	// delete every resource.
+	// RestConfig reaches the hub's API as the controller manager: it
+	// discovers the served resources and feeds the shared informers, so
+	// it must be allowed to list and watch every resource.
 	RestConfig *rest.Config
+	// ClientConfig returns the configuration controller name (as in
+	// --controllers) reads and writes with, so each controller acts under
+	// an identity of its own as kube-controller-manager's
+	// --use-service-account-credentials makes it; nil means RestConfig
+	// for all.
+	ClientConfig func(controller string) *rest.Config
 	// Logger receives the controllers' logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Workers is the number of workers per controller; 0 means 4.
@@ -117,7 +124,65 @@ func New(cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	rc := rest.CopyConfig(cfg.RestConfig)
+	meta, kube, err := clients(cfg.RestConfig)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg:     cfg,
+		log:     log,
+		meta:    meta,
+		kube:    kube,
+		disc:    kube.Discovery(),
+		factory: metadatainformer.NewSharedInformerFactory(meta, cfg.ResyncPeriod),
+		watched: map[schema.GroupResource]*watchedResource{},
+		kinds:   map[schema.GroupVersionKind]resourceInfo{},
+		byGR:    map[schema.GroupResource]resourceInfo{},
+	}
+	if err := CheckNames(cfg.Controllers); err != nil {
+		return nil, fmt.Errorf("create controllers: %w", err)
+	}
+	gcMeta, _, err := clients(m.configFor("garbagecollector"))
+	if err != nil {
+		return nil, err
+	}
+	m.gc = newGarbageCollector(m, gcMeta, log.With("controller", "garbagecollector"))
+	nsMeta, nsKube, err := clients(m.configFor("namespace"))
+	if err != nil {
+		return nil, err
+	}
+	m.ns = newNamespaceController(m, nsMeta, nsKube, log.With("controller", "namespace"))
+	m.typed = informers.NewSharedInformerFactory(kube, cfg.ResyncPeriod)
+	for _, b := range builtins {
+		if !Enabled(cfg.Controllers, b.name) {
+			continue
+		}
+		_, client, err := clients(m.configFor(b.name))
+		if err != nil {
+			return nil, err
+		}
+		r, err := b.build(client, m.typed, cfg.Workers, log.With("controller", b.name), &cfg)
+		if err != nil {
+			return nil, fmt.Errorf("create %s controller: %w", b.name, err)
+		}
+		m.runners = append(m.runners, r)
+	}
+	return m, nil
+}
+
+// configFor returns the client configuration of controller name.
+func (m *Manager) configFor(name string) *rest.Config {
+	if m.cfg.ClientConfig != nil {
+		if c := m.cfg.ClientConfig(name); c != nil {
+			return c
+		}
+	}
+	return m.cfg.RestConfig
+}
+
+// clients builds the metadata and typed clients of one identity.
+func clients(cfg *rest.Config) (metadata.Interface, kubernetes.Interface, error) {
+	rc := rest.CopyConfig(cfg)
 	// The controllers reach the hub over loopback; client-go's default of
 	// 5 requests a second would throttle a node lifecycle pass or a large
 	// rollout.
@@ -132,40 +197,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	meta, err := metadata.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("create metadata client: %w", err)
+		return nil, nil, fmt.Errorf("create metadata client: %w", err)
 	}
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("create kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("create kubernetes client: %w", err)
 	}
-	m := &Manager{
-		cfg:     cfg,
-		log:     log,
-		meta:    meta,
-		kube:    kube,
-		disc:    kube.Discovery(),
-		factory: metadatainformer.NewSharedInformerFactory(meta, cfg.ResyncPeriod),
-		watched: map[schema.GroupResource]*watchedResource{},
-		kinds:   map[schema.GroupVersionKind]resourceInfo{},
-		byGR:    map[schema.GroupResource]resourceInfo{},
-	}
-	m.gc = newGarbageCollector(m, log.With("controller", "garbagecollector"))
-	m.ns = newNamespaceController(m, log.With("controller", "namespace"))
-	if err := CheckNames(cfg.Controllers); err != nil {
-		return nil, fmt.Errorf("create controllers: %w", err)
-	}
-	m.typed = informers.NewSharedInformerFactory(kube, cfg.ResyncPeriod)
-	for _, b := range builtins {
-		if !Enabled(cfg.Controllers, b.name) {
-			continue
-		}
-		r, err := b.build(kube, m.typed, cfg.Workers, log.With("controller", b.name), &cfg)
-		if err != nil {
-			return nil, fmt.Errorf("create %s controller: %w", b.name, err)
-		}
-		m.runners = append(m.runners, r)
-	}
-	return m, nil
+	return meta, kube, nil
 }
 
 // Run discovers the served resources, starts their informers and the

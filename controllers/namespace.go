@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"log/slog"
 	"slices"
 	"strings"
@@ -36,6 +38,8 @@ const (
 // kubernetes finalizer from its spec so the hub deletes it.
 type namespaceController struct {
 	m     *Manager
+	meta  metadata.Interface   // these two act as the namespace
+	kube  kubernetes.Interface // controller's own identity
 	log   *slog.Logger
 	queue *kit.Queue
 
@@ -43,9 +47,11 @@ type namespaceController struct {
 	namespaces *watchedResource // the namespaces informer, once watched
 }
 
-func newNamespaceController(m *Manager, log *slog.Logger) *namespaceController {
+func newNamespaceController(m *Manager, meta metadata.Interface, kube kubernetes.Interface, log *slog.Logger) *namespaceController {
 	return &namespaceController{
 		m:     m,
+		meta:  meta,
+		kube:  kube,
 		log:   log,
 		queue: kit.NewQueue("namespace", kit.WithBackoff(5*time.Millisecond, time.Minute)),
 	}
@@ -103,7 +109,7 @@ type contentResult struct {
 // by finalizers is looked at again with growing delays, as after a
 // failure, and its deletion queues the namespace at once.
 func (nc *namespaceController) sync(ctx context.Context, name string) error {
-	ns, err := nc.m.kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	ns, err := nc.kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -143,7 +149,7 @@ func (nc *namespaceController) sync(ctx context.Context, name string) error {
 	ns.Spec.Finalizers = slices.DeleteFunc(ns.Spec.Finalizers, func(f corev1.FinalizerName) bool {
 		return f == corev1.FinalizerKubernetes
 	})
-	_, err = nc.m.kube.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{})
+	_, err = nc.kube.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -170,7 +176,7 @@ func (nc *namespaceController) deleteContent(ctx context.Context, ns string) con
 	}
 	background := metav1.DeletePropagationBackground
 	for _, info := range resources {
-		r := nc.m.meta.Resource(info.gvr).Namespace(ns)
+		r := nc.meta.Resource(info.gvr).Namespace(ns)
 		gr := info.gvr.GroupResource().String()
 		if info.can("deletecollection") {
 			err := r.DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{})
@@ -249,7 +255,7 @@ func (nc *namespaceController) updateConditions(ctx context.Context, ns *corev1.
 	}
 	upd := ns.DeepCopy()
 	upd.Status.Conditions = conds
-	got, err := nc.m.kube.CoreV1().Namespaces().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	got, err := nc.kube.CoreV1().Namespaces().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 	if err != nil {
 		nc.log.Debug("update namespace conditions", "namespace", ns.Name, "err", err)
 		return
