@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tether-edge/tether/controllers/batch"
+	"github.com/tether-edge/tether/controllers/clusterroleaggregation"
 	"github.com/tether-edge/tether/controllers/daemonset"
 	"github.com/tether-edge/tether/controllers/deployment"
 	"github.com/tether-edge/tether/controllers/disruption"
@@ -84,6 +85,10 @@ var builtins = []builtin{
 	// The default ServiceAccount and kube-root-ca.crt of every namespace.
 	{"serviceaccount", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
 		return serviceaccount.New(serviceaccount.Config{Client: k, Informers: inf, Workers: w, Logger: l, RootCA: c.RootCA})
+	}},
+	// The rules of aggregated ClusterRoles (admin, edit, view, ...).
+	{"clusterrole-aggregation", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, _ *Config) (runner, error) {
+		return clusterroleaggregation.New(clusterroleaggregation.Config{Client: k, Informers: inf, Logger: l})
 	}},
 }
 
