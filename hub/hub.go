@@ -25,7 +25,7 @@ import (
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/discovery"
-	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/scheduler"
@@ -224,11 +224,26 @@ var servedSubresources = []discovery.Subresource{
 }
 
 // localConfig is the client configuration of a component running inside
-// the hub: the API served in-process, as user (in the cluster-admin group).
-func localConfig(api *apiserver.Server, url, user string) *rest.Config {
+// the hub: the API served in-process, as user in groups.
+func localConfig(api *apiserver.Server, url, user string, groups ...string) *rest.Config {
 	return &rest.Config{
 		Host:      url,
-		Transport: api.LocalTransport(&auth.User{Name: user, Groups: []string{pki.AdminGroup, "system:authenticated"}}),
+		Transport: api.LocalTransport(&auth.User{Name: user, Groups: groups}),
+	}
+}
+
+// controllerConfig returns, by controller name, the configuration under
+// which that controller acts: its own ServiceAccount in kube-system, bound
+// to its system:controller: ClusterRole, as kube-controller-manager's
+// --use-service-account-credentials makes it.
+func controllerConfig(api *apiserver.Server, url string) func(string) *rest.Config {
+	return func(name string) *rest.Config {
+		account := bootstrap.AccountFor(name)
+		if account == "" {
+			return nil
+		}
+		user, groups := bootstrap.ControllerUser(account)
+		return localConfig(api, url, user, groups...)
 	}
 }
 
@@ -236,7 +251,7 @@ func localConfig(api *apiserver.Server, url, user string) *rest.Config {
 // API, like the controllers; the returned function stops it and waits.
 func (h *Hub) startScheduler(ctx context.Context, api *apiserver.Server, url string) (func(), error) {
 	sched, err := scheduler.New(scheduler.Config{
-		RestConfig: localConfig(api, url, "system:kube-scheduler"),
+		RestConfig: localConfig(api, url, bootstrap.SchedulerUser, "system:authenticated"),
 		Logger:     h.cfg.Logger.With("component", "scheduler"),
 	})
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/openapi"
 	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/store/sqlite"
@@ -302,6 +303,13 @@ func (r *run) serve(ctx context.Context) error {
 	go r.adm.Run(bgCtx)
 	go r.objs.KeepBootstrapped(bgCtx, r.bootCfg, 0)
 
+	// The default RBAC policy is written before anyone but the hub is
+	// served, so the roles of its controllers and scheduler exist when
+	// they start.
+	if err := r.reconcilePolicy(ctx); err != nil {
+		return err
+	}
+
 	r.serveErr = make(chan error, 3)
 	go func() { r.serveErr <- r.srv.Serve(tls.NewListener(r.ln, r.srv.TLSConfig)) }()
 	go func() {
@@ -335,12 +343,37 @@ func (r *run) serve(ctx context.Context) error {
 	return nil
 }
 
+// reconcilePolicy writes the default RBAC policy as an admin (see
+// bootstrap.Reconcile), retrying for a while: storage may still be
+// settling right after it opened.
+func (r *run) reconcilePolicy(ctx context.Context) error {
+	rc := localConfig(r.api, "https://localhost", "system:apiserver", pki.AdminGroup, "system:authenticated")
+	rc.QPS = -1 // in-process: no client-side throttling
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create policy client: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := bootstrap.Reconcile(ctx, kube)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return fmt.Errorf("reconcile the default RBAC policy: %w", err)
+			}
+			return nil
+		}
+		r.h.log.Warn("reconcile the default RBAC policy", "err", err)
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // startClients runs the built-in controllers and the scheduler, clients of
 // the hub's own API like any other, served in-process (see
 // apiserver.LocalTransport).
 func (r *run) startClients(ctx context.Context) error {
 	ctrl, err := controllers.New(controllers.Config{
-		RestConfig:    localConfig(r.api, r.url, "system:kube-controller-manager"),
+		RestConfig:    localConfig(r.api, r.url, bootstrap.ControllerManagerUser, "system:authenticated"),
+		ClientConfig:  controllerConfig(r.api, r.url),
 		Logger:        r.cfg.Logger.With("component", "controllers"),
 		Controllers:   r.cfg.Controllers,
 		RootCA:        r.authority.CAPEM(),
