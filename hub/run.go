@@ -453,7 +453,8 @@ func (r *run) shutdown() {
 // client of the hub's API under the identity upstream's signing
 // controller has.
 func (r *run) startSigner(ctx context.Context) error {
-	client, err := kubernetes.NewForConfig(localConfig(r.api, r.url, "system:serviceaccount:kube-system:certificate-controller"))
+	user, groups := bootstrap.ControllerUser(bootstrap.AccountFor("csrsigning"))
+	client, err := kubernetes.NewForConfig(localConfig(r.api, r.url, user, groups...))
 	if err != nil {
 		return fmt.Errorf("create signer client: %w", err)
 	}

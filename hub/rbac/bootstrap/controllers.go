@@ -123,6 +123,15 @@ func Controllers() []Controller {
 		{"clusterrole-aggregation", "clusterrole-aggregation-controller", append(eventRules(),
 			rule("escalate get list watch update patch", "rbac.authorization.k8s.io", "clusterroles"),
 		)},
+		// The kubernetes.io/kube-apiserver-client signer, which the hub
+		// runs beside the controller manager: it watches requests and
+		// writes certificates (or failures) into their status.
+		{"csrsigning", "certificate-controller", append(eventRules(),
+			rule("get list watch", "certificates.k8s.io", "certificatesigningrequests"),
+			rule("update", "certificates.k8s.io", "certificatesigningrequests/status"),
+			rbacv1.PolicyRule{Verbs: []string{"sign"}, APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"},
+				ResourceNames: []string{"kubernetes.io/kube-apiserver-client"}},
+		)},
 	}
 }
 
