@@ -107,9 +107,26 @@ func userKubeconfig(t *testing.T, h *hubtest.Hub, certPEM, keyPEM []byte) string
 // hub recorded as asking (spec.username and spec.groups).
 func whoAmI(t *testing.T, h *hubtest.Hub, kubeconfig, name string) (string, []string) {
 	t.Helper()
+	// Under RBAC only those allowed may request certificates: let every
+	// authenticated user ask, as a cluster that hands out certificates
+	// this way would.
+	if _, err := h.Run("get", "clusterrolebinding", "csr-requesters"); err != nil {
+		mustKubectl(t, h, "create", "clusterrole", "csr-requester", "--verb=create", "--resource=certificatesigningrequests.certificates.k8s.io")
+		mustKubectl(t, h, "create", "clusterrolebinding", "csr-requesters", "--clusterrole=csr-requester", "--group=system:authenticated")
+	}
 	_, req := newCSR(t, "probe")
-	out, err := kubectlIn(t, h, csrManifest(name, req, "example.com/probe", []string{"client auth"}, 0),
-		[]string{"KUBECONFIG=" + kubeconfig}, "create", "-f", "-", "-o", "jsonpath={.spec.username}|{.spec.groups}")
+	var (
+		out string
+		err error
+	)
+	// The binding takes effect once the authorizer has seen it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, err = kubectlIn(t, h, csrManifest(name, req, "example.com/probe", []string{"client auth"}, 0),
+			[]string{"KUBECONFIG=" + kubeconfig}, "create", "-f", "-", "-o", "jsonpath={.spec.username}|{.spec.groups}")
+		if err == nil || !strings.Contains(err.Error(), "Forbidden") || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,6 +185,9 @@ func TestRelayedPodConnections(t *testing.T) {
 	h := hubtest.Start(t, "--disable-scheduler")
 	admin := clientFor(t, h)
 	uids := createPods(t, admin, []string{"robot"}, map[string][2]string{"mine": {"n1", "robot"}, "theirs": {"n2", "robot"}})
+	// The pod's ServiceAccount reads its namespace, as an operator would
+	// let it under RBAC.
+	mustKubectl(t, h, "create", "rolebinding", "robot-view", "-n", "default", "--clusterrole=view", "--serviceaccount=default:robot")
 	id := joinNode(t, h, "n1")
 	roots := id.roots(t)
 	pair, err := tls.X509KeyPair(id.cert, id.key)
@@ -250,6 +253,10 @@ func TestRelayedPodConnections(t *testing.T) {
 		resp, body := get(c, "https://"+name+"/api/v1/namespaces/default/pods", tr.Status.Token)
 		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 || !strings.Contains(body, `"mine"`) {
 			t.Errorf("relayed as %s with the pod's token: %s %s: %.200s", name, resp.Proto, resp.Status, body)
+		}
+		// RBAC decides for the pod's token: view does not read Secrets.
+		if resp, body := get(c, "https://"+name+"/api/v1/namespaces/default/secrets", tr.Status.Token); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("relayed as %s, listing secrets with the pod's token: %s %.200s", name, resp.Status, body)
 		}
 		// Without credentials the relayed connection is nobody, least
 		// of all the node that relayed it.

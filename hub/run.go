@@ -28,6 +28,7 @@ import (
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/openapi"
 	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/hub/rbac"
 	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
@@ -79,6 +80,7 @@ type run struct {
 	kinds     []*registry.Kind
 	adm       *admission.Admission
 	csrAdm    *certificates.Admission
+	rbac      *rbac.Authorizer
 	objs      *storage.Storage
 	bootCfg   storage.BootstrapConfig
 
@@ -162,11 +164,13 @@ func (r *run) open(ctx context.Context) error {
 
 	r.adm = admission.New(cfg.Logger.With("component", "admission"))
 	r.csrAdm = certificates.NewAdmission()
+	r.rbac = rbac.New(rbac.Config{Logger: cfg.Logger.With("component", "rbac")})
 	r.objs, err = storage.New(storage.Config{Store: st, Kinds: r.kinds, Logger: cfg.Logger.With("component", "storage"),
-		Admission: append(r.adm.Admitters(), r.csrAdm)})
+		Admission: append(r.adm.Admitters(), r.csrAdm, r.rbac.Admitter())})
 	if err != nil {
 		return err
 	}
+	r.rbac.SetStorage(r.objs)
 	r.adm.SetStorage(r.objs)
 	port := r.ln.Addr().(*net.TCPAddr).Port
 	r.bootCfg = storage.BootstrapConfig{AdvertiseAddress: r.advertise, Port: int32(port), ServiceIP: r.serviceIP.String()}
@@ -202,6 +206,7 @@ func (r *run) buildAPI() error {
 	nodeCfg := nodes.Config{Storage: r.objs, Authority: r.authority, CertTTL: cfg.NodeCertTTL,
 		Logger: cfg.Logger.With("component", "nodes")}
 	r.authz = nodes.NewAuthorizer(nodeCfg)
+	r.authz.Next = r.rbac // nodes are the node authorizer's, everyone else RBAC's
 	r.csrAdm.SetAuthorizer(r.authz)
 	r.leases = nodes.NewLeases(nodeCfg)
 	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, cfg.Logger.With("component", "tunnel")); err != nil {
@@ -299,6 +304,7 @@ func (r *run) serve(ctx context.Context) error {
 	r.stopBackground = stopBackground
 	r.onClose(func() error { stopBackground(); return nil })
 	go r.authz.Run(bgCtx)
+	go r.rbac.Run(bgCtx)
 	go r.leases.Run(bgCtx)
 	go r.adm.Run(bgCtx)
 	go r.objs.KeepBootstrapped(bgCtx, r.bootCfg, 0)
@@ -308,6 +314,9 @@ func (r *run) serve(ctx context.Context) error {
 	// they start.
 	if err := r.reconcilePolicy(ctx); err != nil {
 		return err
+	}
+	if !r.rbac.WaitSynced(ctx) {
+		return fmt.Errorf("load RBAC objects: %w", ctx.Err())
 	}
 
 	r.serveErr = make(chan error, 3)

@@ -36,9 +36,17 @@ func TestTetherUserCreate(t *testing.T) {
 	if user != "erin" || !slices.Contains(groups, "dev") || !slices.Contains(groups, "qa") {
 		t.Errorf("the kubeconfig authenticates as %q %v", user, groups)
 	}
-	if _, err := kubectlIn(t, h, "", []string{"KUBECONFIG=" + out}, "get", "namespaces"); err != nil {
-		t.Errorf("kubectl with the user's kubeconfig: %v", err)
+	// The kubeconfig reaches the hub as erin, who may do nothing RBAC
+	// has not granted, then what a binding grants.
+	if _, err := kubectlIn(t, h, "", []string{"KUBECONFIG=" + out}, "get", "namespaces"); err == nil ||
+		!strings.Contains(err.Error(), `User "erin" cannot list resource "namespaces" in API group "" at the cluster scope`) {
+		t.Errorf("kubectl with the user's kubeconfig before a binding: %v", err)
 	}
+	mustKubectl(t, h, "create", "clusterrolebinding", "erin-view", "--clusterrole=view", "--user=erin")
+	waitFor(t, "erin to list namespaces", func() bool {
+		_, err := kubectlIn(t, h, "", []string{"KUBECONFIG=" + out}, "get", "namespaces")
+		return err == nil
+	})
 	cfg, err := clientcmd.LoadFromFile(out)
 	if err != nil {
 		t.Fatal(err)
