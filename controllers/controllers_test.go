@@ -17,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 )
 
 // underTest are the controllers of this package; hubArgs turn off the
@@ -51,7 +53,22 @@ func start(t *testing.T) *env {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
-	m, err := New(Config{RestConfig: rc, Logger: log, Workers: 2, DiscoveryPeriod: 2 * time.Second, Controllers: underTest})
+	// The controllers act as they do in the hub: the manager as
+	// system:kube-controller-manager, each controller as its own
+	// ServiceAccount, held to their RBAC roles.
+	as := func(user string, groups ...string) *rest.Config {
+		c, err := clientcmd.BuildConfigFromFlags("", h.UserKubeconfig(user, groups...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	perController := func(name string) *rest.Config {
+		user, groups := bootstrap.ControllerUser(bootstrap.AccountFor(name))
+		return as(user, groups...)
+	}
+	m, err := New(Config{RestConfig: as(bootstrap.ControllerManagerUser, "system:authenticated"), ClientConfig: perController,
+		Logger: log, Workers: 2, DiscoveryPeriod: 2 * time.Second, Controllers: underTest})
 	if err != nil {
 		t.Fatal(err)
 	}

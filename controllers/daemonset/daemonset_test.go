@@ -59,7 +59,7 @@ func podsOnNodes(t *testing.T, e *kittest.Env) map[string]string {
 func TestDaemonSet(t *testing.T) {
 	e := kittest.Start(t, hubArgs, 3)
 	f := e.Factory()
-	c, err := daemonset.New(daemonset.Config{Client: e.Client, Informers: f, Logger: e.Log})
+	c, err := daemonset.New(daemonset.Config{Client: e.ControllerClient(t, "daemonset"), Informers: f, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

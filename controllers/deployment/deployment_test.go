@@ -33,11 +33,11 @@ func start(t *testing.T, nodes int) *kittest.Env {
 	t.Helper()
 	e := kittest.Start(t, hubArgs, nodes)
 	f := e.Factory()
-	rs, err := replicaset.New(replicaset.Config{Client: e.Client, Informers: f, Workers: 4, Logger: e.Log})
+	rs, err := replicaset.New(replicaset.Config{Client: e.ControllerClient(t, "replicaset"), Informers: f, Workers: 4, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deployment.New(deployment.Config{Client: e.Client, Informers: f, Workers: 4, Logger: e.Log})
+	d, err := deployment.New(deployment.Config{Client: e.ControllerClient(t, "deployment"), Informers: f, Workers: 4, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

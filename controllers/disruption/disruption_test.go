@@ -32,7 +32,7 @@ var hubArgs = []string{"--controllers=*,-disruption"}
 func TestBudgetsAgainstHub(t *testing.T) {
 	e := kittest.Start(t, hubArgs, 2)
 	f := e.Factory()
-	c, err := New(Config{Client: e.Client, Informers: f, Logger: e.Log})
+	c, err := New(Config{Client: e.ControllerClient(t, "disruption"), Informers: f, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

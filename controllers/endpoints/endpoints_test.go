@@ -32,7 +32,7 @@ func start(t *testing.T) *kittest.Env {
 	e := kittest.Start(t, hubArgs, 0)
 	e.JoinNodes(t, kittest.Nodes{Prefix: "node-", N: 3, Sim: sim.Config{BackoffBase: time.Second, LogInterval: -1}})
 	f := e.Factory()
-	c, err := New(Config{Client: e.Client, Informers: f, Workers: 2, Logger: e.Log})
+	c, err := New(Config{Client: e.ControllerClient(t, "endpointslice"), Informers: f, Workers: 2, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

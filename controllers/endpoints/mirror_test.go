@@ -57,7 +57,7 @@ subsets:
 func TestEndpointSliceMirroringAgainstHub(t *testing.T) {
 	e := kittest.Start(t, []string{"--controllers=*,-endpointslice-mirroring"}, 0)
 	f := e.Factory()
-	m, err := NewMirroring(MirrorConfig{Client: e.Client, Informers: f, Workers: 2, Logger: e.Log})
+	m, err := NewMirroring(MirrorConfig{Client: e.ControllerClient(t, "endpointslice-mirroring"), Informers: f, Workers: 2, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -240,7 +240,7 @@ func TestCordonTaintsNode(t *testing.T) {
 	e := kittest.Start(t, hubArgs, 1)
 	ctx := context.Background()
 	f := e.Factory()
-	c, err := New(Config{Client: e.Client, Informers: f, Workers: 1, Logger: e.Log})
+	c, err := New(Config{Client: e.ControllerClient(t, "nodelifecycle"), Informers: f, Workers: 1, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

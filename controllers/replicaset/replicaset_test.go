@@ -26,7 +26,7 @@ func startRS(t *testing.T, nodes int) *kittest.Env {
 	t.Helper()
 	e := kittest.Start(t, hubArgs, nodes)
 	f := e.Factory()
-	c, err := replicaset.New(replicaset.Config{Client: e.Client, Informers: f, Workers: 2, Logger: e.Log})
+	c, err := replicaset.New(replicaset.Config{Client: e.ControllerClient(t, "replicaset"), Informers: f, Workers: 2, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

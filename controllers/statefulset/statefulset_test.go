@@ -31,7 +31,7 @@ func start(t *testing.T) *kittest.Env {
 	t.Helper()
 	e := kittest.Start(t, hubArgs, 2)
 	f := e.Factory()
-	c, err := statefulset.New(statefulset.Config{Client: e.Client, Informers: f, Workers: 2, Logger: e.Log})
+	c, err := statefulset.New(statefulset.Config{Client: e.ControllerClient(t, "statefulset"), Informers: f, Workers: 2, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

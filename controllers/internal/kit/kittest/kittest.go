@@ -29,6 +29,7 @@ import (
 
 	"github.com/tether-edge/tether/edge/sim"
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 	"github.com/tether-edge/tether/testbench/hollow"
 )
 
@@ -213,6 +214,25 @@ func (e *Env) AgentPods() int {
 		n += f.Stats().Pods
 	}
 	return n
+}
+
+// ControllerClient returns a client acting as controller (its name in
+// --controllers) does in the hub: its kube-system ServiceAccount, with a
+// client certificate the hub's CA signs, so the controller under test is
+// held to its system:controller: role.
+func (e *Env) ControllerClient(t testing.TB, controller string) kubernetes.Interface {
+	t.Helper()
+	account := bootstrap.AccountFor(controller)
+	if account == "" {
+		t.Fatalf("no account for controller %s", controller)
+	}
+	user, groups := bootstrap.ControllerUser(account)
+	rc, err := clientcmd.BuildConfigFromFlags("", e.Hub.UserKubeconfig(user, groups...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	return kubernetes.NewForConfigOrDie(rc)
 }
 
 // Factory returns a new informer factory on the hub.
