@@ -16,6 +16,24 @@ type User struct {
 	UID string
 	// Groups always includes "system:authenticated" for authenticated users.
 	Groups []string
+	// Extra holds further attributes (keys are lower case), as
+	// impersonation's Impersonate-Extra-<key> headers set them.
+	Extra map[string][]string
+}
+
+// Names of the identity a request without credentials authenticates as, as
+// upstream's anonymous authenticator assigns it.
+const (
+	// Anonymous is the user name of requests that carry no credentials.
+	Anonymous = "system:anonymous"
+	// GroupUnauthenticated is the group of requests that carry no
+	// credentials.
+	GroupUnauthenticated = "system:unauthenticated"
+)
+
+// AnonymousUser returns the identity of a request without credentials.
+func AnonymousUser() *User {
+	return &User{Name: Anonymous, Groups: []string{GroupUnauthenticated}}
 }
 
 // InGroup reports whether u is a member of group g.
@@ -39,6 +57,21 @@ type Authenticator interface {
 }
 
 type userKey struct{}
+
+type audiencesKey struct{}
+
+// WithAudiences returns a context asking the authenticators that know the
+// audiences of their tokens to accept tokens for audiences instead of the
+// API's own, as a TokenReview with spec.audiences does.
+func WithAudiences(ctx context.Context, audiences []string) context.Context {
+	return context.WithValue(ctx, audiencesKey{}, audiences)
+}
+
+// AudiencesFrom returns the audiences WithAudiences put in ctx.
+func AudiencesFrom(ctx context.Context) ([]string, bool) {
+	a, ok := ctx.Value(audiencesKey{}).([]string)
+	return a, ok
+}
 
 // WithUser returns a context carrying u.
 func WithUser(ctx context.Context, u *User) context.Context {

@@ -58,6 +58,10 @@ func NewServiceAccountTokens(key *ecdsa.PrivateKey, exists func(ctx context.Cont
 		apiAudiences: []string{DefaultIssuer}, exists: exists, now: time.Now}
 }
 
+// APIAudiences returns the audiences a token must carry to authenticate to
+// the hub's API.
+func (t *ServiceAccountTokens) APIAudiences() []string { return slices.Clone(t.apiAudiences) }
+
 // Issuer returns the iss claim the tokens carry.
 func (t *ServiceAccountTokens) Issuer() string { return t.issuer }
 
@@ -189,13 +193,19 @@ func (t *ServiceAccountTokens) Verify(token string, audiences []string) (Claims,
 }
 
 // Authenticate implements [Authenticator] for bearer tokens that are our
-// JWTs; other bearer tokens are left to the next authenticator.
+// JWTs; other bearer tokens are left to the next authenticator. The token
+// must carry one of the API's audiences, or of those WithAudiences put in
+// the request's context.
 func (t *ServiceAccountTokens) Authenticate(r *http.Request) (*User, bool, error) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
 		return nil, false, nil
 	}
-	c, err := t.Verify(strings.TrimSpace(token), t.apiAudiences)
+	auds, ok := AudiencesFrom(r.Context())
+	if !ok {
+		auds = t.apiAudiences
+	}
+	c, err := t.Verify(strings.TrimSpace(token), auds)
 	if errors.Is(err, errNotOurs) {
 		return nil, false, nil
 	}
