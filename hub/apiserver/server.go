@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -68,21 +69,18 @@ type CreateAuthorizer interface {
 	AuthorizeCreate(u *auth.User, a Attributes, obj runtime.Object) error
 }
 
-type allowAll struct{}
-
-func (allowAll) Authorize(*auth.User, Attributes) error { return nil }
-
 // Config configures a Server.
 type Config struct {
 	// Storage performs every object operation. Required.
 	Storage storage.API
 	// Kinds are the served resources. Required.
 	Kinds []*registry.Kind
-	// Authenticator identifies users; nil treats every request as
-	// anonymous, which answers 401 to everything but public health paths.
+	// Authenticator identifies users; requests without credentials (and
+	// every request when it is nil) are user system:anonymous in group
+	// system:unauthenticated, which the Authorizer decides on like any
+	// other. Invalid credentials are 401.
 	Authenticator auth.Authenticator
-	// Authorizer decides what authenticated users may do; nil allows
-	// everything.
+	// Authorizer decides what users may do; nil is AllowAuthenticated.
 	Authorizer Authorizer
 	// Discovery serves /api, /api/v1, /apis, /apis/<g> and /apis/<g>/<v>;
 	// nil answers 404 there.
@@ -156,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 		s.log = slog.Default()
 	}
 	if s.authz == nil {
-		s.authz = allowAll{}
+		s.authz = AllowAuthenticated{}
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = 3 << 20
@@ -176,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 	s.scheme.AddKnownTypes(metav1.SchemeGroupVersion, &metav1.ListOptions{}, &metav1.GetOptions{},
 		&metav1.DeleteOptions{}, &metav1.CreateOptions{}, &metav1.UpdateOptions{}, &metav1.PatchOptions{})
 	s.codecs = serializer.NewCodecFactory(s.scheme, serializer.EnableStrict)
-	for _, k := range cfg.Kinds {
+	for _, k := range append(slices.Clone(cfg.Kinds), registry.ReviewKinds()...) {
 		gv := k.GVK.GroupVersion()
 		if s.kinds[gv] == nil {
 			s.kinds[gv] = map[string]*registry.Kind{}
@@ -280,21 +278,24 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 	if path == "" {
 		path = "/"
 	}
-	if s.publicPath(path) {
-		s.serveNonResource(w, r, path)
-		return
-	}
 	if h := s.cfg.Extensions[path]; h != nil {
 		req.attrs = Attributes{Verb: strings.ToLower(r.Method), Path: path}
-		if u, err := s.authenticate(r); err == nil {
+		if u, err := s.authenticate(r); err == nil && u != nil {
 			r = r.WithContext(auth.WithUser(r.Context(), u))
 		}
 		h.ServeHTTP(w, r)
 		return
 	}
 	u, err := s.authenticate(r)
+	if err == nil && u == nil {
+		u = auth.AnonymousUser()
+	}
 	auditAuthenticated(r, u)
 	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if u, err = s.impersonate(r, u); err != nil {
 		s.writeError(w, err)
 		return
 	}
@@ -319,31 +320,27 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 	s.serveNonResource(w, r, path)
 }
 
-// publicPath reports whether path is readable without credentials, as
-// upstream's system:public-info-viewer role allows.
-func (s *Server) publicPath(path string) bool {
-	switch {
-	case path == "/version", path == "/healthz", path == "/livez", path == "/readyz":
-		return true
-	case strings.HasPrefix(path, "/healthz/"), strings.HasPrefix(path, "/livez/"), strings.HasPrefix(path, "/readyz/"):
-		return true
-	}
-	return false
-}
-
+// authenticate returns the user behind r's credentials, nil when it
+// carries none, or a 401 when they are invalid.
 func (s *Server) authenticate(r *http.Request) (*auth.User, error) {
 	if u := localUser(r.Context()); u != nil {
 		return u, nil
 	}
 	if s.cfg.Authenticator == nil {
-		return nil, apierrors.NewUnauthorized("Unauthorized")
+		return nil, nil
 	}
 	u, ok, err := s.cfg.Authenticator.Authenticate(r)
-	if err != nil || !ok || u == nil {
-		if err != nil {
-			s.log.Debug("apiserver: authentication failed", "error", err)
-		}
+	if err != nil {
+		s.log.Debug("apiserver: authentication failed", "error", err)
 		return nil, apierrors.NewUnauthorized("Unauthorized")
+	}
+	if !ok || u == nil {
+		// A bearer token nobody accepts is invalid, not absent, as
+		// upstream's bearer token authenticator decides.
+		if scheme, tok, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); strings.EqualFold(scheme, "bearer") && strings.TrimSpace(tok) != "" {
+			return nil, apierrors.NewUnauthorized("Unauthorized")
+		}
+		return nil, nil
 	}
 	return u, nil
 }

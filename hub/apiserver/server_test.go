@@ -127,9 +127,9 @@ func TestRejectedBeforeStorage(t *testing.T) {
 		reason                           metav1.StatusReason
 		message                          string
 	}{
-		{name: "no credentials", method: "GET", path: "/api/v1/namespaces/default/configmaps", code: 401, reason: metav1.StatusReasonUnauthorized, message: "Unauthorized"},
+		{name: "no credentials", method: "GET", path: "/api/v1/namespaces/default/configmaps", code: 403, reason: metav1.StatusReasonForbidden, message: `configmaps is forbidden: User "system:anonymous" cannot list resource "configmaps" in API group "" in the namespace "default"`},
 		{name: "bad token", method: "GET", path: "/api/v1/pods", token: "bad", code: 401, reason: metav1.StatusReasonUnauthorized, message: "Unauthorized"},
-		{name: "metrics need credentials", method: "GET", path: "/metrics", code: 401, reason: metav1.StatusReasonUnauthorized, message: "Unauthorized"},
+		{name: "metrics need credentials", method: "GET", path: "/metrics", code: 403, reason: metav1.StatusReasonForbidden, message: `forbidden: User "system:anonymous" cannot get path "/metrics"`},
 		{name: "unknown resource", method: "GET", path: "/api/v1/namespaces/default/widgets", token: "good", code: 404, reason: metav1.StatusReasonNotFound, message: "the server could not find the requested resource"},
 		{name: "unknown group", method: "GET", path: "/apis/example.com/v1/widgets", token: "good", code: 404, reason: metav1.StatusReasonNotFound, message: "the server could not find the requested resource"},
 		{name: "unknown subresource", method: "GET", path: "/api/v1/namespaces/default/configmaps/a/status", token: "good", code: 404, reason: metav1.StatusReasonNotFound, message: "the server could not find the requested resource"},
@@ -216,8 +216,8 @@ func TestProfiling(t *testing.T) {
 	}
 	on := httptest.NewServer(s.Handler())
 	t.Cleanup(on.Close)
-	if got := do(t, on, "GET", "/debug/pprof/heap", "", "", nil, nil); got.code != http.StatusUnauthorized {
-		t.Errorf("heap profile without credentials: %d, want 401", got.code)
+	if got := do(t, on, "GET", "/debug/pprof/heap", "", "", nil, nil); got.code != http.StatusForbidden {
+		t.Errorf("heap profile without credentials: %d, want 403", got.code)
 	}
 	if got := do(t, on, "GET", "/debug/pprof/", "good", "", nil, nil); got.code != 200 || !strings.Contains(got.body, "goroutine") {
 		t.Errorf("profile index: %d\n%s", got.code, got.body)

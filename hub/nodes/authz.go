@@ -41,7 +41,8 @@ import (
 type Authorizer struct {
 	cfg   Config
 	graph *graph
-	// Next decides for users that are not nodes; nil allows them.
+	// Next decides for users that are not nodes; nil is
+	// apiserver.AllowAuthenticated.
 	Next apiserver.Authorizer
 }
 
@@ -70,10 +71,7 @@ func nodeOf(u *auth.User) (string, bool) {
 func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 	node, ok := nodeOf(u)
 	if !ok {
-		if a.Next != nil {
-			return a.Next.Authorize(u, at)
-		}
-		return nil
+		return a.next().Authorize(u, at)
 	}
 	if !at.Resource {
 		// Discovery, OpenAPI, version and health: what client-go reads
@@ -99,15 +97,20 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 	return forbidden(u, at, why)
 }
 
+func (a *Authorizer) next() apiserver.Authorizer {
+	if a.Next == nil {
+		return apiserver.AllowAuthenticated{}
+	}
+	return a.Next
+}
+
 // RulesFor lists what u may do in namespace, for SelfSubjectRulesReview:
 // Next's answer when Next can list rules. The node authorizer's own rules
 // depend on the objects asked for and cannot be listed: for a node the
 // answer is incomplete, as upstream's.
 func (a *Authorizer) RulesFor(u *auth.User, namespace string) authorizationv1.SubjectRulesReviewStatus {
 	var st authorizationv1.SubjectRulesReviewStatus
-	if rl, ok := a.Next.(interface {
-		RulesFor(u *auth.User, namespace string) authorizationv1.SubjectRulesReviewStatus
-	}); ok {
+	if rl, ok := a.Next.(apiserver.RuleLister); ok {
 		st = rl.RulesFor(u, namespace)
 	}
 	if _, ok := nodeOf(u); ok {
