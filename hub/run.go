@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -233,7 +234,7 @@ func (r *run) buildAPI() error {
 		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,
-		Discovery:            discovery.New(r.kinds, discovery.Config{Subresources: servedSubresources}),
+		Discovery:            discovery.New(append(slices.Clone(r.kinds), registry.ReviewKinds()...), discovery.Config{Subresources: servedSubresources}),
 		OpenAPI:              oapi,
 		Version:              versionInfo(cfg.Version),
 		Logger:               cfg.Logger.With("component", "apiserver"),

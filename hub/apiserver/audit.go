@@ -316,10 +316,6 @@ func (rec *auditRecord) omitManagedFields(b []byte) []byte {
 	return b
 }
 
-func userInfo(u *auth.User) authnv1.UserInfo {
-	return authnv1.UserInfo{Username: u.Name, UID: u.UID, Groups: u.Groups}
-}
-
 // started emits ResponseStarted for a long-running request.
 func (rec *auditRecord) responseStarted(code int) {
 	if rec.started {

@@ -166,6 +166,17 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		return
 	}
 	notAllowed := apierrors.NewMethodNotSupported(t.kind.GroupResource(), verb)
+	if t.kind.NotStored {
+		switch {
+		case t.subresource != "":
+			s.writeError(w, notFoundPath())
+		case verb != "create" || t.name != "":
+			s.writeError(w, notAllowed)
+		default:
+			s.serveReview(w, r, t)
+		}
+		return
+	}
 	if t.subresource != "" {
 		s.serveSubresource(w, r, t, verb, notAllowed)
 		return

@@ -267,6 +267,9 @@ func resourceList(v *groupVersion) metav1.APIResourceList {
 // only when the stored form does: events.k8s.io Events are core Events
 // and hash as such. The aggregated documents have no such field.
 func storageVersionHash(k *registry.Kind) string {
+	if k.NotStored {
+		return ""
+	}
 	gvk := k.GVK
 	if !k.StoredAs.Empty() {
 		gvk = k.StoredAs

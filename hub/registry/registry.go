@@ -69,6 +69,10 @@ type Kind struct {
 	StoredAs    schema.GroupVersionKind
 	ToStorage   func(obj runtime.Object) (runtime.Object, error)
 	FromStorage func(obj runtime.Object) (runtime.Object, error)
+	// NotStored marks a kind the API answers creates of without keeping
+	// anything (the access and token reviews): it is in discovery with
+	// no storage version and storage never holds it. See ReviewKinds.
+	NotStored bool
 	// DefaultGC is the propagation policy applied when a delete names none:
 	// "" means Background (most kinds); batch/v1 Job uses Orphan.
 	DefaultGC metav1.DeletionPropagation
