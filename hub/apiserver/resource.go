@@ -171,7 +171,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 		case t.subresource != "":
 			s.writeError(w, notFoundPath())
 		case verb != "create" || t.name != "":
-			s.writeError(w, notAllowed)
+			// Upstream serves no route but POST for them.
+			s.writeError(w, apierrors.NewGenericServerResponse(http.StatusMethodNotAllowed, "", schema.GroupResource{}, "", "", 0, false))
 		default:
 			s.serveReview(w, r, t)
 		}
