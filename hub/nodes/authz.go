@@ -105,13 +105,16 @@ func (a *Authorizer) next() apiserver.Authorizer {
 }
 
 // RulesFor lists what u may do in namespace, for SelfSubjectRulesReview:
-// Next's answer when Next can list rules. The node authorizer's own rules
+// Next's answer when Next can list rules, an incomplete one when it
+// cannot. The node authorizer's own rules
 // depend on the objects asked for and cannot be listed: for a node the
 // answer is incomplete, as upstream's.
 func (a *Authorizer) RulesFor(u *auth.User, namespace string) authorizationv1.SubjectRulesReviewStatus {
 	var st authorizationv1.SubjectRulesReviewStatus
-	if rl, ok := a.Next.(apiserver.RuleLister); ok {
+	if rl, ok := a.next().(apiserver.RuleLister); ok {
 		st = rl.RulesFor(u, namespace)
+	} else {
+		st.Incomplete = true
 	}
 	if _, ok := nodeOf(u); ok {
 		st.Incomplete = true
