@@ -68,7 +68,8 @@ func TestErrorStatuses(t *testing.T) {
 		details                         metav1.StatusDetails
 		message                         string
 	}{
-		{name: "no credentials", method: "GET", path: "/api/v1/pods", anonymous: true, code: 401, reason: metav1.StatusReasonUnauthorized},
+		{name: "no credentials", method: "GET", path: "/api/v1/pods", anonymous: true, code: 403, reason: metav1.StatusReasonForbidden,
+			details: metav1.StatusDetails{Kind: "pods"}, message: `pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" at the cluster scope`},
 		{name: "unknown path", method: "GET", path: "/api/v1/widgets", code: 404, reason: metav1.StatusReasonNotFound,
 			message: "the server could not find the requested resource"},
 		{name: "unknown group", method: "GET", path: "/apis/example.com/v1", code: 404, reason: metav1.StatusReasonNotFound},
