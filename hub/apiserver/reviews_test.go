@@ -175,6 +175,20 @@ func TestAnonymousRequestsAreAuthorized(t *testing.T) {
 	if got := do(t, def, "GET", "/metrics", "nobody", "", nil, nil); got.code != 200 {
 		t.Errorf("default authorizer, authenticated /metrics: %d", got.code)
 	}
+
+	// A bearer token no authenticator claims is invalid, not absent.
+	s, err = New(Config{Storage: untouchable{t: t}, Kinds: testKinds, Authenticator: auth.Union{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := httptest.NewServer(s.Handler())
+	t.Cleanup(none.Close)
+	if got := do(t, none, "GET", "/healthz", "unclaimed", "", nil, nil); got.code != 401 {
+		t.Errorf("unclaimed bearer token: %d %s, want 401", got.code, got.body)
+	}
+	if got := do(t, none, "GET", "/healthz", "", "", nil, nil); got.code != 200 {
+		t.Errorf("no credentials: %d %s, want 200", got.code, got.body)
+	}
 }
 
 // whoami posts a SelfSubjectReview with the given headers.
