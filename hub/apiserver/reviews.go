@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -132,13 +133,40 @@ func reviewAttributes(ra *authorizationv1.ResourceAttributes, nra *authorization
 	if a.Version == "" {
 		a.Version = "*"
 	}
-	if ra.LabelSelector != nil {
-		a.LabelSelector = ra.LabelSelector.RawSelector
+	if ls := ra.LabelSelector; ls != nil {
+		a.LabelSelector = ls.RawSelector
+		if len(ls.Requirements) > 0 {
+			if sel, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: ls.Requirements}); err == nil {
+				a.LabelSelector = sel.String()
+			}
+		}
 	}
-	if ra.FieldSelector != nil {
-		a.FieldSelector = ra.FieldSelector.RawSelector
+	if fs := ra.FieldSelector; fs != nil {
+		a.FieldSelector = fs.RawSelector
+		if len(fs.Requirements) > 0 {
+			a.FieldSelector = fieldRequirements(fs.Requirements)
+		}
 	}
 	return a
+}
+
+// fieldRequirements renders the requirements of a review's field selector
+// as a selector string, as upstream reads them: In and NotIn with one
+// value each; others are left out, which only widens the check.
+func fieldRequirements(reqs []metav1.FieldSelectorRequirement) string {
+	var parts []string
+	for _, r := range reqs {
+		if len(r.Values) != 1 {
+			continue
+		}
+		switch r.Operator {
+		case metav1.FieldSelectorOpIn:
+			parts = append(parts, r.Key+"="+r.Values[0])
+		case metav1.FieldSelectorOpNotIn:
+			parts = append(parts, r.Key+"!="+r.Values[0])
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // subjectOf is the user a SubjectAccessReviewSpec asks about.

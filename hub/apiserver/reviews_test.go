@@ -102,6 +102,28 @@ func (p *policyAuthz) RulesFor(u *auth.User, ns string) authorizationv1.SubjectR
 	return authorizationv1.SubjectRulesReviewStatus{}
 }
 
+// selectorAuthz allows everything and keeps the selectors of the last
+// list it was asked about.
+type selectorAuthz struct {
+	mu           sync.Mutex
+	label, field string
+}
+
+func (s *selectorAuthz) Authorize(_ *auth.User, a Attributes) error {
+	if a.Verb == "list" {
+		s.mu.Lock()
+		s.label, s.field = a.LabelSelector, a.FieldSelector
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *selectorAuthz) last() (string, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.label, s.field
+}
+
 // plainAuthz allows everything and lists no rules.
 type plainAuthz struct{}
 
@@ -362,6 +384,22 @@ func TestAccessReviews(t *testing.T) {
 	}
 	if !p.saw("alice[system:authenticated] list /pods/ y/ ") {
 		t.Errorf("the authorizer was not asked about alice's list: %q", p.seen)
+	}
+
+	// Selectors reach the authorizer as selector strings.
+	sel := &selectorAuthz{}
+	ssrv := newPolicyServer(t, sel, nil)
+	if got := review(t, ssrv, "alice", ssarPath, ssar(`{"verb":"list","resource":"pods","labelSelector":{"requirements":[{"key":"app","operator":"In","values":["web","db"]}]},"fieldSelector":{"requirements":[{"key":"spec.nodeName","operator":"In","values":["n1"]}]}}`), nil); got.code != 201 {
+		t.Fatalf("ssar with selectors: %d %s", got.code, got.body)
+	}
+	if l, f := sel.last(); l != "app in (db,web)" || f != "spec.nodeName=n1" {
+		t.Errorf("selectors %q, %q", l, f)
+	}
+	if got := review(t, ssrv, "alice", ssarPath, ssar(`{"verb":"list","resource":"pods","labelSelector":{"rawSelector":"tier=front"},"fieldSelector":{"rawSelector":"spec.nodeName!=n2"}}`), nil); got.code != 201 {
+		t.Fatalf("ssar with raw selectors: %d %s", got.code, got.body)
+	}
+	if l, f := sel.last(); l != "tier=front" || f != "spec.nodeName!=n2" {
+		t.Errorf("raw selectors %q, %q", l, f)
 	}
 
 	// Invalid reviews are 422 with upstream's causes; a denied create of
