@@ -9,10 +9,16 @@
 //	sleep [SECONDS]   sleeps (forever without an argument); exits 0 on SIGTERM
 //	get URL           fetches URL and prints the body (images have no curl)
 //	log N             prints N numbered lines, one every 100ms, then sleeps
-//	incluster         lists the pods of all namespaces as an in-cluster
-//	                  client (the service account's token, CA and the
-//	                  KUBERNETES_SERVICE_* variables) and prints
-//	                  "incluster: listed N pods" and its namespace
+//	incluster [CHECK...]
+//	                  an in-cluster client (the service account's token,
+//	                  CA and the KUBERNETES_SERVICE_* variables): without
+//	                  checks it lists the pods of all namespaces and prints
+//	                  "incluster: listed N pods" and its namespace; with
+//	                  checks (discovery, list:pods, list:secrets@other,
+//	                  get:pods/NAME, delete:pods/NAME, list:deployments.apps,
+//	                  ...) it prints, one line per check, "incluster: CHECK
+//	                  OK" or the HTTP status code and message the API
+//	                  answered (see incluster.go)
 //
 // It is built static (CGO_ENABLED=0) so that the images need no libc.
 package main
@@ -74,7 +80,7 @@ func main() {
 			os.Exit(2)
 		}
 	case "incluster":
-		if err := inCluster(); err != nil {
+		if err := inCluster(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "incluster:", err)
 			os.Exit(1)
 		}
