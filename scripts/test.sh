@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs tether's whole test suite on a Debian machine: installs what the tests
-# need (when run as root), builds the pinned upstream kubectl the end-to-end
-# tests drive, checks formatting and vet, runs every package's tests (the
-# privileged ones for real when root) and runs each fuzz target briefly.
+# need (when run as root), builds the pinned upstream kubectl and Helm the
+# end-to-end tests drive, checks formatting and vet, runs every package's
+# tests (the privileged ones for real when root) and runs each fuzz target
+# briefly.
 #
 #   TETHER_FUZZTIME   how long each fuzz target runs (default 10s)
 #   TETHER_TEST_ARGS  extra arguments for `go test` (e.g. -run TestKubectl)
@@ -44,6 +45,9 @@ if step test || step race; then
   echo "== building kubectl (k8s.io/kubectl $(cd tools/kubectl && go list -m -f '{{.Version}}' k8s.io/kubectl))"
   bash tools/kubectl/build.sh "$root/bin/kubectl"
   export TETHER_KUBECTL=$root/bin/kubectl
+  echo "== building helm (helm.sh/helm/v4 $(cd tools/helm && go list -m -f '{{.Version}}' helm.sh/helm/v4))"
+  bash tools/helm/build.sh "$root/bin/helm"
+  export TETHER_HELM=$root/bin/helm
 fi
 
 # Packages whose tests also run under the race detector: the ones with the

@@ -1,7 +1,8 @@
 // Package hubtest runs a real tether hub process and a real kubectl against
 // it, for end-to-end tests. The binaries are built once per test process:
 // tether from ./cmd/tether, kubectl from the pinned k8s.io/kubectl module in
-// tools/kubectl (or taken from $TETHER_KUBECTL when set).
+// tools/kubectl (or taken from $TETHER_KUBECTL when set), and Helm likewise
+// from tools/helm (or $TETHER_HELM).
 package hubtest
 
 import (
@@ -40,9 +41,10 @@ func RepoRoot() string {
 // every package, so each process leaves its binaries behind and the next
 // one to build cleans up after the dead.
 func removeStaleBuilds() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "tether-e2e-bin-*"))
+	// tether-e2e-bin-PID (tether, kubectl) and tether-e2e-helm-PID.
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "tether-e2e-*-*"))
 	for _, d := range dirs {
-		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "tether-e2e-bin-"))
+		pid, err := strconv.Atoi(d[strings.LastIndexByte(d, '-')+1:])
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
