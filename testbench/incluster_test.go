@@ -52,12 +52,12 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 	}
 
 	h.applyManifest(t, fmt.Sprintf(inClusterObjects, images.Sleeper))
-	eventually(t, 90*time.Second, "sa, nosa, vault and late-env Running; incluster Succeeded", func() (bool, string) {
+	eventually(t, 90*time.Second, "sa, reader, nosa, vault, env and nolinks Running; incluster Succeeded", func() (bool, string) {
 		pods, err := h.podsByName()
 		if err != nil {
 			return false, err.Error()
 		}
-		want := map[string]corev1.PodPhase{"sa": corev1.PodRunning, "nosa": corev1.PodRunning, "vault": corev1.PodRunning,
+		want := map[string]corev1.PodPhase{"sa": corev1.PodRunning, "reader": corev1.PodRunning, "nosa": corev1.PodRunning, "vault": corev1.PodRunning,
 			"env": corev1.PodRunning, "nolinks": corev1.PodRunning, "incluster": corev1.PodSucceeded}
 		var states []string
 		ok := true
@@ -102,7 +102,7 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 	})
 	t.Run("in-cluster client lists pods", func(t *testing.T) {
 		out := h.must(t, "logs", "incluster")
-		if !strings.Contains(out, "incluster: listed ") || !strings.Contains(out, "incluster: namespace default") {
+		if !strings.Contains(out, "incluster: discovery OK") || !strings.Contains(out, "incluster: list:pods OK ") {
 			t.Errorf("testapp incluster said %q", out)
 		}
 		// The agent relayed the connection.
@@ -116,6 +116,32 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 		if relayed < 1 {
 			t.Errorf("tether_edge_api_relay_connections_total = %d, want at least 1", relayed)
 		}
+	})
+	t.Run("a Role's permissions and no more", func(t *testing.T) {
+		reader := "system:serviceaccount:default:reader"
+		inClusterChecks(t, h, "reader", map[string]string{
+			"discovery":               "OK",
+			"list:pods":               "OK",
+			"get:pods/reader":         "OK",
+			"list:secrets":            forbidden(reader, "list", "secrets", "", "", "default"),
+			"list:pods@kube-system":   forbidden(reader, "list", "pods", "", "", "kube-system"),
+			"list:pods@*":             forbidden(reader, "list", "pods", "", "", ""),
+			"delete:pods/nonexistent": forbidden(reader, "delete", "pods", "", "nonexistent", "default"),
+			"list:deployments.apps":   forbidden(reader, "list", "deployments", "apps", "", "default"),
+		})
+		// The default service account is bound to nothing but what every
+		// authenticated user may do.
+		def := "system:serviceaccount:default:default"
+		inClusterChecks(t, h, "sa", map[string]string{
+			"discovery":       "OK",
+			"list:pods":       forbidden(def, "list", "pods", "", "", "default"),
+			"get:pods/sa":     forbidden(def, "get", "pods", "", "sa", "default"),
+			"list:secrets":    forbidden(def, "list", "secrets", "", "", "default"),
+			"list:configmaps": forbidden(def, "list", "configmaps", "", "", "default"),
+		})
+	})
+	t.Run("a Helm chart's own service account and role", func(t *testing.T) {
+		helmChartRBAC(t, h)
 	})
 	t.Run("automountServiceAccountToken false", func(t *testing.T) {
 		if out, err := h.run("exec", "nosa", "--", "ls", "/var/run/secrets/kubernetes.io/serviceaccount"); err == nil {
@@ -305,16 +331,20 @@ subsets:
 `
 
 const inClusterObjects = `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: pod-reader}
-rules: [{apiGroups: [""], resources: [pods], verbs: [get, list, watch]}]
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: reader}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: default-reads-pods}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}
-subjects: [{kind: ServiceAccount, name: default, namespace: default}]
+kind: Role
+metadata: {name: pod-reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reader-reads-pods}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+subjects: [{kind: ServiceAccount, name: reader, namespace: default}]
 ---
 apiVersion: v1
 kind: Service
@@ -334,7 +364,16 @@ kind: Pod
 metadata: {name: incluster}
 spec:
   restartPolicy: Never
-  containers: [{name: app, image: %[1]s, imagePullPolicy: Never, command: [/testapp, incluster]}]
+  serviceAccountName: reader
+  containers: [{name: app, image: %[1]s, imagePullPolicy: Never, command: [/testapp, incluster, discovery, list:pods]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reader}
+spec:
+  terminationGracePeriodSeconds: 1
+  serviceAccountName: reader
+  containers: [{name: app, image: %[1]s, imagePullPolicy: Never}]
 ---
 apiVersion: v1
 kind: Pod
@@ -386,6 +425,60 @@ metadata: {name: late}
 spec:
   ports: [{port: 80}]
 `
+
+// inClusterChecks runs testapp's in-cluster checks in pod (of the default
+// namespace unless pod is NAMESPACE/NAME) and compares each outcome with
+// want: "OK" for any success, otherwise the status code and message.
+func inClusterChecks(t *testing.T, h *labHub, pod string, want map[string]string) {
+	t.Helper()
+	ns, name, ok := strings.Cut(pod, "/")
+	if !ok {
+		ns, name = "default", pod
+	}
+	args := []string{"exec", "-n", ns, name, "--", "/testapp", "incluster"}
+	for check := range want {
+		args = append(args, check)
+	}
+	out := h.must(t, args...)
+	got := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		check, outcome, ok := strings.Cut(strings.TrimPrefix(line, "incluster: "), " ")
+		if ok && strings.HasPrefix(line, "incluster: ") {
+			got[check] = outcome
+		}
+	}
+	for check, w := range want {
+		g, ok := got[check]
+		switch {
+		case !ok:
+			t.Errorf("%s: %s printed nothing for it:\n%s", pod, check, out)
+		case w == "OK" && g != "OK" && !strings.HasPrefix(g, "OK "):
+			t.Errorf("%s: %s: %s, want it allowed", pod, check, g)
+		case w != "OK" && g != w:
+			t.Errorf("%s: %s:\n got %s\nwant %s", pod, check, g, w)
+		}
+	}
+}
+
+// forbidden is the status code and message upstream's API server answers
+// when RBAC denies user verb on resource (of group, named name, in
+// namespace ns or, without one, across the cluster).
+func forbidden(user, verb, resource, group, name, ns string) string {
+	qualified := resource
+	if group != "" {
+		qualified += "." + group
+	}
+	subject := qualified
+	if name != "" {
+		subject += fmt.Sprintf(" %q", name)
+	}
+	scope := "at the cluster scope"
+	if ns != "" {
+		scope = fmt.Sprintf("in the namespace %q", ns)
+	}
+	return fmt.Sprintf("403 %s is forbidden: User %q cannot %s resource %q in API group %q %s",
+		subject, user, verb, resource, group, scope)
+}
 
 // jwtClaims decodes the claims of a JWT, unverified.
 func jwtClaims(t *testing.T, token string) map[string]any {

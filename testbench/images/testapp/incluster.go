@@ -116,7 +116,11 @@ func check(ctx context.Context, c *kubernetes.Clientset, ownNS, spec string) (st
 	if group != "" {
 		req = req.AbsPath("/apis", group, "v1")
 	}
-	body, err := req.NamespaceIfScoped(ns, ns != "").Resource(resource).Name(name).Do(ctx).Raw()
+	req = req.NamespaceIfScoped(ns, ns != "").Resource(resource)
+	if name != "" {
+		req = req.Name(name)
+	}
+	body, err := req.Do(ctx).Raw()
 	if err != nil || verb != "list" {
 		return "", err
 	}
