@@ -120,8 +120,13 @@ func check(ctx context.Context, c *kubernetes.Clientset, ownNS, spec string) (st
 	if name != "" {
 		req = req.Name(name)
 	}
-	body, err := req.Do(ctx).Raw()
-	if err != nil || verb != "list" {
+	// Error, unlike Raw, decodes the Status the API answered with.
+	res := req.Do(ctx)
+	if err := res.Error(); err != nil || verb != "list" {
+		return "", err
+	}
+	body, err := res.Raw()
+	if err != nil {
 		return "", err
 	}
 	var list struct{ Items []json.RawMessage }
