@@ -23,7 +23,10 @@ import (
 // which carries them over the node's tunnel to the hub, where the pod's
 // service account token authenticates them. It checks the service account
 // volume and variables of a pod, that client-go's in-cluster configuration
-// lists pods, that automountServiceAccountToken: false mounts nothing, that
+// lists pods, that a service account may do exactly what its Role allows
+// and the default one nothing beyond discovery, that a Helm chart's own
+// ServiceAccount, Role and RoleBinding give its pod exactly those
+// permissions, that automountServiceAccountToken: false mounts nothing, that
 // a projected token for another audience is bound to its pod, the
 // Service environment variables of the Kubernetes concept page, that
 // NodePorts answer a pod on the node's own address, and that a Service
