@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/tether-edge/tether/hub/hubtest"
 	"github.com/tether-edge/tether/testbench/images"
 )
 
@@ -38,6 +39,8 @@ import (
 func TestContainerdInClusterThroughNAT(t *testing.T) {
 	requireContainerdNode(t)
 	cgroup := containersCgroup(t)
+	// Helm is built before the lab comes up: a cold build takes minutes.
+	hubtest.Helm(t)
 	pins := fmt.Sprintf("/sys/fs/bpf/tether-incluster-%d", os.Getpid())
 	t.Cleanup(func() { _ = os.RemoveAll(pins) }) // unpinning detaches the programs
 
