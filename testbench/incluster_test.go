@@ -434,7 +434,10 @@ spec:
 
 // inClusterChecks runs testapp's in-cluster checks in pod (of the default
 // namespace unless pod is NAMESPACE/NAME) and compares each outcome with
-// want: "OK" for any success, otherwise the status code and message.
+// want: "OK" for any success, otherwise the status code and message. The
+// authorizer learns of roles and bindings through a watch, as upstream's
+// does, so the checks are tried again for a few seconds before the
+// differences are reported.
 func inClusterChecks(t *testing.T, h *labHub, pod string, want map[string]string) {
 	t.Helper()
 	ns, name, ok := strings.Cut(pod, "/")
@@ -445,24 +448,34 @@ func inClusterChecks(t *testing.T, h *labHub, pod string, want map[string]string
 	for check := range want {
 		args = append(args, check)
 	}
-	out := h.must(t, args...)
-	got := map[string]string{}
-	for _, line := range strings.Split(out, "\n") {
-		check, outcome, ok := strings.Cut(strings.TrimPrefix(line, "incluster: "), " ")
-		if ok && strings.HasPrefix(line, "incluster: ") {
-			got[check] = outcome
+	var wrong []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out := h.must(t, args...)
+		got := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if rest, ok := strings.CutPrefix(line, "incluster: "); ok {
+				check, outcome, _ := strings.Cut(rest, " ")
+				got[check] = outcome
+			}
+		}
+		wrong = wrong[:0]
+		for check, w := range want {
+			g, ok := got[check]
+			switch {
+			case !ok:
+				wrong = append(wrong, fmt.Sprintf("%s: %s printed nothing for it:\n%s", pod, check, out))
+			case w == "OK" && g != "OK" && !strings.HasPrefix(g, "OK "):
+				wrong = append(wrong, fmt.Sprintf("%s: %s: %s, want it allowed", pod, check, g))
+			case w != "OK" && g != w:
+				wrong = append(wrong, fmt.Sprintf("%s: %s:\n got %s\nwant %s", pod, check, g, w))
+			}
+		}
+		if len(wrong) == 0 || time.Now().After(deadline) {
+			break
 		}
 	}
-	for check, w := range want {
-		g, ok := got[check]
-		switch {
-		case !ok:
-			t.Errorf("%s: %s printed nothing for it:\n%s", pod, check, out)
-		case w == "OK" && g != "OK" && !strings.HasPrefix(g, "OK "):
-			t.Errorf("%s: %s: %s, want it allowed", pod, check, g)
-		case w != "OK" && g != w:
-			t.Errorf("%s: %s:\n got %s\nwant %s", pod, check, g, w)
-		}
+	for _, w := range wrong {
+		t.Error(w)
 	}
 }
 
