@@ -211,6 +211,9 @@ func aggregateToAdmin() []rbacv1.PolicyRule {
 // workload, configuration and networking objects, Secrets among them.
 func aggregateToEdit() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
+		// Reading these is as good as holding their contents or a shell
+		// in the pod, so view lacks them and edit has them.
+		rule(read, "core", "pods/attach pods/proxy pods/exec pods/portforward secrets services/proxy"),
 		rule("impersonate", "core", "serviceaccounts"),
 		rule(write, "core", "pods pods/attach pods/proxy pods/exec pods/portforward"),
 		rule("create", "core", "pods/eviction"),
