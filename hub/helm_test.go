@@ -57,7 +57,8 @@ data:
 // the pinned upstream Helm 4, which applies objects with server-side
 // apply: the objects are created with helm as their field manager, an
 // upgrade changes them in place, and uninstall removes them and the
-// release's record.
+// release's record. A user who is admin of one namespace installs the
+// same chart, with its own Role and RoleBinding, there.
 func TestHelmChartLifecycle(t *testing.T) {
 	h := hubtest.Start(t)
 	bin := hubtest.Helm(t)
@@ -71,13 +72,14 @@ func TestHelmChartLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := append(append(os.Environ(), hubtest.HelmEnv(t.TempDir())...), "KUBECONFIG="+h.Kubeconfig)
+	env := append(os.Environ(), hubtest.HelmEnv(t.TempDir())...)
+	kubeconfig := h.Kubeconfig
 	helm := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
+		cmd.Env = append(env, "KUBECONFIG="+kubeconfig)
 		began := time.Now()
 		out, err := cmd.CombinedOutput()
 		t.Logf("helm %s: %v", args[0], time.Since(began).Round(time.Millisecond))
@@ -108,10 +110,30 @@ func TestHelmChartLifecycle(t *testing.T) {
 	}
 
 	helm("uninstall", "shelf", "--namespace", "shop", "--wait", "--timeout", "60s")
-	left := h.MustRun("get", "-n", "shop", "serviceaccounts,roles,rolebindings,configmaps,secrets", "-o", "name")
+	noShelf(t, h, "shop")
+
+	// A user who is admin of one namespace only, through a RoleBinding to
+	// the admin ClusterRole, installs the chart there: the chart's Role
+	// grants nothing the user does not hold, so RBAC lets them create it
+	// and bind it.
+	h.MustRun("create", "namespace", "tenant")
+	h.MustRun("create", "rolebinding", "alice-admin", "-n", "tenant", "--clusterrole", "admin", "--user", "alice")
+	kubeconfig = h.UserKubeconfig("alice")
+	helm("install", "shelf", chart, "--namespace", "tenant", "--wait", "--timeout", "60s")
+	if got := h.MustRun("get", "-n", "tenant", "role", "shelf-reader", "-o", "jsonpath={.rules[0].verbs}"); got != `["get","list","watch"]` {
+		t.Errorf("role made by the namespace admin: verbs %s", got)
+	}
+	helm("uninstall", "shelf", "--namespace", "tenant", "--wait", "--timeout", "60s")
+	noShelf(t, h, "tenant")
+}
+
+// noShelf fails t if an object of the shelf chart is left in ns.
+func noShelf(t *testing.T, h *hubtest.Hub, ns string) {
+	t.Helper()
+	left := h.MustRun("get", "-n", ns, "serviceaccounts,roles,rolebindings,configmaps,secrets", "-o", "name")
 	for _, obj := range strings.Fields(left) {
 		if strings.Contains(obj, "shelf") {
-			t.Errorf("%s is left after helm uninstall", obj)
+			t.Errorf("%s is left in %s after helm uninstall", obj, ns)
 		}
 	}
 }
