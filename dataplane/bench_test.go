@@ -23,6 +23,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/tether-edge/tether/dataplane/internal/testnet"
+	"github.com/tether-edge/tether/internal/benchfmt"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -530,6 +531,24 @@ func TestDataplaneBench(t *testing.T) {
 	fmt.Fprintf(&b, "Full resync of %d Services × %d backends: %v (process CPU time %v); pinned map memory %.1f MiB\n",
 		progN, benchBackends, resync, resyncCPU, float64(mem)/(1<<20))
 	t.Log(b.String())
+	mode := benchfmt.Mode(*benchFull)
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	for i, s := range runs {
+		n := fmt.Sprintf("services=%d", s.n)
+		benchfmt.Report(t, benchfmt.Figure{Name: fmt.Sprintf("dataplane_connect_close_p50_%d", s.n), Value: us(p50s[i]), Unit: "µs",
+			Peer: "iptables", PeerValue: us(s.iptMed), Mode: mode, Extra: []string{n}})
+		benchfmt.Report(t, benchfmt.Figure{Name: fmt.Sprintf("dataplane_connect4_%d", s.n), Value: float64(hooks[i]), Unit: "ns",
+			Target: "<=250", Mode: mode, Extra: []string{n, fmt.Sprintf("working_set=%d", len(s.client))}})
+		benchfmt.Report(t, benchfmt.Figure{Name: fmt.Sprintf("dataplane_connect4_release_%d", s.n), Value: float64(conn[i]), Unit: "ns",
+			Mode: mode, Extra: []string{n}})
+	}
+	benchfmt.Report(t, benchfmt.Figure{Name: "dataplane_change_p99", Value: us(pct(bpfChange, 0.99)), Unit: "µs", Target: "<=20000",
+		Peer: "iptables_restore_noflush", PeerValue: us(pct(iptChange, 0.99)), Mode: mode, Extra: []string{fmt.Sprintf("services=%d", progN)}})
+	benchfmt.Report(t, benchfmt.Figure{Name: "dataplane_resync", Value: float64(resync) / 1e6, Unit: "ms", Target: "<=250",
+		Peer: "iptables_restore", PeerValue: float64(iptFull) / 1e6, Mode: mode,
+		Extra: []string{fmt.Sprintf("services=%d", progN), fmt.Sprintf("backends=%d", benchBackends), fmt.Sprintf("cpu_ms=%.0f", float64(resyncCPU)/1e6)}})
+	benchfmt.Report(t, benchfmt.Figure{Name: "dataplane_pinned_map_memory", Value: float64(mem) / (1 << 20), Unit: "MiB", Mode: mode,
+		Extra: []string{fmt.Sprintf("services=%d", progN)}})
 
 	// What holds on any machine: no connect fell back to socket-local
 	// storage (the per-connect allocation that lb_sk_rev replaced), and

@@ -2,11 +2,13 @@ package edge_test
 
 import (
 	"flag"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 var (
@@ -63,6 +65,8 @@ func TestIdleUplink(t *testing.T) {
 			break
 		}
 	}
+	benchfmt.Report(t, benchfmt.Figure{Name: "edge_idle_uplink", Value: total, Unit: "bit/s", Target: "<=100",
+		Extra: []string{"status_every_s=300", fmt.Sprintf("window_s=%.0f", idleWindow.Seconds())}})
 	if total > 100 {
 		t.Errorf("idle uplink %.1f bit/s exceeds 100 bit/s", total)
 	}

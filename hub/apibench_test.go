@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 var apiBenchFull = flag.Bool("apibench.full", false, "run the API benchmark at full size (10,000 pods, 1,000 watchers) and check its targets")
@@ -95,6 +96,8 @@ func TestAPIBenchmark(t *testing.T) {
 		el := time.Since(start)
 		created += n
 		t.Logf("create, %2d clients: %5d pods, %6.0f/s, p50 %v, p99 %v", clients, len(lat), float64(len(lat))/el.Seconds(), pct(lat, 0.5), pct(lat, 0.99))
+		benchfmt.Report(t, benchfmt.Figure{Name: fmt.Sprintf("api_creates_%dc", clients), Value: float64(len(lat)) / el.Seconds(), Unit: "pods/s",
+			Mode: benchfmt.Mode(*apiBenchFull), Extra: []string{fmt.Sprintf("p99_ms=%.1f", float64(pct(lat, 0.99))/1e6)}})
 	}
 
 	var lists []time.Duration
@@ -169,6 +172,20 @@ func TestAPIBenchmark(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("hub RSS: idle %.1f MB, with %d pods and %d watchers %.1f MB", float64(idle)/1e6, pods, watchers, float64(loaded)/1e6)
+	mode, msf := benchfmt.Mode(*apiBenchFull), func(d time.Duration) float64 { return float64(d) / 1e6 }
+	listTarget := ""
+	if *apiBenchFull {
+		listTarget = "<=150" // for 10,000 pods
+	}
+	benchfmt.Report(t, benchfmt.Figure{Name: "api_list_raw_p99", Value: msf(listP99), Unit: "ms", Target: listTarget, Mode: mode,
+		Extra: []string{fmt.Sprintf("pods=%d", pods), fmt.Sprintf("p50_ms=%.1f", msf(pct(raw, 0.5)))}})
+	benchfmt.Report(t, benchfmt.Figure{Name: "api_list_decoded_p99", Value: msf(pct(lists, 0.99)), Unit: "ms", Mode: mode,
+		Extra: []string{fmt.Sprintf("pods=%d", pods)}})
+	benchfmt.Report(t, benchfmt.Figure{Name: "api_watch_fanout_p99", Value: msf(pct(seen, 0.99)), Unit: "ms", Mode: mode,
+		Extra: []string{fmt.Sprintf("watchers=%d", watchers)}})
+	benchfmt.Report(t, benchfmt.Figure{Name: "api_hub_rss_idle", Value: float64(idle) / 1e6, Unit: "MB", Target: "<=40", Mode: mode})
+	benchfmt.Report(t, benchfmt.Figure{Name: "api_hub_rss_loaded", Value: float64(loaded) / 1e6, Unit: "MB", Mode: mode,
+		Extra: []string{fmt.Sprintf("pods=%d", pods), fmt.Sprintf("watchers=%d", watchers)}})
 	if *apiBenchFull {
 		if listP99 > 150*time.Millisecond {
 			t.Errorf("LIST of %d pods p99 %v, target ≤ 150ms", pods, listP99)

@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 var benchFull = flag.Bool("schedbench.full", false, "run the end-to-end scheduler benchmark at full size (10,000 pods on 100, 1,000 and 5,000 nodes; memory at 5,000 nodes and 50,000 pods)")
@@ -217,6 +219,25 @@ func runE2E(t *testing.T, numNodes, numPods int, constrained, inHub bool) e2eRes
 	}
 	t.Logf("%-33s %5d nodes %6d pods: %6.2fs  %7.0f pods/s  (%s CPU %.1fs, heap %.0f MB, hub RSS %.0f MB, stats %s)",
 		kind, numNodes, numPods, res.elapsed.Seconds(), float64(numPods)/res.elapsed.Seconds(), where, hubCPU.Seconds(), res.heapMB, res.hubRSSMB, stats())
+	name, target := "plain", ""
+	switch {
+	case constrained:
+		name = "constrained"
+		if numNodes >= 5000 {
+			target = ">=500"
+		}
+	case numNodes >= 5000:
+		target = ">=2000"
+	}
+	if inHub {
+		name += "_hub"
+	}
+	name = fmt.Sprintf("sched_%s_%dn_%dp", name, numNodes, numPods)
+	mode := benchfmt.Mode(*benchFull)
+	benchfmt.Report(t, benchfmt.Figure{Name: name, Value: float64(numPods) / res.elapsed.Seconds(), Unit: "pods/s", Target: target, Mode: mode,
+		Extra: []string{fmt.Sprintf("hub_cpu_s=%.1f", hubCPU.Seconds())}})
+	benchfmt.Report(t, benchfmt.Figure{Name: name + "_heap", Value: res.heapMB, Unit: "MiB", Mode: mode,
+		Extra: []string{fmt.Sprintf("hub_rss_mib=%.0f", res.hubRSSMB)}})
 	return res
 }
 

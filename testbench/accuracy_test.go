@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 // BenchmarkLinkAccuracy measures delay, loss and rate of a shaped uplink
@@ -76,6 +78,10 @@ func BenchmarkLinkAccuracy(b *testing.B) {
 			p10, p50, p90, _ := rtt(30)
 			b.Logf("delay %v one-way: RTT p10 %v p50 %v p90 %v (want %v)", d, p10.Round(10*time.Microsecond),
 				p50.Round(10*time.Microsecond), p90.Round(10*time.Microsecond), 2*d)
+			if d > 0 {
+				benchfmt.Report(b, benchfmt.Figure{Name: fmt.Sprintf("linklab_rtt_p50_delay_%dms", d.Milliseconds()), Value: float64(p50) / 1e6, Unit: "ms",
+					Extra: []string{fmt.Sprintf("configured_rtt_ms=%d", 2*d.Milliseconds())}})
+			}
 		}
 		l.Shape("shop", LinkParams{Delay: Duration(50 * time.Millisecond), Jitter: Duration(20 * time.Millisecond)})
 		p10, p50, p90, _ := rtt(100)
@@ -93,6 +99,8 @@ func BenchmarkLinkAccuracy(b *testing.B) {
 			}
 			time.Sleep(300 * time.Millisecond)
 			b.Logf("loss %.0f%% configured: %.2f%% measured over %d packets", loss*100, 100*(1-float64(recv.Load())/n), n)
+			benchfmt.Report(b, benchfmt.Figure{Name: fmt.Sprintf("linklab_loss_%.0fpct", loss*100), Value: 100 * (1 - float64(recv.Load())/n), Unit: "%",
+				Extra: []string{fmt.Sprintf("configured_pct=%.0f", loss*100), fmt.Sprintf("packets=%d", n)}})
 		}
 		for _, rate := range []int64{256_000, 1_000_000, 10_000_000} {
 			l.Shape("shop", LinkParams{Rate: rate, QueueLimit: 256 << 10})
@@ -122,6 +130,8 @@ func BenchmarkLinkAccuracy(b *testing.B) {
 			close(stop)
 			got := float64(r1-r0) * 1028 * 8 / t1.Sub(t0).Seconds()
 			b.Logf("rate %d bit/s configured: %.0f bit/s measured (%.1f%%)", rate, got, 100*got/float64(rate))
+			benchfmt.Report(b, benchfmt.Figure{Name: fmt.Sprintf("linklab_rate_%dkbit", rate/1000), Value: 100 * got / float64(rate), Unit: "%_of_configured",
+				Extra: []string{fmt.Sprintf("configured_bit_s=%d", rate)}})
 			l.Shape("shop", LinkParams{})
 			time.Sleep(500 * time.Millisecond)
 		}

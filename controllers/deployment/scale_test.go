@@ -24,6 +24,7 @@ import (
 	"github.com/tether-edge/tether/controllers/deployment"
 	"github.com/tether-edge/tether/controllers/internal/kit/kittest"
 	"github.com/tether-edge/tether/controllers/replicaset"
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 var (
@@ -216,6 +217,16 @@ func TestDeploymentScale(t *testing.T) {
 	t.Logf("hub CPU %.1f s over the run (%.0f%% of a core), RSS %.0f MiB with %d pods; test process (agents, controllers, watchers) CPU %.1f s; controller caches %.1f MiB of heap",
 		(hubCPU1 - hubCPU0).Seconds(), 100*(hubCPU1-hubCPU0).Seconds()/took.Seconds(), float64(hubRSS)/(1<<20), replicas,
 		(selfCPU1 - selfCPU0).Seconds(), cacheMiB)
+	mode, size := benchfmt.Mode(*benchFull), fmt.Sprintf("replicas=%d nodes=%d", replicas, nodes)
+	tookTarget := ""
+	if *benchFull {
+		tookTarget = "<=60" // for 10,000 replicas on 1,000 nodes
+	}
+	benchfmt.Report(t, benchfmt.Figure{Name: "ctrl_rollout_all_running", Value: took.Seconds(), Unit: "s", Target: tookTarget, Mode: mode,
+		Extra: []string{size, fmt.Sprintf("pods_per_s=%.0f", r/took.Seconds())}})
+	benchfmt.Report(t, benchfmt.Figure{Name: "ctrl_hub_writes_per_pod", Value: perPod, Unit: "writes", Target: "<=4", Mode: mode,
+		Extra: []string{size, fmt.Sprintf("without_events=%.2f", (perPodTotal-eventWrites)/r)}})
+	benchfmt.Report(t, benchfmt.Figure{Name: "ctrl_hub_rss", Value: float64(hubRSS) / (1 << 20), Unit: "MiB", Mode: mode, Extra: []string{size}})
 	if ctrlPerPod := ctrlAll / r; ctrlPerPod > 4 {
 		t.Errorf("controllers wrote %.2f times per pod, want ≤ 4", ctrlPerPod)
 	}

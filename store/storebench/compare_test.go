@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tether-edge/tether/internal/benchfmt"
 	"github.com/tether-edge/tether/store"
 	"github.com/tether-edge/tether/store/sqlite"
 	"github.com/tether-edge/tether/store/storebench"
@@ -151,6 +152,9 @@ func TestCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(os.Stdout, "store comparison (median of %d run(s)):\n%s", max(1, *runs), b.String())
+	for _, f := range storebench.Figures(mt, me, mk, benchfmt.Mode(*full)) {
+		benchfmt.Report(t, f)
+	}
 	for _, g := range storebench.Goals(mt, me, mk) {
 		fmt.Fprintln(os.Stdout, g)
 		if *full && !g.Pass() {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 // metric is one row of the comparison table.
@@ -187,4 +189,39 @@ func Median(rs []Result) Result {
 	out.ListP99ms = med(func(r Result) float64 { return r.ListP99ms })
 	out.SizeBytes = int64(med(func(r Result) float64 { return float64(r.SizeBytes) }))
 	return out
+}
+
+// Figures returns the comparison as benchmark figures (internal/benchfmt),
+// tether's value beside etcd's measured in the same run, and kine's for
+// the 64-writer creates that have a target against it. The targets are
+// Goals'.
+func Figures(tether, etcd, kine Result, mode string) []benchfmt.Figure {
+	var fs []benchfmt.Figure
+	add := func(name string, v, peer float64, peerName, unit, target string) {
+		fs = append(fs, benchfmt.Figure{Name: name, Value: v, Unit: unit, Target: target,
+			Peer: peerName, PeerValue: peer, Mode: mode,
+			Extra: []string{fmt.Sprintf("objects=%d", tether.Objects)}})
+	}
+	for _, w := range []int{1, 16, 64} {
+		tp, ok := tether.Phase(w)
+		ep, ok2 := etcd.Phase(w)
+		if !ok || !ok2 {
+			continue
+		}
+		target := ">=1"
+		if w == 64 {
+			target = ">=1.2"
+		}
+		add(fmt.Sprintf("store_creates_%dw", w), tp.CreatesPerSec, ep.CreatesPerSec, etcd.Name, "creates/s", "ratio"+target)
+		add(fmt.Sprintf("store_updates_%dw", w), tp.UpdatesPerSec, ep.UpdatesPerSec, etcd.Name, "updates/s", "")
+	}
+	if tp, ok := tether.Phase(64); ok {
+		if kp, ok := kine.Phase(64); ok {
+			add("store_creates_64w_vs_kine", tp.CreatesPerSec, kp.CreatesPerSec, kine.Name, "creates/s", "ratio>=3")
+		}
+	}
+	add("store_list_p50", tether.ListP50ms, etcd.ListP50ms, etcd.Name, "ms", "ratio<=1")
+	add("store_list_p99", tether.ListP99ms, etcd.ListP99ms, etcd.Name, "ms", "")
+	add("store_size_on_disk", float64(tether.SizeBytes)/1e6, float64(etcd.SizeBytes)/1e6, etcd.Name, "MB", "")
+	return fs
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tether-edge/tether/edge/sim"
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/internal/benchfmt"
 	"github.com/tether-edge/tether/testbench/hollow"
 )
 
@@ -96,6 +97,8 @@ func TestHollowFleet(t *testing.T) {
 	took := w.progress("all registered", "every node registered", window+2*time.Minute, time.Minute,
 		fleet("all registered", func(s hollow.Stats) int { return s.Registered }))
 	t.Logf("%d hollow nodes registered in %v (start window %v)", n, took, window)
+	benchfmt.Report(t, benchfmt.Figure{Name: "fleet_all_registered", Value: took.Seconds(), Unit: "s",
+		Extra: []string{fmt.Sprintf("nodes=%d", n), fmt.Sprintf("start_window_s=%.0f", window.Seconds())}})
 
 	nodes, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -137,6 +140,8 @@ func TestHollowFleet(t *testing.T) {
 	perAgent := (int64(after.HeapInuse) - int64(before.HeapInuse)) / int64(n)
 	t.Logf("memory: %d KiB heap in use per hollow node, %d goroutines per node",
 		perAgent>>10, (runtime.NumGoroutine()-goroutinesBefore)/n)
+	benchfmt.Report(t, benchfmt.Figure{Name: "fleet_heap_per_agent", Value: float64(perAgent) / 1024, Unit: "KiB",
+		Extra: []string{fmt.Sprintf("nodes=%d", n), fmt.Sprintf("goroutines=%d", (runtime.NumGoroutine()-goroutinesBefore)/n)}})
 
 	steady := f.Stats()
 	t.Logf("before the hub restart: %s", steady)
@@ -154,6 +159,8 @@ func TestHollowFleet(t *testing.T) {
 	sent1 := f.Stats().BytesSent
 	t.Logf("hub with %d idle agents connected: RSS %d MiB, CPU %.1f%% of one core over %v; agents' uplink %.0f bit/s each",
 		n, rss>>20, 100*float64(cpu1-cpu0)/float64(idle), idle, float64(sent1-sent0)*8/idle.Seconds()/float64(n))
+	benchfmt.Report(t, benchfmt.Figure{Name: "fleet_hub_rss_idle", Value: float64(rss) / (1 << 20), Unit: "MiB",
+		Extra: []string{fmt.Sprintf("nodes=%d", n), fmt.Sprintf("hub_cpu_pct=%.1f", 100*float64(cpu1-cpu0)/float64(idle))}})
 
 	// hubtest allows the hub 30s to exit after SIGTERM (and reports it
 	// when it took longer); how long it took is measured here.
@@ -166,6 +173,8 @@ func TestHollowFleet(t *testing.T) {
 	took = w.deadline("all disconnected", "every node to see the hub gone", 20*time.Second,
 		fleet("all disconnected", func(s hollow.Stats) int { return n - s.Connected }))
 	t.Logf("all %d nodes disconnected %v after the hub exited", n, took.Round(time.Millisecond))
+	benchfmt.Report(t, benchfmt.Figure{Name: "fleet_all_disconnected", Value: took.Seconds(), Unit: "s", Target: "<=20",
+		Extra: []string{fmt.Sprintf("nodes=%d", n)}})
 	// The claim: every node is back within 30s of the restarted hub
 	// serving again, which is when its port completes a TLS handshake. The
 	// test's readiness probe runs kubectl and, on a loaded machine, sees
@@ -190,6 +199,8 @@ func TestHollowFleet(t *testing.T) {
 		fleet("all reconnected", func(s hollow.Stats) int { return s.Connected }))
 	close(stopSampling)
 	t.Logf("all %d nodes reconnected %v after the restarted hub served", n, took)
+	benchfmt.Report(t, benchfmt.Figure{Name: "fleet_all_reconnected", Value: took.Seconds(), Unit: "s", Target: "<=30",
+		Extra: []string{fmt.Sprintf("nodes=%d", n)}})
 	sampled, spread := peakHandshakes(<-samples)
 	peak := hubGauge(t, client, "tether_tunnel_handshakes_peak_per_second")
 	t.Logf("reconnect handshakes: peak %d admitted in one second (about %d seen by sampling), spread over %v",

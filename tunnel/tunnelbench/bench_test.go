@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/tether-edge/tether/internal/benchfmt"
 	"github.com/tether-edge/tether/testbench"
 	"github.com/tether-edge/tether/tunnel"
 )
@@ -104,6 +105,9 @@ func TestHeadOfLineIsolation(t *testing.T) {
 	qr := float64(percentile(q.loaded, .99)) / float64(percentile(q.idle, .99))
 	pr := float64(percentile(p.loaded, .99)) / float64(percentile(p.idle, .99))
 	t.Logf("loaded p99 increase: tunnel %+.0f%% (target ≤ +10%%), HTTP/2 %+.0f%%", (qr-1)*100, (pr-1)*100)
+	benchfmt.Report(t, benchfmt.Figure{Name: "tunnel_hol_loaded_p99_growth", Value: qr, Unit: "x", Target: "<=1.1",
+		Peer: "http2_over_tcp_tls", PeerValue: pr, Mode: benchfmt.Mode(*full),
+		Extra: []string{fmt.Sprintf("pings=%d", pings), "rtt_ms=50", "rate_mbit=100"}})
 }
 
 func pingLoop(t *testing.T, hc *http.Client, base string, n int) []time.Duration {
@@ -205,6 +209,14 @@ func TestTimeToFirstByte(t *testing.T) {
 	}
 	t.Logf("tunnel QUIC p99 %s (target ≤ %s); wait-first / optimistic p50 = %.2fx",
 		ms(percentile(quic, .99)), ms(rtt+10*time.Millisecond), float64(percentile(wait, .5))/float64(percentile(quic, .5)))
+	msf := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	extra := []string{fmt.Sprintf("rtt_ms=%.0f", msf(rtt)), fmt.Sprintf("requests=%d", n)}
+	benchfmt.Report(t, benchfmt.Figure{Name: "tunnel_first_byte_p50", Value: msf(percentile(quic, .5)), Unit: "ms",
+		Peer: "dial_then_request", PeerValue: msf(percentile(wait, .5)), Mode: benchfmt.Mode(*full), Extra: extra})
+	benchfmt.Report(t, benchfmt.Figure{Name: "tunnel_first_byte_p99", Value: msf(percentile(quic, .99)), Unit: "ms",
+		Target: fmt.Sprintf("<=%.0f", msf(rtt+10*time.Millisecond)),
+		Peer:   "dial_then_request", PeerValue: msf(percentile(wait, .99)), Mode: benchfmt.Mode(*full),
+		Extra: append(extra, fmt.Sprintf("tcp_fallback_p99_ms=%.1f", msf(percentile(tcp, .99))))})
 }
 
 // TestGoodputUnderLoss (B3): one tunneled upload against one TCP+TLS
@@ -263,6 +275,11 @@ func TestGoodputUnderLoss(t *testing.T) {
 			x.quic, x.tcp, x.quic/x.tcp, x.bbr, x.quic/x.bbr)
 	}
 	t.Logf("target: ratio ≥ 1.5x against the same congestion control")
+	for _, x := range rows {
+		benchfmt.Report(t, benchfmt.Figure{Name: fmt.Sprintf("tunnel_goodput_loss_%.0fpct", x.loss*100), Value: x.quic, Unit: "Mbit/s",
+			Target: "ratio>=1.5", Peer: "tcp_tls_cubic", PeerValue: x.tcp, Mode: benchfmt.Mode(*full),
+			Extra: []string{fmt.Sprintf("tcp_tls_bbr=%.2f", x.bbr), "rtt_ms=50", fmt.Sprintf("seconds=%.0f", d.Seconds())}})
+	}
 }
 
 // sample measures the hub's receive rate in Mbit/s over d, after a warm-up.
@@ -303,6 +320,8 @@ func TestIdleUplink(t *testing.T) {
 	t.Logf("%-26s %8d %8d %14.1f %18.1f", "Client.Stats (UDP+IP)", cs1.PacketsSent-cs0.PacketsSent, sent, float64(sent)/beats, at15(sent))
 	t.Logf("downlink (hub acks): %d packets, %d bytes", link1.Down.Packets-link0.Down.Packets, link1.Down.Bytes-link0.Down.Bytes)
 	t.Logf("target ≤ 100 bit/s; KubeEdge anchor ≈ 250 bit/s per node")
+	benchfmt.Report(t, benchfmt.Figure{Name: "tunnel_idle_uplink", Value: at15(upBytes), Unit: "bit/s", Target: "<=100",
+		Mode: benchfmt.Mode(*full), Extra: []string{"heartbeat_s=15", fmt.Sprintf("window_s=%.0f", window.Seconds())}})
 	if bps := at15(upBytes); bps > 100 {
 		t.Errorf("idle uplink %.1f bit/s exceeds 100 bit/s", bps)
 	}
