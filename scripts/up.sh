@@ -12,6 +12,7 @@
 #
 #   TETHER_DATA    data directory            (default ~/.tether)
 #   TETHER_LISTEN  address of the HTTPS API  (default 127.0.0.1:6443)
+#   TETHER_KUBECTL kubectl to use, built if missing (default bin/kubectl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -29,9 +30,10 @@ source "$root/scripts/go-env.sh"
 
 echo "== building tether"
 go build -ldflags "-X main.version=$(git describe --always --dirty 2>/dev/null || echo devel)" -o bin/tether ./cmd/tether
-if [ ! -x bin/kubectl ]; then
+kubectl_bin=${TETHER_KUBECTL:-$root/bin/kubectl}
+if [ ! -x "$kubectl_bin" ]; then
   echo "== building kubectl"
-  bash tools/kubectl/build.sh "$root/bin/kubectl"
+  bash tools/kubectl/build.sh "$kubectl_bin"
 fi
 
 data=${TETHER_DATA:-$HOME/.tether}
@@ -44,7 +46,7 @@ mkdir -p "$data"
 bin/tether hub --data-dir "$data" --listen "$listen" >>"$data/hub.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do
-  [ -s "$data/admin.kubeconfig" ] && bin/kubectl --kubeconfig "$data/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1 && break
+  [ -s "$data/admin.kubeconfig" ] && "$kubectl_bin" --kubeconfig "$data/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1 && break
   sleep 0.2
 done
 
@@ -64,7 +66,7 @@ bin/tether edge --hub "https://$listen" ${token:+--token "$token"} --data-dir "$
   --name "$node" "${edge_args[@]}" >>"$data/edge.log" 2>&1 &
 pids+=($!)
 
-kubectl=("$root/bin/kubectl" --kubeconfig "$data/admin.kubeconfig")
+kubectl=("$kubectl_bin" --kubeconfig "$data/admin.kubeconfig")
 if [ "$runtime" = containerd ]; then
   "${kubectl[@]}" apply -f - >/dev/null <<'YAML'
 apiVersion: apps/v1
@@ -92,9 +94,9 @@ YAML
   cat <<TXT
 == tether is up, with a demo Deployment and Service; in another shell:
    export KUBECONFIG=$data/admin.kubeconfig
-   $root/bin/kubectl get nodes,pods,svc,endpointslices -o wide
-   $root/bin/kubectl logs deploy/demo
-   $root/bin/kubectl port-forward svc/demo 8080:80 & curl localhost:8080
+   $kubectl_bin get nodes,pods,svc,endpointslices -o wide
+   $kubectl_bin logs deploy/demo
+   $kubectl_bin port-forward svc/demo 8080:80 & curl localhost:8080
 == Ctrl-C stops the hub and the edge; the pods' containers and the edge's containerd keep
    running, as they do across an agent restart. To remove what the edge put on this machine
    (pods, containerd, pod network, eBPF programs, DNS interface) and its data directory:
@@ -104,9 +106,9 @@ else
   cat <<TXT
 == tether is up; in another shell:
    export KUBECONFIG=$data/admin.kubeconfig
-   $root/bin/kubectl get nodes
-   $root/bin/kubectl create deployment hello --image=hello --replicas=3
-   $root/bin/kubectl get pods -o wide
+   $kubectl_bin get nodes
+   $kubectl_bin create deployment hello --image=hello --replicas=3
+   $kubectl_bin get pods -o wide
 == Ctrl-C stops the hub and the edge; to remove the edge's data directory afterwards:
    $root/bin/tether edge reset --runtime sim --purge --data-dir $data/edge
 TXT

@@ -3,5 +3,7 @@
 // `go list`, that the edge-only build of cmd/tether (-tags edge) links no
 // hub, store, scheduler or controllers package, and the committed eBPF
 // objects of the dataplane, checked against what `go generate ./dataplane`
-// produces from dataplane/bpf. It has no non-test code but this comment.
+// produces from dataplane/bpf, and that scripts/up.sh stopped with Ctrl-C
+// and followed by `tether edge reset --purge` leaves nothing on the node.
+// It has no non-test code but this comment.
 package repotest
