@@ -130,7 +130,7 @@ func BenchmarkLinkAccuracy(b *testing.B) {
 			close(stop)
 			got := float64(r1-r0) * 1028 * 8 / t1.Sub(t0).Seconds()
 			b.Logf("rate %d bit/s configured: %.0f bit/s measured (%.1f%%)", rate, got, 100*got/float64(rate))
-			benchfmt.Report(b, benchfmt.Figure{Name: fmt.Sprintf("linklab_rate_%dkbit", rate/1000), Value: 100 * got / float64(rate), Unit: "%_of_configured",
+			benchfmt.Report(b, benchfmt.Figure{Name: fmt.Sprintf("linklab_rate_%dkbit_of_configured", rate/1000), Value: 100 * got / float64(rate), Unit: "%",
 				Extra: []string{fmt.Sprintf("configured_bit_s=%d", rate)}})
 			l.Shape("shop", LinkParams{})
 			time.Sleep(500 * time.Millisecond)

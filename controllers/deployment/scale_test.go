@@ -218,13 +218,16 @@ func TestDeploymentScale(t *testing.T) {
 		(hubCPU1 - hubCPU0).Seconds(), 100*(hubCPU1-hubCPU0).Seconds()/took.Seconds(), float64(hubRSS)/(1<<20), replicas,
 		(selfCPU1 - selfCPU0).Seconds(), cacheMiB)
 	mode, size := benchfmt.Mode(*benchFull), fmt.Sprintf("replicas=%d nodes=%d", replicas, nodes)
-	tookTarget := ""
+	// The targets are set for 10,000 replicas on 1,000 nodes; at the
+	// short size the scheduler's events, not dropped, make a fourth
+	// write per pod.
+	tookTarget, writesTarget := "", ""
 	if *benchFull {
-		tookTarget = "<=60" // for 10,000 replicas on 1,000 nodes
+		tookTarget, writesTarget = "<=60", "<=4"
 	}
 	benchfmt.Report(t, benchfmt.Figure{Name: "ctrl_rollout_all_running", Value: took.Seconds(), Unit: "s", Target: tookTarget, Mode: mode,
 		Extra: []string{size, fmt.Sprintf("pods_per_s=%.0f", r/took.Seconds())}})
-	benchfmt.Report(t, benchfmt.Figure{Name: "ctrl_hub_writes_per_pod", Value: perPod, Unit: "writes", Target: "<=4", Mode: mode,
+	benchfmt.Report(t, benchfmt.Figure{Name: "ctrl_hub_writes_per_pod", Value: perPod, Unit: "writes", Target: writesTarget, Mode: mode,
 		Extra: []string{size, fmt.Sprintf("without_events=%.2f", (perPodTotal-eventWrites)/r)}})
 	benchfmt.Report(t, benchfmt.Figure{Name: "ctrl_hub_rss", Value: float64(hubRSS) / (1 << 20), Unit: "MiB", Mode: mode, Extra: []string{size}})
 	if ctrlPerPod := ctrlAll / r; ctrlPerPod > 4 {
