@@ -279,12 +279,12 @@ func formatRow(r row) string {
 	}
 	peer, ratio := "—", "—"
 	if f.Peer != "" {
-		peer = fmt.Sprintf("%s %s (%s)", human(f.PeerValue), f.Unit, f.Peer)
+		peer = fmt.Sprintf("%s (%s)", withUnit(f.PeerValue, f.Unit), f.Peer)
 		if x, ok := f.Ratio(); ok {
-			ratio = fmt.Sprintf("%.2f×", x)
+			ratio = formatRatio(x)
 		}
 	}
-	current := human(f.Value) + " " + f.Unit
+	current := withUnit(f.Value, f.Unit)
 	if f.Unjudged {
 		current += " (lower bound)"
 	}
@@ -311,10 +311,34 @@ func formatTarget(f benchfmt.Figure) string {
 	case strings.HasPrefix(t, ">="):
 		op, t = "≥ ", t[2:]
 	}
+	// Targets keep their precision; large ones get grouped digits.
+	if v, err := strconv.ParseFloat(t, 64); err == nil && math.Abs(v) >= 1000 {
+		t = human(v)
+	}
 	if ratio {
 		return op + t + "× peer"
 	}
+	if f.Unit == "x" {
+		return op + t + "×"
+	}
 	return op + t + " " + f.Unit
+}
+
+// withUnit prints a value and its unit; a factor ("x") as "1.28×".
+func withUnit(v float64, unit string) string {
+	if unit == "x" {
+		return human(v) + "×"
+	}
+	return human(v) + " " + unit
+}
+
+// formatRatio prints a ratio with two decimals, or two significant
+// digits below 0.1.
+func formatRatio(x float64) string {
+	if x != 0 && math.Abs(x) < 0.1 {
+		return strconv.FormatFloat(x, 'g', 2, 64) + "×"
+	}
+	return fmt.Sprintf("%.2f×", x)
 }
 
 // human prints a value for reading: whole numbers with grouped digits
