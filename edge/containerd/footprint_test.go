@@ -404,6 +404,11 @@ func benchLine(name string, value float64, unit, target string, extra ...string)
 		}
 		line += " target=" + target + " met=" + met
 	}
+	if *footprintFull {
+		line += " mode=full"
+	} else {
+		line += " mode=short"
+	}
 	for _, e := range extra {
 		line += " " + e
 	}
