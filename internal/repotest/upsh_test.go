@@ -160,6 +160,16 @@ func TestUpScriptInterruptThenResetLeavesNothing(t *testing.T) {
 		_ = syscall.Kill(-up.Process.Pid, syscall.SIGKILL)
 		t.Fatalf("up.sh did not exit within 30s of SIGINT")
 	}
+	// By design the containers, their containerd, the pod network and the
+	// dataplane outlive Ctrl-C: the same listing finds every kind of them
+	// now, which shows that it would find them after a reset that left
+	// them.
+	kept := strings.Join(ours.leftIn(takeSnapshot(t), tmp), "\n")
+	for _, kind := range []string{"process ", "mount ", "network namespace ", "veth ", "cgroup ", "pinned eBPF object "} {
+		if !strings.Contains(kept, kind) {
+			t.Errorf("after Ctrl-C and before the reset, no %sof the run is listed; listed:\n%s", kind, kept)
+		}
+	}
 	stopped := time.Now()
 	if b, err := reset(); err != nil {
 		t.Fatalf("tether edge reset --purge: %v\n%s", err, b)
