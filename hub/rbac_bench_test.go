@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 var rbacBenchCheck = flag.Bool("rbacbench.check", false, "fail TestRBACCreateThroughput below the 0.95 target")
@@ -24,7 +25,7 @@ var rbacBenchCheck = flag.Bool("rbacbench.check", false, "fail TestRBACCreateThr
 // created by a user whose one RoleBinding is among 5,000 (to 500 Roles),
 // against the admin, whom system:masters lets through before RBAC looks at
 // any binding. Rounds alternate to spread the noise of a shared machine.
-// It prints BENCH rbac_create_throughput_ratio <on/off>.
+// It reports creates/s with RBAC, beside the peer figure without it.
 func TestRBACCreateThroughput(t *testing.T) {
 	const (
 		roles, bindings = 500, 5000
@@ -83,7 +84,8 @@ func TestRBACCreateThroughput(t *testing.T) {
 	offRate, onRate := n/off.Seconds(), n/on.Seconds()
 	ratio := onRate / offRate
 	t.Logf("creates/s: RBAC off (admin) %.0f, on (user among %d bindings) %.0f", offRate, bindings, onRate)
-	fmt.Printf("BENCH rbac_create_throughput_ratio %.3f\n", ratio)
+	benchfmt.Report(t, benchfmt.Figure{Name: "rbac_create_throughput", Value: onRate, Unit: "creates/s",
+		Target: "ratio>=0.95", Peer: "rbac_off", PeerValue: offRate, Mode: benchfmt.Mode(true)})
 	if *rbacBenchCheck && ratio < 0.95 {
 		t.Errorf("throughput with RBAC is %.3f of without, want >= 0.95", ratio)
 	}
