@@ -1,6 +1,7 @@
 package hub_test
 
 import (
+	"encoding/base64"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,30 @@ import (
 
 	"github.com/tether-edge/tether/hub/hubtest"
 )
+
+// csrKubeconfig obtains a client certificate for user the documented
+// way: a fresh key and certificate request, kubectl create of a
+// CertificateSigningRequest for the kube-apiserver-client signer,
+// kubectl certificate approve, and status.certificate read back with
+// kubectl. It returns the path of a kubeconfig holding that certificate.
+func csrKubeconfig(t *testing.T, h *hubtest.Hub, user string, groups ...string) string {
+	t.Helper()
+	keyPEM, req := newCSR(t, user, groups...)
+	name := user + "-csr"
+	mustKubectlIn(t, h, csrManifest(name, req, "kubernetes.io/kube-apiserver-client", []string{"digital signature", "client auth"}, 0), "create", "-f", "-")
+	mustKubectl(t, h, "certificate", "approve", name)
+	var cert []byte
+	waitFor(t, user+"'s certificate", func() bool {
+		out := mustKubectl(t, h, "get", "csr", name, "-o", "jsonpath={.status.certificate}")
+		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("decode status.certificate: %v", err)
+		}
+		cert = b
+		return len(cert) > 0
+	})
+	return userKubeconfig(t, h, cert, keyPEM)
+}
 
 // canI runs kubectl auth can-i with args and returns its answer; kubectl
 // exits 1 when the answer is no.
@@ -22,18 +47,22 @@ func canI(t *testing.T, h *hubtest.Hub, args ...string) string {
 }
 
 // TestKubectlRBACScenario is upstream's walk-through with a real hub and
-// kubectl: user bob, holding a certificate signed by the hub's CA, is
+// kubectl: user bob, whose certificate an administrator issued through
+// a CertificateSigningRequest and kubectl certificate approve, is
 // refused with upstream's message until an administrator binds him to
 // the view role in namespace y; then he reads pods there but creates
 // none, and reads nothing in namespace z. kubectl auth can-i (as bob,
 // and as the administrator with --as bob), can-i --list and auth whoami
-// answer accordingly.
+// answer accordingly. kubectl describe prints the view role's rules and
+// bob's binding; kubectl auth reconcile creates a Role and RoleBinding,
+// changes nothing when run again, and removes extra rules only with
+// --remove-extra-permissions.
 func TestKubectlRBACScenario(t *testing.T) {
 	// The aggregation controller fills the view role.
 	h := hubtest.Start(t, "--controllers=garbagecollector,namespace,clusterrole-aggregation", "--disable-scheduler")
 	mustKubectl(t, h, "create", "namespace", "y")
 	mustKubectl(t, h, "create", "namespace", "z")
-	bob := caSignedKubeconfig(t, h, "bob")
+	bob := csrKubeconfig(t, h, "bob")
 	asBob := func(args ...string) (string, error) { return h.Run(append([]string{"--kubeconfig", bob}, args...)...) }
 	forbidden := func(what string, err error, want string) {
 		t.Helper()
@@ -107,4 +136,113 @@ func TestKubectlRBACScenario(t *testing.T) {
 	}
 	_, err = asBob("get", "pods", "-n", "y", "--as", "alice")
 	forbidden("bob impersonates alice", err, `users "alice" is forbidden: User "bob" cannot impersonate resource "users" in API group "" at the cluster scope`)
+
+	describeRBAC(t, h)
+	reconcileRBAC(t, h)
+}
+
+// describeRBAC checks that kubectl describe prints the rules of the view
+// role and the role and subjects of bob's binding.
+func describeRBAC(t *testing.T, h *hubtest.Hub) {
+	t.Helper()
+	out := mustKubectl(t, h, "describe", "clusterrole", "view")
+	for _, want := range []string{"Name:         view", "PolicyRule:", "Resources", "Non-Resource URLs", "Resource Names", "Verbs",
+		"[get list watch]", "deployments.apps", "rbac.authorization.k8s.io/aggregate-to-edit=true"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl describe clusterrole view lacks %q:\n%s", want, out)
+		}
+	}
+	if podsLine := lineStarting(out, "pods "); !strings.Contains(podsLine, "[get list watch]") {
+		t.Errorf("kubectl describe clusterrole view: pods line %q", podsLine)
+	}
+	out = mustKubectl(t, h, "describe", "rolebinding", "bob-view", "-n", "y")
+	for _, want := range []string{"Name:         bob-view", "Role:", "Kind:  ClusterRole", "Name:  view", "Subjects:", "Kind  Name  Namespace"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl describe rolebinding lacks %q:\n%s", want, out)
+		}
+	}
+	if l := strings.Fields(lineStarting(out, "User ")); !slices.Equal(l, []string{"User", "bob"}) {
+		t.Errorf("kubectl describe rolebinding: subject line %q", l)
+	}
+}
+
+// lineStarting returns the first line of out that, with its indentation
+// removed, starts with prefix.
+func lineStarting(out, prefix string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+const reconcileManifest = `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: config-editor
+  namespace: "y"
+rules:
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: bob-config
+  namespace: "y"
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: config-editor
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: bob
+`
+
+// reconcileRBAC runs kubectl auth reconcile as upstream documents it.
+func reconcileRBAC(t *testing.T, h *hubtest.Hub) {
+	t.Helper()
+	versions := func() string {
+		return mustKubectl(t, h, "get", "role/config-editor", "rolebinding/bob-config", "-n", "y", "-o", "jsonpath={.items[*].metadata.resourceVersion}")
+	}
+	// kubectl prints the objects on stdout and what it changed on stderr.
+	out := kubectlCombined(t, h, reconcileManifest, "auth", "reconcile", "-f", "-")
+	for _, want := range []string{"role.rbac.authorization.k8s.io/config-editor reconciled", "rolebinding.rbac.authorization.k8s.io/bob-config reconciled",
+		"reconciliation required create", "missing rules added:", "missing subjects added:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("first kubectl auth reconcile lacks %q:\n%s", want, out)
+		}
+	}
+	waitFor(t, "bob to create configmaps in y", func() bool { return canI(t, h, "create", "configmaps", "-n", "y", "--as", "bob") == "yes" })
+	before := versions()
+	out = kubectlCombined(t, h, reconcileManifest, "auth", "reconcile", "-f", "-")
+	if strings.Contains(out, "reconciliation required") || !strings.Contains(out, "config-editor reconciled") {
+		t.Errorf("second kubectl auth reconcile:\n%s", out)
+	}
+	if after := versions(); after != before {
+		t.Errorf("second kubectl auth reconcile changed the objects: resourceVersions %s, then %s", before, after)
+	}
+
+	// An extra rule stays unless --remove-extra-permissions is given.
+	mustKubectl(t, h, "patch", "role", "config-editor", "-n", "y", "--type=json",
+		"-p", `[{"op":"add","path":"/rules/-","value":{"apiGroups":[""],"resources":["secrets"],"verbs":["list"]}}]`)
+	rules := func() string {
+		return mustKubectl(t, h, "get", "role", "config-editor", "-n", "y", "-o", "jsonpath={.rules[*].resources}")
+	}
+	if out := kubectlCombined(t, h, reconcileManifest, "auth", "reconcile", "-f", "-"); strings.Contains(out, "reconciliation required") {
+		t.Errorf("kubectl auth reconcile with an extra rule:\n%s", out)
+	}
+	if got := rules(); !strings.Contains(got, "secrets") {
+		t.Errorf("kubectl auth reconcile without --remove-extra-permissions removed the extra rule: %s", got)
+	}
+	out = kubectlCombined(t, h, reconcileManifest, "auth", "reconcile", "--remove-extra-permissions", "-f", "-")
+	if !strings.Contains(out, "reconciliation required update") || !strings.Contains(out, "extra rules removed:") {
+		t.Errorf("kubectl auth reconcile --remove-extra-permissions:\n%s", out)
+	}
+	if got := rules(); strings.Contains(got, "secrets") || !strings.Contains(got, "configmaps") {
+		t.Errorf("kubectl auth reconcile --remove-extra-permissions left rules %s", got)
+	}
 }
