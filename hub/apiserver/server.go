@@ -39,7 +39,8 @@ import (
 // Authorizer decides whether an authenticated user may perform a request.
 type Authorizer interface {
 	// Authorize returns nil to allow the request, or an error (usually a
-	// Forbidden *apierrors.StatusError) to deny it.
+	// Forbidden apierrors.APIStatus, such as *apierrors.StatusError) to
+	// deny it.
 	Authorize(u *auth.User, a Attributes) error
 }
 

@@ -3,15 +3,10 @@ package rbac
 import (
 	"context"
 	"log/slog"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
-	"unsafe"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
@@ -141,122 +136,4 @@ func notFound(missing []*roleSlot, registry bool) error {
 		errs = append(errs, apierrors.NewNotFound(schema.GroupResource{Group: rbacv1.GroupName, Resource: res}, s.name))
 	}
 	return utilerrors.NewAggregate(errs)
-}
-
-// sanitizer escapes what upstream escapes in a 403's message.
-var sanitizer = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
-
-// denial holds a 403, its details and, when it fits, its message in one
-// allocation.
-type denial struct {
-	err     apierrors.StatusError
-	details metav1.StatusDetails
-	buf     [256]byte
-}
-
-// forbidden is the 403 kube-apiserver answers to a request no authorizer
-// allowed, reason appended when there is one: what apierrors.NewForbidden
-// builds from upstream's message, assembled without fmt and usually in one
-// allocation, because a denial is as frequent as an allowed request for
-// some clients.
-func forbidden(u *auth.User, at apiserver.Attributes, reason string) error {
-	d := &denial{}
-	if at.Resource {
-		d.details = metav1.StatusDetails{Group: at.Group, Kind: at.Kind, Name: at.Name}
-	}
-	b := d.buf[:0]
-	switch {
-	case !at.Resource || at.Kind == "" && at.Group == "":
-		b = append(b, "forbidden: "...)
-	default:
-		b = append(b, at.Kind...)
-		if at.Group != "" {
-			b = append(b, '.')
-			b = append(b, at.Group...)
-		}
-		if at.Name != "" {
-			b = append(b, ' ')
-			b = appendQuoted(b, at.Name, "")
-		}
-		b = append(b, " is forbidden: "...)
-	}
-	start := len(b)
-	b = append(b, "User "...)
-	b = appendQuoted(b, u.Name, "")
-	b = append(b, " cannot "...)
-	b = append(b, at.Verb...)
-	if !at.Resource {
-		b = append(b, " path "...)
-		b = appendQuoted(b, at.Path, "")
-	} else {
-		b = append(b, " resource "...)
-		b = appendQuoted(b, at.Kind, at.Subresource)
-		b = append(b, " in API group "...)
-		b = appendQuoted(b, at.Group, "")
-		if at.Namespace != "" {
-			b = append(b, " in the namespace "...)
-			b = appendQuoted(b, at.Namespace, "")
-		} else {
-			b = append(b, " at the cluster scope"...)
-		}
-	}
-	if end := len(b); needsEscape(b[start:end]) {
-		b = append(b[:start], sanitizer.Replace(string(b[start:end]))...)
-	}
-	if reason != "" {
-		b = append(b, ": "...)
-		b = append(b, reason...)
-	}
-	var msg string
-	if len(b) <= len(d.buf) && &b[0] == &d.buf[0] {
-		// The bytes stay in d, which nothing writes again.
-		msg = unsafe.String(&b[0], len(b))
-	} else {
-		msg = string(b)
-	}
-	d.err.ErrStatus = metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    http.StatusForbidden,
-		Reason:  metav1.StatusReasonForbidden,
-		Details: &d.details,
-		Message: msg,
-	}
-	return &d.err
-}
-
-func needsEscape(s []byte) bool {
-	for _, c := range s {
-		if c == '&' || c == '<' || c == '>' {
-			return true
-		}
-	}
-	return false
-}
-
-// appendQuoted appends s, or s/sub when sub is not empty, as
-// strconv.Quote (and so fmt's %q) would, without its cost for the plain
-// names that requests almost always carry.
-func appendQuoted(b []byte, s, sub string) []byte {
-	if plain(s) && plain(sub) {
-		b = append(b, '"')
-		b = append(b, s...)
-		if sub != "" {
-			b = append(b, '/')
-			b = append(b, sub...)
-		}
-		return append(b, '"')
-	}
-	if sub != "" {
-		s += "/" + sub
-	}
-	return strconv.AppendQuote(b, s)
-}
-
-func plain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
 }

@@ -11,6 +11,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tether-edge/tether/hub/apiserver"
@@ -168,15 +169,19 @@ func TestDenialMessages(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := a.Authorize(tc.u, tc.at)
-			se, ok := err.(*apierrors.StatusError)
-			if !ok {
-				t.Fatalf("want *StatusError, got %T %v", err, err)
+			var as apierrors.APIStatus
+			if !errors.As(err, &as) || !apierrors.IsForbidden(err) {
+				t.Fatalf("want a Forbidden APIStatus, got %T %v", err, err)
 			}
-			if se.ErrStatus.Code != http.StatusForbidden || se.ErrStatus.Reason != "Forbidden" {
-				t.Fatalf("status %d %s", se.ErrStatus.Code, se.ErrStatus.Reason)
+			st := as.Status()
+			if st.Code != http.StatusForbidden || st.Reason != "Forbidden" {
+				t.Fatalf("status %d %s", st.Code, st.Reason)
 			}
-			if got := se.ErrStatus.Message; got != tc.want {
-				t.Fatalf("message\n got %s\nwant %s", got, tc.want)
+			if got := st.Message; got != tc.want || err.Error() != tc.want {
+				t.Fatalf("message\n got %s\n     %s\nwant %s", got, err.Error(), tc.want)
+			}
+			if n := testing.AllocsPerRun(100, func() { _ = a.Authorize(tc.u, tc.at) }); n > 1 && !strings.HasPrefix(tc.name, "missing") {
+				t.Errorf("a denial costs %v allocations, want 1", n)
 			}
 		})
 	}
@@ -282,9 +287,15 @@ func TestForbiddenAsUpstream(t *testing.T) {
 			path("get", "/a<b>&\"c\""),
 		} {
 			for _, reason := range []string{"", "RBAC: x"} {
-				got, want := forbidden(u, at, reason), upstream(u, at, reason)
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("forbidden(%q, %+v)\n got %#v\nwant %#v", u.Name, at, got, want)
+				err, want := forbidden(u, at, reason), upstream(u, at, reason)
+				// What the API server answers: the APIStatus as a
+				// StatusError, and the error's text.
+				got := &apierrors.StatusError{ErrStatus: err.(apierrors.APIStatus).Status()}
+				if !reflect.DeepEqual(got, want) || err.Error() != want.Error() {
+					t.Errorf("forbidden(%q, %+v)\n got %#v\n     %q\nwant %#v", u.Name, at, got, err.Error(), want)
+				}
+				if !apierrors.IsForbidden(err) || apierrors.ReasonForError(err) != metav1.StatusReasonForbidden {
+					t.Errorf("forbidden(%q, %+v) is not a Forbidden API error", u.Name, at)
 				}
 			}
 		}
