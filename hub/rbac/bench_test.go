@@ -12,6 +12,7 @@ import (
 
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/internal/benchfmt"
 )
 
 // Sizes of the benchmark's cluster: 500 Roles and 5,000 RoleBindings
@@ -149,7 +150,8 @@ func BenchmarkAuthorize(b *testing.B) {
 	b.ReportMetric(float64(p99.Nanoseconds()), "p99-ns")
 	b.ReportMetric(allowed*100, "%allowed")
 	if b.N >= 10000 {
-		fmt.Printf("BENCH rbac_authorize_p99_ns %d\n", p99.Nanoseconds())
+		benchfmt.Report(b, benchfmt.Figure{Name: "rbac_authorize_p99", Value: float64(p99.Nanoseconds()), Unit: "ns",
+			Target: "<=2000", Mode: benchfmt.Mode(true), Extra: []string{fmt.Sprintf("p50_ns=%d", p50.Nanoseconds())}})
 	}
 }
 
