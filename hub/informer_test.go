@@ -50,7 +50,10 @@ func TestInformersAcrossRestart(t *testing.T) {
 	cfg.QPS, cfg.Burst = -1, 0
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodGet && r.URL.Query().Get("watch") == "" && listPath.MatchString(r.URL.Path) {
+			// A streaming list (a watch with sendInitialEvents) counts
+			// as a list: it sends every object again.
+			q := r.URL.Query()
+			if r.Method == http.MethodGet && (q.Get("watch") == "" || q.Get("sendInitialEvents") == "true") && listPath.MatchString(r.URL.Path) {
 				lists.Add(1)
 				if restarted.Load() {
 					listsAfter.Add(1)

@@ -372,15 +372,6 @@ func TestWatchTable(t *testing.T) {
 	}
 }
 
-func TestSendInitialEventsRejected(t *testing.T) {
-	h := newHub(t)
-	_, err := h.cs.CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{
-		SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
-	if reasonOf(err) != metav1.StatusReasonInvalid {
-		t.Fatalf("watch with sendInitialEvents: %v, want Invalid", err)
-	}
-}
-
 func TestInformer(t *testing.T) {
 	h := newHub(t)
 	ctx, cancel := context.WithCancel(context.Background())

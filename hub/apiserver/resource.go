@@ -282,7 +282,7 @@ func decodeListOptions(q url.Values) (*metainternalversion.ListOptions, error) {
 	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, opts); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
-	if errs := listvalidation.ValidateListOptions(opts, false); len(errs) > 0 {
+	if errs := listvalidation.ValidateListOptions(opts, true); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptions"}, "", errs)
 	}
 	return opts, nil

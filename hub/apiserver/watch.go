@@ -41,6 +41,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 	wi, err := s.cfg.Storage.Watch(ctx, t.kind, t.namespace, storage.WatchOptions{
 		Label: opts.LabelSelector, Field: opts.FieldSelector,
 		ResourceVersion: opts.ResourceVersion, AllowBookmarks: opts.AllowWatchBookmarks,
+		SendInitialEvents: opts.SendInitialEvents,
 		// Events are only read and encoded here, so every watch of a kind
 		// can use one decoded object per change.
 		Shared: true})

@@ -68,6 +68,14 @@ type WatchOptions struct {
 	// AllowBookmarks lets the watch send BOOKMARK events carrying only the
 	// current resourceVersion.
 	AllowBookmarks bool
+	// SendInitialEvents, when set, decides whether the watch starts with
+	// synthetic ADDED events whatever the ResourceVersion (a streaming
+	// list): true sends the state as of a revision not older than
+	// ResourceVersion ("" or "0": the current one), then, with
+	// AllowBookmarks, a BOOKMARK at that revision annotated
+	// k8s.io/initial-events-end; false starts from ResourceVersion, or
+	// from the current revision if it is "" or "0", without them.
+	SendInitialEvents *bool
 	// Shared lets the objects of change events be shared with other
 	// watches of the same kind that set Shared: each change is then
 	// decoded once however many watches receive it. The caller must not

@@ -3,11 +3,14 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tether-edge/tether/hub/registry"
@@ -30,12 +33,21 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 	}
 	w := &watcher{out: make(chan watch.Event), done: make(chan struct{})}
 	ctx, w.cancel = context.WithCancel(ctx)
-	var initial []watch.Event
-	if rv == 0 {
-		// Synthetic ADDED events for the current state, then changes from
-		// the list's revision.
-		// One unpaged read, so that the synthetic events and the
-		// revision the watch starts from describe the same state.
+	initial := opts.SendInitialEvents == nil && rv == 0
+	if opts.SendInitialEvents != nil {
+		initial = *opts.SendInitialEvents
+	}
+	var events []watch.Event
+	switch {
+	case initial:
+		// Synthetic ADDED events for a state not older than rv, then
+		// changes from that state's revision. One unpaged read, so
+		// that the synthetic events and the revision the watch starts
+		// from describe the same state.
+		if err := s.waitFor(ctx, rv); err != nil {
+			w.cancel()
+			return nil, err
+		}
 		res, err := s.st.List(ctx, store.ListOptions{Resource: s.resource(k), Namespace: namespace,
 			Label: opts.Label, Field: fsel})
 		if err != nil {
@@ -43,15 +55,27 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 			return nil, storeError(err, k.GroupResource(), "")
 		}
 		rv = res.Revision
+		events = make([]watch.Event, 0, len(res.Objects)+1)
 		for _, o := range res.Objects {
 			obj, err := s.decode(k, o)
 			if err != nil {
 				w.cancel()
 				return nil, err
 			}
-			initial = append(initial, watch.Event{Type: watch.Added, Object: obj})
+			events = append(events, watch.Event{Type: watch.Added, Object: obj})
 		}
-	} else {
+		if opts.SendInitialEvents != nil && opts.AllowBookmarks {
+			bm, err := s.bookmark(k, rv, map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+			if err != nil {
+				w.cancel()
+				return nil, err
+			}
+			events = append(events, watch.Event{Type: watch.Bookmark, Object: bm})
+		}
+	case rv == 0:
+		// No initial events: changes after the current revision.
+		rv = s.st.Revision()
+	default:
 		if err := s.waitFor(ctx, rv); err != nil {
 			w.cancel()
 			return nil, err
@@ -78,7 +102,7 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 		w.cancel()
 		return nil, storeError(err, k.GroupResource(), "")
 	}
-	go s.run(ctx, k, w, sw, initial, rv, opts.AllowBookmarks, opts.Shared)
+	go s.run(ctx, k, w, sw, events, rv, opts.AllowBookmarks, opts.Shared)
 	return w, nil
 }
 
@@ -122,12 +146,10 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 		case <-w.done:
 			return
 		case <-tick:
-			obj, err := s.newObject(k.GVK)
+			obj, err := s.bookmark(k, last, nil)
 			if err != nil {
 				continue
 			}
-			m, _ := meta.Accessor(obj)
-			m.SetResourceVersion(strconv.FormatInt(last, 10))
 			if !send(watch.Event{Type: watch.Bookmark, Object: obj}) {
 				return
 			}
@@ -160,6 +182,22 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 			}
 		}
 	}
+}
+
+// bookmark returns an empty object of the kind that carries only the
+// resourceVersion rv and the given annotations.
+func (s *Storage) bookmark(k *registry.Kind, rv int64, annotations map[string]string) (runtime.Object, error) {
+	obj, err := s.newObject(k.GVK)
+	if err != nil {
+		return nil, fmt.Errorf("make bookmark: %w", err)
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("make bookmark: %w", err)
+	}
+	m.SetResourceVersion(strconv.FormatInt(rv, 10))
+	m.SetAnnotations(annotations)
+	return obj, nil
 }
 
 // watcher is the watch.Interface handed to callers.
