@@ -70,11 +70,6 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptio
 	return holdWatch(w, time.Second), nil
 }
 
-// IsWatchListSemanticsUnSupported tells reflectors not to try streaming
-// lists (sendInitialEvents), which the hub does not serve: every attempt
-// would cost a refused request before the list.
-func (lw *listWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
 // heldWatch passes events through, but when its watch ends without any
 // event it closes no earlier than min after it started.
 type heldWatch struct {
