@@ -16,9 +16,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -28,7 +30,7 @@ import (
 )
 
 // watchListServer serves the API over a fresh store and returns a client.
-func watchListServer(t *testing.T) kubernetes.Interface {
+func watchListServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	t.Helper()
 	st, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
@@ -46,8 +48,8 @@ func watchListServer(t *testing.T) kubernetes.Interface {
 	}
 	srv := httptest.NewTLSServer(s.Handler())
 	t.Cleanup(srv.Close)
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, BearerToken: "good", QPS: -1,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	cfg := &rest.Config{Host: srv.URL, BearerToken: "good", QPS: -1, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func watchListServer(t *testing.T) kubernetes.Interface {
 	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return cs
+	return cs, cfg
 }
 
 func createConfigMaps(ctx context.Context, t *testing.T, cs kubernetes.Interface, prefix string, n int) string {
@@ -92,7 +94,7 @@ func nextEvent(ctx context.Context, t *testing.T, w watch.Interface) watch.Event
 // revision, then a BOOKMARK at that revision annotated
 // k8s.io/initial-events-end, then the changes after that revision.
 func TestWatchListEventSequence(t *testing.T) {
-	cs := watchListServer(t)
+	cs, _ := watchListServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	createConfigMaps(ctx, t, cs, "a", 10)
@@ -167,7 +169,7 @@ func TestWatchListEventSequence(t *testing.T) {
 // bookmark, and sendInitialEvents=false starts from the resourceVersion
 // (the current one for "") without them, as in Kubernetes.
 func TestWatchListWithoutBookmarksOrInitialEvents(t *testing.T) {
-	cs := watchListServer(t)
+	cs, _ := watchListServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	createConfigMaps(ctx, t, cs, "b", 3)
@@ -198,10 +200,41 @@ func TestWatchListWithoutBookmarksOrInitialEvents(t *testing.T) {
 	}
 }
 
+// TestWatchListMetadata: a metadata-only streaming list (what garbage
+// collectors' informers send) ends with a PartialObjectMetadata bookmark
+// that keeps the initial-events-end annotation.
+func TestWatchListMetadata(t *testing.T) {
+	cs, cfg := watchListServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	createConfigMaps(ctx, t, cs, "m", 2)
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := mc.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("default").
+		Watch(ctx, metav1.ListOptions{ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+			SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for i := 0; i < 2; i++ {
+		if ev := nextEvent(ctx, t, w); ev.Type != watch.Added {
+			t.Fatalf("event %d: %s, want ADDED", i, ev.Type)
+		}
+	}
+	ev := nextEvent(ctx, t, w)
+	p, ok := ev.Object.(*metav1.PartialObjectMetadata)
+	if ev.Type != watch.Bookmark || !ok || p.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Fatalf("after the initial events: %s %+v, want an annotated PartialObjectMetadata BOOKMARK", ev.Type, ev.Object)
+	}
+}
+
 // TestWatchListValidation: streaming list options are checked as
 // Kubernetes checks them, with its messages, before anything is served.
 func TestWatchListValidation(t *testing.T) {
-	cs := watchListServer(t)
+	cs, _ := watchListServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cms := cs.CoreV1().ConfigMaps("default")
