@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tether-edge/tether/join"
@@ -48,23 +49,9 @@ hash of the hub's CA, which the joining node pins.`,
 			if ttl < 0 {
 				return errors.New("--ttl must not be negative")
 			}
-			path, err := kubeconfigPath(kubeconfig, dataDir)
+			restCfg, caPEM, path, err := loadKubeconfig(kubeconfig, dataDir)
 			if err != nil {
 				return err
-			}
-			raw, err := clientcmd.LoadFromFile(path)
-			if err != nil {
-				return fmt.Errorf("read kubeconfig %s: %w", path, err)
-			}
-			restCfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
-			if err != nil {
-				return fmt.Errorf("use kubeconfig %s: %w", path, err)
-			}
-			caPEM := restCfg.CAData
-			if len(caPEM) == 0 && restCfg.CAFile != "" {
-				if caPEM, err = os.ReadFile(restCfg.CAFile); err != nil {
-					return fmt.Errorf("read the hub CA: %w", err)
-				}
 			}
 			ca, err := join.ParseCertificate(caPEM)
 			if err != nil {
@@ -106,6 +93,30 @@ hash of the hub's CA, which the joining node pins.`,
 	f.StringVar(&dataDir, "data-dir", "", "the hub's data directory, to use its admin.kubeconfig")
 	f.StringVar(&description, "description", "", "a note stored with the token")
 	return cmd
+}
+
+// loadKubeconfig reads the kubeconfig kubeconfigPath finds and returns its
+// client configuration, the hub CA it trusts and its path.
+func loadKubeconfig(flag, dataDir string) (*rest.Config, []byte, string, error) {
+	path, err := kubeconfigPath(flag, dataDir)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	raw, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("read kubeconfig %s: %w", path, err)
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("use kubeconfig %s: %w", path, err)
+	}
+	caPEM := cfg.CAData
+	if len(caPEM) == 0 && cfg.CAFile != "" {
+		if caPEM, err = os.ReadFile(cfg.CAFile); err != nil {
+			return nil, nil, "", fmt.Errorf("read the hub CA: %w", err)
+		}
+	}
+	return cfg, caPEM, path, nil
 }
 
 func kubeconfigPath(flag, dataDir string) (string, error) {

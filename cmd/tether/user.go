@@ -63,23 +63,9 @@ Without --kubeconfig-out the kubeconfig is written to standard output.`,
 			if expiration != 0 && expiration < 10*time.Minute {
 				return errors.New("--expiration must be at least 10m")
 			}
-			path, err := kubeconfigPath(kubeconfig, dataDir)
+			restCfg, caPEM, _, err := loadKubeconfig(kubeconfig, dataDir)
 			if err != nil {
 				return err
-			}
-			raw, err := clientcmd.LoadFromFile(path)
-			if err != nil {
-				return fmt.Errorf("read kubeconfig %s: %w", path, err)
-			}
-			restCfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
-			if err != nil {
-				return fmt.Errorf("use kubeconfig %s: %w", path, err)
-			}
-			caPEM := restCfg.CAData
-			if len(caPEM) == 0 && restCfg.CAFile != "" {
-				if caPEM, err = os.ReadFile(restCfg.CAFile); err != nil {
-					return fmt.Errorf("read the hub CA: %w", err)
-				}
 			}
 			client, err := kubernetes.NewForConfig(restCfg)
 			if err != nil {
