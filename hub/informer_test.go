@@ -250,6 +250,11 @@ func TestInformerRelistsBelowWindow(t *testing.T) {
 			return current.Load().CoreV1().ConfigMaps(ns).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				// A streaming list: client-go's reflector lists this way
+				// first, and falls back to List only if it fails.
+				lists.Add(1)
+			}
 			gateMu.Lock()
 			g := gate
 			gateMu.Unlock()
