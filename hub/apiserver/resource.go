@@ -261,8 +261,6 @@ func (s *Server) serveSubresource(w http.ResponseWriter, r *http.Request, t targ
 		s.evict(w, r, t)
 	case podStreamPaths[t.subresource] != "" && k.GVK.Group == "" && k.Resource == "pods":
 		s.podStream(w, r, t)
-	case t.subresource == "ephemeralcontainers" && k.GVK.Group == "" && k.Resource == "pods":
-		s.ephemeralContainers(w, r, t, verb, notAllowed)
 	case t.subresource == "binding" && k.GVK.Group == "" && k.Resource == "pods":
 		if verb != "create" {
 			s.writeError(w, notAllowed)
