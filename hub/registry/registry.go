@@ -14,13 +14,20 @@ package registry
 
 import (
 	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/kube-openapi/pkg/spec3"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // Kind describes one served resource.
@@ -149,6 +156,36 @@ type Kind struct {
 	// grace period to use; graceful false means delete at once. Nil means
 	// every delete is immediate (unless finalizers hold the object).
 	GracefulDelete func(obj runtime.Object, requested *int64) (grace int64, graceful bool)
+
+	// New returns an empty object of the kind with its type set; nil means
+	// the scheme's type. Custom resources return *unstructured.Unstructured.
+	New func() runtime.Object
+	// TypeConverter converts the kind's objects for managedFields and
+	// server-side apply; nil means the built-in kinds' converter.
+	TypeConverter managedfields.TypeConverter
+	// DefaultOnRead sets defaults on an object decoded from storage (CRD
+	// structural defaulting on read); nil means none.
+	DefaultOnRead func(obj runtime.Object)
+	// PatchTypes lists the patch types served; nil means all four. Custom
+	// resources leave out strategic merge (415, as upstream).
+	PatchTypes []types.PatchType
+	// NoProtobuf: the kind is not served as protobuf (custom resources).
+	NoProtobuf bool
+	// OpenAPIV2 and OpenAPIV3 return the kind's published schema documents;
+	// nil means generated from the scheme.
+	OpenAPIV2 func() (*spec.Swagger, error)
+	OpenAPIV3 func() (*spec3.OpenAPI, error)
+	// Deprecated marks a served version deprecated; DeprecationWarning is
+	// the Warning header text (when empty, upstream's default
+	// "<group>/<version> <Kind> is deprecated").
+	Deprecated         bool
+	DeprecationWarning string
+	// Prune removes, from a decoded request body (after a patch is
+	// applied, from the result), the fields the kind's schema does not
+	// declare, and returns their paths ("spec.foo"), so that the API
+	// server can refuse them under fieldValidation=Strict or warn under
+	// Warn. nil means nothing to prune (built-ins).
+	Prune func(obj runtime.Object) []string
 }
 
 // SubresourceUpdate holds the rules of a subresource that writes the
@@ -196,20 +233,41 @@ func (k *Kind) GroupVersionResource() schema.GroupVersionResource {
 	return k.GVK.GroupVersion().WithResource(k.Resource)
 }
 
-// Config is the networks a registry's kinds allocate from. Zero fields
-// mean the documented defaults.
+// Config is the networks a registry's kinds allocate from and the kinds
+// served beside the built-in ones. Zero fields mean the documented
+// defaults.
 type Config struct {
 	// Services is where Service cluster IPs and node ports come from.
 	Services ServiceNetwork
 	// Cluster is where node pod CIDRs come from.
 	Cluster ClusterNetwork
+	// Extra are kinds served after the built-in ones for the registry's
+	// whole life (CustomResourceDefinition, webhook configurations,
+	// APIService).
+	Extra []*Kind
 }
 
-// Registry is one hub's set of served kinds. The Service and Node kinds
-// keep state in it, the cluster IPs, node ports and pod CIDRs they gave
-// out, so two hubs in one process share nothing.
+// Registry is one hub's set of served kinds: fixed kinds (the built-in
+// ones and Config.Extra) and custom kinds that come and go with the
+// objects that define them (SetCustom). The Service and Node kinds keep
+// state in it, the cluster IPs, node ports and pod CIDRs they gave out, so
+// two hubs in one process share nothing. A Registry is safe for concurrent
+// use.
 type Registry struct {
-	kinds []*Kind
+	fixed []*Kind
+
+	// mu serialises SetCustom; readers only load cur.
+	mu  sync.Mutex
+	cur atomic.Pointer[snapshot]
+}
+
+// snapshot is one immutable state of the served set.
+type snapshot struct {
+	kinds   []*Kind
+	byGVR   map[schema.GroupVersionResource]*Kind
+	custom  map[string][]*Kind // owner → kinds it contributed
+	gen     uint64
+	changed chan struct{} // closed when the next snapshot replaces this one
 }
 
 // New returns a registry allocating from cfg's networks; it fails on a
@@ -224,21 +282,87 @@ func New(cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	kinds := append(coreKinds(newServiceAllocator(svc), newPodCIDRAllocator(cluster)), groupKinds()...)
-	return &Registry{kinds: kinds}, nil
+	kinds = append(kinds, cfg.Extra...)
+	r := &Registry{fixed: kinds[:len(kinds):len(kinds)]}
+	r.cur.Store(r.build(map[string][]*Kind{}, 1))
+	return r, nil
 }
 
-// Kinds returns every served kind, core/v1 first, then the other groups
-// in discovery order. The slice is shared; callers must not modify it.
-func (r *Registry) Kinds() []*Kind { return r.kinds }
+// build makes the snapshot of the fixed kinds plus custom, by owner name
+// order. A custom kind whose group, version and resource is already served
+// is left out: fixed kinds never change, and the first owner keeps a name.
+func (r *Registry) build(custom map[string][]*Kind, gen uint64) *snapshot {
+	sn := &snapshot{
+		byGVR:   make(map[schema.GroupVersionResource]*Kind, len(r.fixed)),
+		custom:  custom,
+		gen:     gen,
+		changed: make(chan struct{}),
+	}
+	sn.kinds = make([]*Kind, 0, len(r.fixed))
+	add := func(k *Kind) {
+		gvr := k.GroupVersionResource()
+		if _, dup := sn.byGVR[gvr]; dup {
+			return
+		}
+		sn.byGVR[gvr] = k
+		sn.kinds = append(sn.kinds, k)
+	}
+	for _, k := range r.fixed {
+		add(k)
+	}
+	owners := make([]string, 0, len(custom))
+	for o := range custom {
+		owners = append(owners, o)
+	}
+	sort.Strings(owners)
+	for _, o := range owners {
+		for _, k := range custom[o] {
+			add(k)
+		}
+	}
+	sn.kinds = sn.kinds[:len(sn.kinds):len(sn.kinds)]
+	return sn
+}
+
+// SetCustom makes kinds the kinds contributed by owner (a
+// CustomResourceDefinition's name), replacing what owner contributed
+// before; an empty kinds removes them. Every call that changes the set
+// bumps Generation and closes the channel Changed returned before it.
+func (r *Registry) SetCustom(owner string, kinds []*Kind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.cur.Load()
+	if len(kinds) == 0 && old.custom[owner] == nil {
+		return
+	}
+	custom := make(map[string][]*Kind, len(old.custom)+1)
+	for o, ks := range old.custom {
+		custom[o] = ks
+	}
+	if len(kinds) == 0 {
+		delete(custom, owner)
+	} else {
+		custom[owner] = append([]*Kind(nil), kinds...)
+	}
+	r.cur.Store(r.build(custom, old.gen+1))
+	close(old.changed)
+}
+
+// Kinds returns the current kinds: core/v1 first, then the other built-in
+// groups in discovery order, then Config.Extra, then the custom kinds by
+// owner. The slice is shared; callers must not modify it. It is cheap:
+// callers may read it per request.
+func (r *Registry) Kinds() []*Kind { return r.cur.Load().kinds }
+
+// Generation counts changes of the set of kinds; it starts at 1.
+func (r *Registry) Generation() uint64 { return r.cur.Load().gen }
+
+// Changed returns a channel closed at the next change of the set of kinds.
+func (r *Registry) Changed() <-chan struct{} { return r.cur.Load().changed }
 
 // Lookup returns the kind serving a group, version and resource, or nil.
 func (r *Registry) Lookup(gvr schema.GroupVersionResource) *Kind {
-	for _, k := range r.kinds {
-		if k.GroupVersionResource() == gvr {
-			return k
-		}
-	}
-	return nil
+	return r.cur.Load().byGVR[gvr]
 }
 
 // All returns the kinds of a new registry with the default networks. It
@@ -250,7 +374,7 @@ func All() []*Kind {
 	if err != nil {
 		panic(err) // the defaults are valid
 	}
-	return r.kinds
+	return r.fixed
 }
 
 // Lookup returns the kind serving gvr among All, or nil.
