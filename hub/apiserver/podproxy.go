@@ -5,22 +5,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/proxy"
 
 	"github.com/tether-edge/tether/hub/registry"
-	"github.com/tether-edge/tether/hub/storage"
 )
 
 // PodDialer opens a connection to addr (a pod's IP:port) from node, normally
@@ -103,84 +99,12 @@ func (s *Server) serviceProxy(w http.ResponseWriter, r *http.Request, t target) 
 			return
 		}
 	}
-	node, addr, err := s.pickEndpoint(r.Context(), t.namespace, name, port, t.name)
+	node, addr, err := s.services.Endpoint(r.Context(), t.namespace, name, port)
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
 	s.proxyToPod(w, r, t, node, &url.URL{Scheme: scheme, Host: addr})
-}
-
-// pickEndpoint returns a ready endpoint of the service port named port, and
-// the node of its pod. Only endpoints that are pods of the namespace with
-// that address are taken, as upstream only proxies to pods.
-func (s *Server) pickEndpoint(ctx context.Context, namespace, service, port, id string) (node, addr string, err error) {
-	sliceKind := s.kinds[discoveryv1.SchemeGroupVersion]["endpointslices"]
-	podKind := s.kinds[corev1.SchemeGroupVersion]["pods"]
-	if sliceKind == nil || podKind == nil {
-		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("no endpoints available for service %q", service))
-	}
-	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service})
-	obj, err := s.cfg.Storage.List(ctx, sliceKind, namespace, storage.ListOptions{Label: sel})
-	if err != nil {
-		return "", "", err
-	}
-	type candidate struct {
-		ip, pod string
-		port    int32
-	}
-	var cands []candidate
-	anyReady := false
-	for _, sl := range obj.(*discoveryv1.EndpointSliceList).Items {
-		var ready []discoveryv1.Endpoint
-		for _, ep := range sl.Endpoints {
-			if (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && len(ep.Addresses) > 0 {
-				ready = append(ready, ep)
-			}
-		}
-		anyReady = anyReady || len(ready) > 0
-		for _, p := range sl.Ports {
-			pn := ""
-			if p.Name != nil {
-				pn = *p.Name
-			}
-			if pn != port || p.Port == nil {
-				continue
-			}
-			for _, ep := range ready {
-				if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" ||
-					ep.TargetRef.Namespace != "" && ep.TargetRef.Namespace != namespace {
-					continue
-				}
-				cands = append(cands, candidate{ip: ep.Addresses[0], pod: ep.TargetRef.Name, port: *p.Port})
-			}
-		}
-	}
-	if !anyReady {
-		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("no endpoints available for service %q", service))
-	}
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	for _, c := range cands {
-		obj, err := s.cfg.Storage.Get(ctx, podKind, namespace, c.pod)
-		if err != nil {
-			continue
-		}
-		pod := obj.(*corev1.Pod)
-		if pod.Spec.NodeName == "" || !podHasIP(pod, c.ip) {
-			continue
-		}
-		return pod.Spec.NodeName, net.JoinHostPort(c.ip, strconv.Itoa(int(c.port))), nil
-	}
-	return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("no endpoints available for service %q", id))
-}
-
-func podHasIP(pod *corev1.Pod, ip string) bool {
-	for _, p := range pod.Status.PodIPs {
-		if p.IP == ip {
-			return true
-		}
-	}
-	return pod.Status.PodIP == ip
 }
 
 // proxyToPod forwards r to loc (joined with the request's proxy path)

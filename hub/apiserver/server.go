@@ -33,6 +33,7 @@ import (
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/servicedial"
 	"github.com/tether-edge/tether/hub/storage"
 )
 
@@ -135,6 +136,8 @@ type Server struct {
 	maxBody int64
 	frames  frameCache
 	workers *workers
+	// services reaches Services' endpoints for services/proxy.
+	services *servicedial.Dialer
 }
 
 // New returns a Server for cfg.
@@ -151,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 		maxBody: cfg.MaxRequestBytes,
 		workers: newWorkers(),
 	}
+	s.services = &servicedial.Dialer{Storage: cfg.Storage, DialPod: cfg.DialPod}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
