@@ -166,7 +166,7 @@ func (r *run) open(ctx context.Context) error {
 	r.adm = admission.New(cfg.Logger.With("component", "admission"))
 	r.csrAdm = certificates.NewAdmission()
 	r.rbac = rbac.New(rbac.Config{Logger: cfg.Logger.With("component", "rbac")})
-	r.objs, err = storage.New(storage.Config{Store: st, Kinds: r.kinds, Logger: cfg.Logger.With("component", "storage"),
+	r.objs, err = storage.New(storage.Config{Store: st, Registry: reg, Logger: cfg.Logger.With("component", "storage"),
 		Admission: append(r.adm.Admitters(), r.csrAdm, r.rbac.Admitter())})
 	if err != nil {
 		return err

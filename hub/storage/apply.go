@@ -18,7 +18,10 @@ import (
 
 // Apply implements API.
 func (s *Storage) Apply(ctx context.Context, k *registry.Kind, namespace, name string, patch []byte, opts Options) (runtime.Object, bool, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, false, err
+	}
 	if opts.FieldManager == "" {
 		return nil, false, apierrors.NewBadRequest("PATCH /apply requires fieldManager to be set")
 	}
@@ -49,7 +52,7 @@ func (s *Storage) Apply(ctx context.Context, k *registry.Kind, namespace, name s
 		if opts.Subresource != "" {
 			return nil, false, apierrors.NewNotFound(k.GroupResource(), name)
 		}
-		live, err := s.newObject(k.GVK)
+		live, err := s.newObjectOf(k)
 		if err != nil {
 			return nil, false, err
 		}

@@ -188,7 +188,7 @@ func (s *Storage) ensure(ctx context.Context, namespace string, obj runtime.Obje
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	k := s.byGVK[gvks[0]]
+	k := s.view().byGVK[gvks[0]]
 	if k == nil {
 		s.log.Warn("bootstrap object of a kind that is not served", "kind", gvks[0].String())
 		return nil

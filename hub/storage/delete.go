@@ -27,7 +27,10 @@ const namespaceContentMessage = "The system is ensuring all content is removed f
 
 // Delete implements API.
 func (s *Storage) Delete(ctx context.Context, k *registry.Kind, namespace, name string, opts *metav1.DeleteOptions, dryRun bool) (runtime.Object, bool, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, false, err
+	}
 	if opts == nil {
 		opts = &metav1.DeleteOptions{}
 	}
@@ -208,7 +211,10 @@ func removeFin(f []string, name string) []string {
 
 // DeleteCollection implements API.
 func (s *Storage) DeleteCollection(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions, del *metav1.DeleteOptions, dryRun bool) (runtime.Object, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, err
+	}
 	opts.Limit, opts.Continue = 0, ""
 	list, err := s.List(ctx, k, namespace, opts)
 	if err != nil {
@@ -239,7 +245,7 @@ func (s *Storage) DeleteCollection(ctx context.Context, k *registry.Kind, namesp
 
 // Bind implements API.
 func (s *Storage) Bind(ctx context.Context, namespace string, b *corev1.Binding, opts Options) error {
-	pk := s.byGVK[corev1.SchemeGroupVersion.WithKind("Pod")]
+	pk := s.view().byGVK[corev1.SchemeGroupVersion.WithKind("Pod")]
 	if pk == nil {
 		return apierrors.NewNotFound(corev1.Resource("pods"), b.Name)
 	}

@@ -503,7 +503,7 @@ func (s *Storage) updateEntries(k *registry.Kind, sub string, live, obj runtime.
 		}
 		m.SetManagedFields(nil)
 	}
-	uc := s.updateConverter()
+	uc := s.updateConverter(k)
 	ltv, err := uc.ObjectToTyped(plive, typed.AllowDuplicates)
 	if err != nil {
 		return nil, false

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/applyconfigurations"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/store"
@@ -29,8 +31,12 @@ import (
 type Config struct {
 	// Store keeps the objects; required.
 	Store store.Store
-	// Kinds are the kinds served; nil means registry.All().
+	// Kinds are the kinds served; nil means registry.All(). Ignored when
+	// Registry is set.
 	Kinds []*registry.Kind
+	// Registry, when set, is the hub's registry: the kinds served are its
+	// current ones, custom kinds included, and follow its changes.
+	Registry *registry.Registry
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 	// BookmarkInterval is how often an idle watch that allows bookmarks
@@ -74,9 +80,9 @@ type SubresourceAdmitter interface {
 // Storage implements API and registry.Lister on a store.Store.
 type Storage struct {
 	st     store.Store
-	kinds  []*registry.Kind
-	byGVK  map[schema.GroupVersionKind]*registry.Kind
-	byRes  map[string]*registry.Kind // qualified resource → kind stored there
+	reg    *registry.Registry // nil: the kinds of Config.Kinds, fixed
+	kv     atomic.Pointer[kindView]
+	kvMu   sync.Mutex // serialises rebuilding kv
 	log    *slog.Logger
 	scheme *runtime.Scheme
 	bmk    time.Duration
@@ -108,17 +114,15 @@ func New(cfg Config) (*Storage, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("create storage: no store configured")
 	}
-	kinds := cfg.Kinds
-	if kinds == nil {
-		kinds = registry.All()
+	sch, err := registry.NewScheme()
+	if err != nil {
+		return nil, fmt.Errorf("create storage: %w", err)
 	}
 	s := &Storage{
 		st:        cfg.Store,
-		kinds:     kinds,
-		byGVK:     map[schema.GroupVersionKind]*registry.Kind{},
-		byRes:     map[string]*registry.Kind{},
+		reg:       cfg.Registry,
 		log:       cfg.Logger,
-		scheme:    scheme.Scheme,
+		scheme:    sch,
 		bmk:       cfg.BookmarkInterval,
 		admission: cfg.Admission,
 		wait:      cfg.FutureWait,
@@ -134,27 +138,18 @@ func New(cfg Config) (*Storage, error) {
 	if s.wait <= 0 {
 		s.wait = 3 * time.Second
 	}
-	for _, k := range kinds {
-		if !s.scheme.Recognizes(k.GVK) {
-			return nil, fmt.Errorf("create storage: kind %s is not in the scheme", k.GVK)
-		}
-		s.byGVK[k.GVK] = k
+	kinds, gen := cfg.Kinds, uint64(0)
+	if s.reg != nil {
+		gen = s.reg.Generation()
+		kinds = s.reg.Kinds()
+	} else if kinds == nil {
+		kinds = registry.All()
 	}
-	for _, k := range kinds {
-		if k.StoredAs.Empty() {
-			s.byRes[k.QualifiedResource()] = k
-		}
+	v, problems := buildView(s.scheme, kinds, gen)
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("create storage: %w", problems[0])
 	}
-	for _, k := range kinds {
-		if !k.StoredAs.Empty() {
-			if s.byGVK[k.StoredAs] == nil {
-				return nil, fmt.Errorf("create storage: kind %s is stored as %s, which is not served", k.GVK, k.StoredAs)
-			}
-			if k.ToStorage == nil || k.FromStorage == nil {
-				return nil, fmt.Errorf("create storage: kind %s is stored as %s without conversions", k.GVK, k.StoredAs)
-			}
-		}
-	}
+	s.kv.Store(v)
 	return s, nil
 }
 
@@ -163,18 +158,37 @@ func New(cfg Config) (*Storage, error) {
 // admission hooks of the kinds the storage was built with, whose Service
 // and Node kinds hold the hub's allocations.
 func (s *Storage) own(k *registry.Kind) *registry.Kind {
-	if o := s.byGVK[k.GVK]; o != nil {
+	if o := s.view().byGVK[k.GVK]; o != nil {
 		return o
 	}
 	return k
 }
 
-// storedKind returns the kind whose objects the store holds for k.
+// served is own for the entry points: a custom kind (one with New) that
+// is no longer served is NotFound, as upstream answers for the resources
+// of a deleted CustomResourceDefinition.
+func (s *Storage) served(k *registry.Kind) (*registry.Kind, error) {
+	if o := s.view().byGVK[k.GVK]; o != nil {
+		return o, nil
+	}
+	if k.New != nil {
+		return nil, apierrors.NewGenericServerResponse(http.StatusNotFound, "", schema.GroupResource{}, "", "", 0, false)
+	}
+	return k, nil
+}
+
+// storedKind returns the kind whose objects the store holds for k. A
+// view whose stored kind left the registry meanwhile (a custom resource's
+// versions share their group and resource, so the store key is the same)
+// stands for itself.
 func (s *Storage) storedKind(k *registry.Kind) *registry.Kind {
 	if k.StoredAs.Empty() {
 		return k
 	}
-	return s.byGVK[k.StoredAs]
+	if sk := s.view().byGVK[k.StoredAs]; sk != nil {
+		return sk
+	}
+	return k
 }
 
 // resource returns the store resource for k.
@@ -187,6 +201,17 @@ func (s *Storage) key(k *registry.Kind, namespace, name string) store.Key {
 		namespace = ""
 	}
 	return store.Key{Resource: s.resource(k), Namespace: namespace, Name: name}
+}
+
+// newObjectOf returns an empty object of kind k with its type set: from
+// the kind's New (custom resources: unstructured) or else the scheme.
+func (s *Storage) newObjectOf(k *registry.Kind) (runtime.Object, error) {
+	if k.New == nil {
+		return s.newObject(k.GVK)
+	}
+	obj := k.New()
+	obj.GetObjectKind().SetGroupVersionKind(k.GVK)
+	return obj, nil
 }
 
 // newObject returns an empty typed object of the kind with its type set.
@@ -203,7 +228,7 @@ func (s *Storage) newObject(gvk schema.GroupVersionKind) (runtime.Object, error)
 // from the stored kind when k is a view), with resourceVersion set.
 func (s *Storage) decode(k *registry.Kind, o store.Object) (runtime.Object, error) {
 	sk := s.storedKind(k)
-	obj, err := s.newObject(sk.GVK)
+	obj, err := s.newObjectOf(sk)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +241,9 @@ func (s *Storage) decode(k *registry.Kind, o store.Object) (runtime.Object, erro
 			return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", o.Key, err))
 		}
 		obj.GetObjectKind().SetGroupVersionKind(k.GVK)
+	}
+	if k.DefaultOnRead != nil {
+		k.DefaultOnRead(obj)
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -313,12 +341,20 @@ func (s *Storage) fieldSelector(k *registry.Kind, sel fields.Selector) (fields.S
 // newList returns an empty typed list for the kind.
 func (s *Storage) newList(k *registry.Kind) (runtime.Object, error) {
 	lgvk := k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List")
+	if k.New != nil {
+		l := &unstructured.UnstructuredList{}
+		l.SetGroupVersionKind(lgvk)
+		return l, nil
+	}
 	return s.newObject(lgvk)
 }
 
 // Get implements API.
 func (s *Storage) Get(ctx context.Context, k *registry.Kind, namespace, name string) (runtime.Object, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, err
+	}
 	o, err := s.st.Get(ctx, s.key(k, namespace, name))
 	if err != nil {
 		return nil, storeError(err, k.GroupResource(), name)
@@ -363,7 +399,10 @@ func (s *Storage) waitFor(ctx context.Context, rv int64) error {
 
 // List implements API.
 func (s *Storage) List(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (runtime.Object, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.list(ctx, k, namespace, opts, false)
 	if err != nil {
 		return nil, err
@@ -443,8 +482,12 @@ func (s *Storage) makeList(k *registry.Kind, items []runtime.Object, rev int64, 
 	if err != nil {
 		return nil, err
 	}
-	for _, it := range items {
-		it.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	if k.New == nil {
+		// Typed list items carry no type; unstructured ones keep theirs,
+		// as upstream's custom resource lists do.
+		for _, it := range items {
+			it.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+		}
 	}
 	if err := setItems(list, items); err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -496,7 +539,7 @@ func (l lister) List(ctx context.Context, resource, namespace string) ([]runtime
 }
 
 func (s *Storage) listRaw(ctx context.Context, resource, namespace string) ([]runtime.Object, error) {
-	k := s.byRes[resource]
+	k := s.view().byRes[resource]
 	if k == nil {
 		return nil, fmt.Errorf("list %s: resource not served", resource)
 	}
@@ -515,15 +558,22 @@ func (s *Storage) listRaw(ctx context.Context, resource, namespace string) ([]ru
 	return out, nil
 }
 
-// typeConverter builds the shared type converter lazily.
-func (s *Storage) typeConverter() managedfields.TypeConverter {
+// typeConverter returns the type converter of kind k: its own
+// (custom resources), else the built-in kinds' one, built lazily.
+func (s *Storage) typeConverter(k *registry.Kind) managedfields.TypeConverter {
+	if k.TypeConverter != nil {
+		return k.TypeConverter
+	}
 	s.tcOnce.Do(s.buildTypeConverters)
 	return s.tc
 }
 
 // updateConverter returns the type converter of the field managers that
-// record Update entries.
-func (s *Storage) updateConverter() managedfields.TypeConverter {
+// record Update entries of kind k.
+func (s *Storage) updateConverter(k *registry.Kind) managedfields.TypeConverter {
+	if k.TypeConverter != nil {
+		return k.TypeConverter
+	}
 	s.tcOnce.Do(s.buildTypeConverters)
 	return s.uc
 }

@@ -26,11 +26,17 @@ import (
 // costs neither a copy of every object nor a body-sized buffer.
 //
 // ok is false, with no error, when the list cannot be answered this way:
-// the kind is stored as another kind, or a stored value does not have the
-// shape this package writes. The caller then uses List.
+// the kind is stored as another kind, is a custom resource, sets defaults
+// on read, or a stored value does not have the shape this package writes.
+// The caller then uses List.
 func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (body *JSONList, ok bool, err error) {
-	k = s.own(k)
-	if s.storedKind(k) != k {
+	k, err = s.served(k)
+	if err != nil {
+		return nil, false, err
+	}
+	if s.storedKind(k) != k || k.New != nil || k.DefaultOnRead != nil {
+		// Views, custom resources (unstructured: their list items keep
+		// their type) and kinds defaulted on read decode every item.
 		return nil, false, nil
 	}
 	res, err := s.list(ctx, k, namespace, opts, true)

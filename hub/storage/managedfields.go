@@ -20,7 +20,10 @@ import (
 // fmKey names one cached field manager.
 type fmKey struct {
 	gvk schema.GroupVersionKind
-	sub string
+	// kind is the kind the field manager was built for: a custom kind
+	// replaced by another of the same GVK (a changed schema) gets its own.
+	kind *registry.Kind
+	sub  string
 	// update marks the field managers that only record Update entries
 	// (see updateConverter); apply uses the others.
 	update bool
@@ -32,7 +35,7 @@ func (s *Storage) fieldManager(k *registry.Kind, sub string, update bool) (*mana
 	if sub == "finalize" {
 		sub = ""
 	}
-	key := fmKey{k.GVK, sub, update}
+	key := fmKey{k.GVK, k, sub, update}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if fm := s.fms[key]; fm != nil {
@@ -42,12 +45,22 @@ func (s *Storage) fieldManager(k *registry.Kind, sub string, update bool) (*mana
 	if f := resetFilter(k, sub); f != nil {
 		reset = map[fieldpath.APIVersion]fieldpath.Filter{fieldpath.APIVersion(k.GVK.GroupVersion().String()): f}
 	}
-	tc := s.typeConverter()
+	tc := s.typeConverter(k)
 	if update {
-		tc = s.updateConverter()
+		tc = s.updateConverter(k)
 	}
-	fm, err := managedfields.NewDefaultFieldManager(tc, inPlaceConvertor{s.scheme}, s.scheme, s.scheme,
-		k.GVK, k.GVK.GroupVersion(), sub, reset)
+	var fm *managedfields.FieldManager
+	var err error
+	if k.New != nil {
+		// Custom resources: unstructured objects, converted between
+		// versions by apiVersion, defaulted before the manager runs,
+		// unknown fields pruned before it too.
+		fm, err = managedfields.NewDefaultCRDFieldManager(tc, customConvertor{inPlaceConvertor{s.scheme}}, noDefaults{}, unstructuredCreater{},
+			k.GVK, k.GVK.GroupVersion(), sub, reset)
+	} else {
+		fm, err = managedfields.NewDefaultFieldManager(tc, inPlaceConvertor{s.scheme}, s.scheme, s.scheme,
+			k.GVK, k.GVK.GroupVersion(), sub, reset)
+	}
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("build field manager for %s: %w", k.GVK, err))
 	}
@@ -92,6 +105,15 @@ func (s *Storage) recordUpdate(k *registry.Kind, sub string, live, obj runtime.O
 	}
 	withType(k, obj)
 	withType(k, live)
+	if _, ok := isUnstructured(obj); ok {
+		// The shortcuts below walk Go structs; custom resources go to
+		// the field manager whole.
+		fm, err := s.fieldManager(k, sub, true)
+		if err != nil {
+			return nil, err
+		}
+		return fm.UpdateNoErrors(live, obj, manager), nil
+	}
 	m, merr := meta.Accessor(live)
 	common := merr == nil && sameVersion(k, m)
 	if common {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/store"
@@ -28,9 +27,11 @@ const sharedEvents = 4096
 const sharedTTL = 10 * time.Second
 
 // decodedKey names one change as one kind sees it: the store gives every
-// change its own revision, so key and revision fix the stored bytes.
+// change its own revision, so key and revision fix the stored bytes. The
+// kind is the served kind itself: a custom kind replaced by another of
+// the same GVK (new defaults) decodes afresh.
 type decodedKey struct {
-	gvk schema.GroupVersionKind
+	kind *registry.Kind
 	key store.Key
 	rev int64
 }
@@ -58,7 +59,7 @@ type decodeCache struct {
 
 // pendingKey names an object as one kind sees it.
 type pendingKey struct {
-	gvk schema.GroupVersionKind
+	kind *registry.Kind
 	key store.Key
 }
 
@@ -73,12 +74,12 @@ type pendingState struct {
 // no other shared watch did so recently. The result must not be modified.
 func (s *Storage) decodeShared(k *registry.Kind, o store.Object) (runtime.Object, error) {
 	c := &s.shared
-	key := decodedKey{gvk: k.GVK, key: o.Key, rev: o.Revision}
+	key := decodedKey{kind: k, key: o.Key, rev: o.Revision}
 	c.mu.Lock()
 	d := c.byKey[key]
 	if d == nil {
 		d = c.insertLocked(key)
-		pk := pendingKey{gvk: k.GVK, key: o.Key}
+		pk := pendingKey{kind: k, key: o.Key}
 		if p := c.pending[pk]; p != nil && bytes.Equal(p.value, o.Value) {
 			// The write that stored this state made its typed form; no
 			// one has seen it yet, so it gets its resourceVersion here.
@@ -121,7 +122,7 @@ func (c *decodeCache) insertLocked(key decodedKey) *decoded {
 // once the write returned, whether it stored anything or not.
 func (s *Storage) expectWrite(k *registry.Kind, enc store.Object, obj runtime.Object) (forget func()) {
 	c := &s.shared
-	pk := pendingKey{gvk: k.GVK, key: enc.Key}
+	pk := pendingKey{kind: k, key: enc.Key}
 	p := &pendingState{value: enc.Value, obj: obj}
 	c.mu.Lock()
 	if c.pending == nil {
@@ -147,7 +148,7 @@ func (s *Storage) expectWrite(k *registry.Kind, enc store.Object, obj runtime.Ob
 func (s *Storage) decodeStored(k *registry.Kind, o store.Object) (runtime.Object, error) {
 	c := &s.shared
 	c.mu.Lock()
-	d := c.byKey[decodedKey{gvk: k.GVK, key: o.Key, rev: o.Revision}]
+	d := c.byKey[decodedKey{kind: k, key: o.Key, rev: o.Revision}]
 	c.mu.Unlock()
 	if d == nil {
 		return s.decode(k, o)

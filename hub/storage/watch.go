@@ -19,7 +19,10 @@ import (
 
 // Watch implements API.
 func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string, opts WatchOptions) (watch.Interface, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, err
+	}
 	fsel, err := s.fieldSelector(k, opts.Field)
 	if err != nil {
 		return nil, err
@@ -138,6 +141,17 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 		defer t.Stop()
 		tick = t.C
 	}
+	// A kind that leaves the registry (a deleted custom resource
+	// definition) ends its watches, as upstream; one replaced by a kind
+	// of the same GVK (a changed definition) serves them from then on.
+	var changed <-chan struct{}
+	if s.reg != nil {
+		changed = s.reg.Changed()
+		var ok bool
+		if k, ok = s.kindServed(k); !ok {
+			return
+		}
+	}
 	last := rv
 	for {
 		select {
@@ -145,6 +159,12 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 			return
 		case <-w.done:
 			return
+		case <-changed:
+			changed = s.reg.Changed()
+			var ok bool
+			if k, ok = s.kindServed(k); !ok {
+				return
+			}
 		case <-tick:
 			obj, err := s.bookmark(k, last, nil)
 			if err != nil {
@@ -187,7 +207,7 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 // bookmark returns an empty object of the kind that carries only the
 // resourceVersion rv and the given annotations.
 func (s *Storage) bookmark(k *registry.Kind, rv int64, annotations map[string]string) (runtime.Object, error) {
-	obj, err := s.newObject(k.GVK)
+	obj, err := s.newObjectOf(k)
 	if err != nil {
 		return nil, fmt.Errorf("make bookmark: %w", err)
 	}

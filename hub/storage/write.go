@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metavalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -57,8 +58,13 @@ func checkNamespace(k *registry.Kind, m metav1.Object, namespace string) error {
 	return nil
 }
 
-// clearStatus resets the Status field of a typed object.
+// clearStatus resets the Status field of a typed object, or removes the
+// status of an unstructured one.
 func clearStatus(obj runtime.Object) {
+	if u, ok := isUnstructured(obj); ok {
+		delete(u.Object, "status")
+		return
+	}
 	v := reflect.ValueOf(obj)
 	if v.Kind() != reflect.Pointer {
 		return
@@ -85,7 +91,10 @@ func invalid(k *registry.Kind, name string, errs field.ErrorList) error {
 
 // Create implements API.
 func (s *Storage) Create(ctx context.Context, k *registry.Kind, namespace string, obj runtime.Object, opts Options) (runtime.Object, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, err
+	}
 	return s.create(ctx, k, namespace, obj, opts, true)
 }
 
@@ -113,7 +122,7 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 	m.SetResourceVersion("")
 	m.SetSelfLink("")
 	m.SetGeneration(0)
-	if k.HasSpec {
+	if hasGeneration(k) {
 		m.SetGeneration(1)
 	}
 	if k.Default != nil {
@@ -123,7 +132,7 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 	// PrepareForCreate set afterwards belongs to no manager, as upstream,
 	// so that a later apply that leaves such a field out keeps it.
 	if record {
-		empty, err := s.newObject(k.GVK)
+		empty, err := s.newObjectOf(k)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +242,10 @@ func admitError(err error) error {
 
 // Update implements API.
 func (s *Storage) Update(ctx context.Context, k *registry.Kind, namespace, name string, obj runtime.Object, opts Options) (runtime.Object, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, err
+	}
 	m, err := accessor(obj)
 	if err != nil {
 		return nil, err
@@ -257,7 +269,10 @@ func (s *Storage) Update(ctx context.Context, k *registry.Kind, namespace, name 
 
 // GuaranteedUpdate implements API.
 func (s *Storage) GuaranteedUpdate(ctx context.Context, k *registry.Kind, namespace, name string, opts Options, tryUpdate func(current runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
-	k = s.own(k)
+	k, err := s.served(k)
+	if err != nil {
+		return nil, err
+	}
 	return s.update(ctx, k, namespace, name, opts, record, tryUpdate)
 }
 
@@ -432,7 +447,12 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		if !k.HasStatus {
 			return nil, apierrors.NewNotFound(k.GroupResource(), om.GetName())
 		}
-		if obj, err = s.copyTop(k, obj, cur, func(key string) bool { return key == "status" || key == "metadata" }, func(dst, src map[string]any) {
+		if u, ok := isUnstructured(obj); ok {
+			// A custom resource's /status write changes status alone:
+			// all of metadata but the writer's managedFields stays as
+			// stored, as upstream.
+			keepStatusOnly(u, cur)
+		} else if obj, err = s.copyTop(k, obj, cur, func(key string) bool { return key == "status" || key == "metadata" }, func(dst, src map[string]any) {
 			for key := range dst {
 				if key != "status" && key != "metadata" {
 					delete(dst, key)
@@ -486,12 +506,12 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 	if opts.Subresource == "" && k.PrepareForUpdate != nil {
 		k.PrepareForUpdate(obj, cur)
 	}
-	if k.HasSpec && (opts.Subresource == "" || k.Subresources[opts.Subresource] != nil) {
+	if hasGeneration(k) && (opts.Subresource == "" || k.Subresources[opts.Subresource] != nil) {
 		var changed bool
 		if k.GenerationChanged != nil {
 			changed = k.GenerationChanged(obj, cur)
 		} else {
-			changed = specChanged(obj, cur)
+			changed = specChanged(k, obj, cur)
 		}
 		if changed {
 			m.SetGeneration(om.GetGeneration() + 1)
@@ -622,6 +642,12 @@ func (s *Storage) copyTop(k *registry.Kind, obj, cur runtime.Object, keep func(k
 	if out, ok := copyTopTyped(obj, cur, keep); ok {
 		return withType(k, out), nil
 	}
+	if u, ok := isUnstructured(obj); ok {
+		if c, ok := isUnstructured(cur); ok {
+			edit(u.Object, c.DeepCopy().Object)
+			return withType(k, u), nil
+		}
+	}
 	dst, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
@@ -631,7 +657,7 @@ func (s *Storage) copyTop(k *registry.Kind, obj, cur runtime.Object, keep func(k
 		return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", k.GVK.Kind, err))
 	}
 	edit(dst, src)
-	out, err := s.newObject(k.GVK)
+	out, err := s.newObjectOf(k)
 	if err != nil {
 		return nil, err
 	}
@@ -672,8 +698,39 @@ func copyTopTyped(obj, cur runtime.Object, keep func(key string) bool) (runtime.
 	return out, true
 }
 
-// specChanged compares the "spec" fields of two objects.
-func specChanged(obj, old runtime.Object) bool {
+// hasGeneration reports whether the kind's objects carry
+// metadata.generation: kinds with a spec, and every custom resource.
+func hasGeneration(k *registry.Kind) bool {
+	return k.HasSpec || k.New != nil
+}
+
+// keepStatusOnly turns obj, a /status write of a custom resource, into
+// cur with obj's status and managedFields.
+func keepStatusOnly(obj *unstructured.Unstructured, cur runtime.Object) {
+	c, ok := isUnstructured(cur)
+	if !ok {
+		return
+	}
+	status, has := obj.Object["status"]
+	mf := obj.GetManagedFields()
+	c.DeepCopyInto(obj)
+	if has {
+		obj.Object["status"] = status
+	} else {
+		delete(obj.Object, "status")
+	}
+	obj.SetManagedFields(mf)
+}
+
+// specChanged compares the "spec" fields of two typed objects; for
+// custom resources, everything but metadata and (with a status
+// subresource) status, as upstream.
+func specChanged(k *registry.Kind, obj, old runtime.Object) bool {
+	if u, ok := isUnstructured(obj); ok {
+		if o, ok := isUnstructured(old); ok {
+			return contentChanged(k, u, o)
+		}
+	}
 	a := reflect.ValueOf(obj).Elem().FieldByName("Spec")
 	b := reflect.ValueOf(old).Elem().FieldByName("Spec")
 	if !a.IsValid() || !b.IsValid() {
