@@ -32,8 +32,8 @@ const sharedTTL = 10 * time.Second
 // the same GVK (new defaults) decodes afresh.
 type decodedKey struct {
 	kind *registry.Kind
-	key store.Key
-	rev int64
+	key  store.Key
+	rev  int64
 }
 
 // decoded is one change decoded once for every shared watch.
@@ -60,7 +60,7 @@ type decodeCache struct {
 // pendingKey names an object as one kind sees it.
 type pendingKey struct {
 	kind *registry.Kind
-	key store.Key
+	key  store.Key
 }
 
 // pendingState is a state a write is about to store, already in the typed
