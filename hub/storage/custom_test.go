@@ -256,7 +256,7 @@ func TestCustomResourceObjects(t *testing.T) {
 	}
 	found := false
 	for _, e := range u.GetManagedFields() {
-		if e.Manager == "ctrl" && e.Subresource == "status" && strings.Contains(string(e.FieldsV1.Raw), "f:ready") {
+		if e.Manager == "ctrl" && e.Subresource == "status" && strings.Contains(e.FieldsV1.GetRawString(), "f:ready") {
 			found = true
 		}
 	}

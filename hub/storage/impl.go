@@ -153,20 +153,12 @@ func New(cfg Config) (*Storage, error) {
 	return s, nil
 }
 
-// own returns this storage's kind for k. Callers may hold a kind that
+// served returns this storage's kind for k. Callers may hold a kind that
 // only describes what is served (registry.Lookup); writes must run the
-// admission hooks of the kinds the storage was built with, whose Service
-// and Node kinds hold the hub's allocations.
-func (s *Storage) own(k *registry.Kind) *registry.Kind {
-	if o := s.view().byGVK[k.GVK]; o != nil {
-		return o
-	}
-	return k
-}
-
-// served is own for the entry points: a custom kind (one with New) that
-// is no longer served is NotFound, as upstream answers for the resources
-// of a deleted CustomResourceDefinition.
+// admission hooks of the kinds the storage serves, whose Service and Node
+// kinds hold the hub's allocations. A custom kind (one with New) that is
+// no longer served is NotFound, as upstream answers for the resources of
+// a deleted CustomResourceDefinition.
 func (s *Storage) served(k *registry.Kind) (*registry.Kind, error) {
 	if o := s.view().byGVK[k.GVK]; o != nil {
 		return o, nil
