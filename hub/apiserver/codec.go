@@ -98,6 +98,17 @@ func (s *Server) serializerFor(media string) (runtime.SerializerInfo, bool) {
 // negotiate picks the response format from the Accept header. allowAs
 // lists which "as=" transformations the endpoint can produce.
 func (s *Server) negotiate(r *http.Request, allowAs ...string) (output, error) {
+	return s.negotiateFor(r, false, allowAs...)
+}
+
+// negotiateKind is negotiate for a response about kind k: a kind that is
+// not served as protobuf (custom resources) gets protobuf only for its
+// metadata (PartialObjectMetadata), as upstream.
+func (s *Server) negotiateKind(r *http.Request, k *registry.Kind, allowAs ...string) (output, error) {
+	return s.negotiateFor(r, k.NoProtobuf, allowAs...)
+}
+
+func (s *Server) negotiateFor(r *http.Request, noProtobuf bool, allowAs ...string) (output, error) {
 	accept := r.Header.Get("Accept")
 	if strings.TrimSpace(accept) == "" {
 		info, _ := s.serializerFor(mediaJSON)
@@ -120,6 +131,9 @@ func (s *Server) negotiate(r *http.Request, allowAs ...string) (output, error) {
 			continue
 		}
 		as := params["as"]
+		if noProtobuf && media == mediaProtobuf && !strings.HasPrefix(as, "PartialObjectMetadata") {
+			continue
+		}
 		if as == "" {
 			return output{info: info}, nil
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
+	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
 )
 
@@ -72,36 +73,39 @@ func applyPatch(pt types.PatchType, original, patch []byte, schemaObj runtime.Ob
 }
 
 // patchObject encodes current as JSON, applies the patch and decodes the
-// result as gvk, honouring fieldValidation.
-func (s *Server) patchObject(pt types.PatchType, current runtime.Object, patch []byte, gvk schema.GroupVersionKind, validation string) (runtime.Object, []string, error) {
+// result as an object of kind k (as gvk when k is nil: the typed bodies of
+// subresources), honouring fieldValidation.
+func (s *Server) patchObject(pt types.PatchType, current runtime.Object, patch []byte, k *registry.Kind, gvk schema.GroupVersionKind, validation string) (runtime.Object, []string, error) {
 	info, _ := s.serializerFor(mediaJSON)
 	var buf bytes.Buffer
 	if err := s.encode(output{info: info}, current, gvk.GroupVersion(), &buf); err != nil {
 		return nil, nil, apierrors.NewInternalError(err)
 	}
-	schemaObj, err := s.scheme.New(gvk)
-	if err != nil {
-		return nil, nil, apierrors.NewInternalError(err)
+	var schemaObj runtime.Object
+	if pt == types.StrategicMergePatchType {
+		var err error
+		if schemaObj, err = s.scheme.New(gvk); err != nil {
+			return nil, nil, apierrors.NewInternalError(err)
+		}
 	}
 	patched, err := applyPatch(pt, buf.Bytes(), patch, schemaObj)
 	if err != nil {
 		return nil, nil, err
 	}
-	into, _ := s.scheme.New(gvk)
-	obj, warnings, err := s.decodeWith(info, patched, gvk, into, validation)
-	if err != nil {
-		return nil, nil, err
+	if k != nil {
+		return s.decodePatched(info, patched, k, validation)
 	}
-	return obj, warnings, nil
+	into, _ := s.scheme.New(gvk)
+	return s.decodeWith(info, patched, gvk, into, validation)
 }
 
 func (s *Server) patch(w http.ResponseWriter, r *http.Request, t target, sub string) {
-	out, err := s.negotiate(r, "Table", "PartialObjectMetadata")
+	out, err := s.negotiateKind(r, t.kind, "Table", "PartialObjectMetadata")
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	pt, err := patchType(r)
+	pt, err := patchTypeFor(r, t.kind)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -134,7 +138,7 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request, t target, sub str
 	var warnings []string
 	updated, err := s.cfg.Storage.GuaranteedUpdate(r.Context(), t.kind, t.namespace, t.name, sopts,
 		func(current runtime.Object) (runtime.Object, error) {
-			obj, warn, err := s.patchObject(pt, current, body, t.kind.GVK, opts.fieldValidation)
+			obj, warn, err := s.patchObject(pt, current, body, t.kind, t.kind.GVK, opts.fieldValidation)
 			if err != nil {
 				return nil, err
 			}
@@ -163,7 +167,7 @@ func (s *Server) patchScale(w http.ResponseWriter, r *http.Request, t target) {
 		s.writeError(w, err)
 		return
 	}
-	pt, err := patchType(r)
+	pt, err := patchTypeFor(r, t.kind)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -190,7 +194,7 @@ func (s *Server) patchScale(w http.ResponseWriter, r *http.Request, t target) {
 			if err != nil {
 				return nil, err
 			}
-			obj, warn, err := s.patchObject(pt, sc, body, scaleGVK, opts.fieldValidation)
+			obj, warn, err := s.patchObject(pt, sc, body, nil, scaleGVK, opts.fieldValidation)
 			if err != nil {
 				return nil, err
 			}

@@ -48,7 +48,7 @@ func (s *Server) parseResourcePath(segs []string) (target, schema.GroupVersion, 
 	} else {
 		gv, rest = schema.GroupVersion{Group: segs[1], Version: segs[2]}, segs[3:]
 	}
-	kinds := s.kinds[gv]
+	kinds := s.routing()[gv]
 	if kinds == nil {
 		return target{}, gv, notFoundPath()
 	}
@@ -164,6 +164,9 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, req *requ
 	if err := s.authorize(r, u, req.attrs); err != nil {
 		s.writeError(w, toStatus(err))
 		return
+	}
+	if t.kind.Deprecated {
+		addWarnings(w, []string{deprecationWarning(t.kind)})
 	}
 	notAllowed := apierrors.NewMethodNotSupported(t.kind.GroupResource(), verb)
 	if t.kind.NotStored {
@@ -292,7 +295,7 @@ func storageListOptions(o *metainternalversion.ListOptions) storage.ListOptions 
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, t target, sub string) {
-	out, err := s.negotiate(r, "Table", "PartialObjectMetadata")
+	out, err := s.negotiateKind(r, t.kind, "Table", "PartialObjectMetadata")
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -306,7 +309,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, t target, sub strin
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
-	out, err := s.negotiate(r, "Table", "PartialObjectMetadataList")
+	out, err := s.negotiateKind(r, t.kind, "Table", "PartialObjectMetadataList")
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -440,12 +443,12 @@ func managerFor(o writeOptions, r *http.Request) string {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, t target) {
-	out, err := s.negotiate(r, "Table", "PartialObjectMetadata")
+	out, err := s.negotiateKind(r, t.kind, "Table", "PartialObjectMetadata")
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	obj, warnings, opts, ok := s.writeBody(w, r, s.createOptions, s.decodeAs(r, t.kind.GVK))
+	obj, warnings, opts, ok := s.writeBody(w, r, s.createOptions, s.decodeKind(r, t.kind))
 	if !ok {
 		return
 	}
@@ -514,12 +517,12 @@ func checkName(obj runtime.Object, name string) error {
 }
 
 func (s *Server) update(w http.ResponseWriter, r *http.Request, t target, sub string) {
-	out, err := s.negotiate(r, "Table", "PartialObjectMetadata")
+	out, err := s.negotiateKind(r, t.kind, "Table", "PartialObjectMetadata")
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	obj, warnings, opts, ok := s.writeBody(w, r, s.updateOptions, s.decodeAs(r, t.kind.GVK))
+	obj, warnings, opts, ok := s.writeBody(w, r, s.updateOptions, s.decodeKind(r, t.kind))
 	if !ok {
 		return
 	}
@@ -578,7 +581,7 @@ func (s *Server) deleteOptions(r *http.Request) (*metav1.DeleteOptions, error) {
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request, t target) {
-	out, err := s.negotiate(r)
+	out, err := s.negotiateKind(r, t.kind)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -606,7 +609,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, t target) {
 }
 
 func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, t target) {
-	out, err := s.negotiate(r)
+	out, err := s.negotiateKind(r, t.kind)
 	if err != nil {
 		s.writeError(w, err)
 		return

@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/version"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
@@ -75,8 +74,13 @@ type CreateAuthorizer interface {
 type Config struct {
 	// Storage performs every object operation. Required.
 	Storage storage.API
-	// Kinds are the served resources. Required.
+	// Kinds are the served resources. Required unless Registry is set.
 	Kinds []*registry.Kind
+	// Registry, when set, is the source of the served resources instead
+	// of Kinds: each request is routed by the registry's current kinds,
+	// so resources it adds or removes (custom resources) are served or
+	// gone at once.
+	Registry *registry.Registry
 	// Authenticator identifies users; requests without credentials (and
 	// every request when it is nil) are user system:anonymous in group
 	// system:unauthenticated, which the Authorizer decides on like any
@@ -130,7 +134,8 @@ type Server struct {
 	log     *slog.Logger
 	scheme  *runtime.Scheme
 	codecs  serializer.CodecFactory
-	kinds   map[schema.GroupVersion]map[string]*registry.Kind
+	kinds   routeTable // when Config.Registry is nil
+	routes  routes     // when it is set
 	authz   Authorizer
 	metrics *metrics
 	maxBody int64
@@ -148,7 +153,6 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		kinds:   map[schema.GroupVersion]map[string]*registry.Kind{},
 		authz:   cfg.Authorizer,
 		metrics: newMetrics(),
 		maxBody: cfg.MaxRequestBytes,
@@ -164,9 +168,9 @@ func New(cfg Config) (*Server, error) {
 	if s.maxBody <= 0 {
 		s.maxBody = 3 << 20
 	}
-	s.scheme = runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s.scheme); err != nil {
-		return nil, fmt.Errorf("build scheme: %w", err)
+	var err error
+	if s.scheme, err = registry.NewScheme(); err != nil {
+		return nil, err
 	}
 	if err := metav1.AddMetaToScheme(s.scheme); err != nil {
 		return nil, fmt.Errorf("build scheme: %w", err)
@@ -179,15 +183,15 @@ func New(cfg Config) (*Server, error) {
 	s.scheme.AddKnownTypes(metav1.SchemeGroupVersion, &metav1.ListOptions{}, &metav1.GetOptions{},
 		&metav1.DeleteOptions{}, &metav1.CreateOptions{}, &metav1.UpdateOptions{}, &metav1.PatchOptions{})
 	s.codecs = serializer.NewCodecFactory(s.scheme, serializer.EnableStrict)
-	for _, k := range append(slices.Clone(cfg.Kinds), registry.ReviewKinds()...) {
-		gv := k.GVK.GroupVersion()
-		if s.kinds[gv] == nil {
-			s.kinds[gv] = map[string]*registry.Kind{}
-		}
-		if _, err := s.scheme.New(k.GVK); err != nil {
-			return nil, fmt.Errorf("register kind %s: %w", k.GVK, err)
-		}
-		s.kinds[gv][k.Resource] = k
+	kinds := cfg.Kinds
+	if cfg.Registry != nil {
+		kinds = cfg.Registry.Kinds()
+	}
+	if err := s.checkTypes(append(slices.Clone(kinds), registry.ReviewKinds()...)); err != nil {
+		return nil, err
+	}
+	if cfg.Registry == nil {
+		s.kinds = newRouteTable(kinds)
 	}
 	return s, nil
 }

@@ -112,6 +112,10 @@ func toPartial(obj runtime.Object) (runtime.Object, error) {
 	}
 	p := &metav1.PartialObjectMetadata{}
 	p.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("PartialObjectMetadata"))
+	if om, ok := partialMeta(obj); ok {
+		p.ObjectMeta = *om
+		return p, nil
+	}
 	acc, ok := obj.(metav1.ObjectMetaAccessor)
 	if !ok {
 		return nil, apierrors.NewInternalError(fmt.Errorf("object %T has no ObjectMeta", obj))

@@ -22,7 +22,7 @@ import (
 const minWatchTimeout = 30 * time.Minute
 
 func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
-	out, err := s.negotiate(r, "Table", "PartialObjectMetadata")
+	out, err := s.negotiateKind(r, t.kind, "Table", "PartialObjectMetadata")
 	if err != nil {
 		s.writeError(w, err)
 		return
