@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	apidiscoveryv2beta1 "k8s.io/api/apidiscovery/v2beta1"
@@ -54,6 +55,11 @@ type Config struct {
 	// ServerAddress is the host:port in serverAddressByClientCIDRs of /api;
 	// "" means the Host the request was sent to.
 	ServerAddress string
+	// Registry, when set, is the source of the kinds instead of New's
+	// kinds argument: the documents follow the registry's current kinds,
+	// the review kinds (registry.ReviewKinds) added, and are built again
+	// when its generation changes, their ETags changing with them.
+	Registry *registry.Registry
 }
 
 // Content types of aggregated discovery responses.
@@ -91,29 +97,83 @@ type doc struct {
 
 // Handler serves the discovery documents.
 type Handler struct {
-	cfg    Config
+	cfg Config
+
+	mu  sync.Mutex
+	gen uint64 // of the registry, when the documents follow one
+	cur *docs
+}
+
+// docs are the documents of one set of kinds.
+type docs struct {
 	core   *group
-	groups []*group // named groups, in the order of kinds
+	groups []*group // named groups: built-in ones in the order of kinds, then custom ones by name
 
 	legacy map[string]doc // by path, except /api whose address depends on the request
 	aggV2  [2]doc         // /api, /apis
 	aggV2b [2]doc
 }
 
-// New returns a handler serving discovery for kinds. It answers /api,
+// New returns a handler serving discovery for kinds (or, when
+// cfg.Registry is set, for the registry's kinds). It answers /api,
 // /api/v1, /apis, /apis/<group> and /apis/<group>/<version>, and 404 for
 // anything else below them.
 func New(kinds []*registry.Kind, cfg Config) *Handler {
-	h := &Handler{cfg: cfg, legacy: map[string]doc{}}
+	h := &Handler{cfg: cfg}
+	if cfg.Registry == nil {
+		h.cur = buildDocs(kinds, cfg)
+	}
+	return h
+}
+
+// current returns the documents of the kinds served now.
+func (h *Handler) current() *docs {
+	reg := h.cfg.Registry
+	if reg == nil {
+		return h.cur
+	}
+	gen := reg.Generation()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil || h.gen != gen {
+		// The generation is read before the kinds: a change in between
+		// only makes the next request build again.
+		h.cur = buildDocs(append(slices.Clone(reg.Kinds()), registry.ReviewKinds()...), h.cfg)
+		h.gen = gen
+	}
+	return h.cur
+}
+
+// custom reports whether k is a custom resource (its objects are not Go
+// types of the hub's scheme).
+func custom(k *registry.Kind) bool { return k.New != nil }
+
+func buildDocs(kinds []*registry.Kind, cfg Config) *docs {
+	h := &docs{legacy: map[string]doc{}}
 	byGroup := map[string]*group{}
+	builtin := map[string]bool{}
 	for _, k := range kinds {
+		if !custom(k) {
+			builtin[k.GVK.Group] = true
+		}
+	}
+	seen := map[schema.GroupVersionResource]bool{}
+	var customGroups []*group
+	for _, k := range kinds {
+		if seen[k.GroupVersionResource()] {
+			continue // served by the kind listed first, as the API server does
+		}
+		seen[k.GroupVersionResource()] = true
 		g := byGroup[k.GVK.Group]
 		if g == nil {
 			g = &group{name: k.GVK.Group}
 			byGroup[g.name] = g
-			if g.name == "" {
+			switch {
+			case g.name == "":
 				h.core = g
-			} else {
+			case !builtin[g.name]:
+				customGroups = append(customGroups, g)
+			default:
 				h.groups = append(h.groups, g)
 			}
 		}
@@ -139,6 +199,11 @@ func New(kinds []*registry.Kind, cfg Config) *Handler {
 			})
 		}
 	}
+	// Custom groups follow the built-in ones, by name, as upstream's
+	// aggregator orders groups of equal priority; a group a custom
+	// resource shares with built-in kinds stays where those are.
+	sort.Slice(customGroups, func(i, j int) bool { return customGroups[i].name < customGroups[j].name })
+	h.groups = append(h.groups, customGroups...)
 	h.build()
 	return h
 }
@@ -189,7 +254,7 @@ func newDoc(v any) doc {
 	return doc{body: b, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
 }
 
-func (h *Handler) build() {
+func (h *docs) build() {
 	if h.core != nil {
 		for _, v := range h.core.versions {
 			h.legacy["/api/"+v.gv.Version] = newDoc(resourceList(v))
@@ -400,6 +465,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
+	cur := h.current()
 	var d doc
 	contentType := "application/json"
 	switch path {
@@ -410,19 +476,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		switch negotiate(r.Header.Get("Accept")) {
 		case formatV2:
-			d, contentType = h.aggV2[i], ContentTypeV2
+			d, contentType = cur.aggV2[i], ContentTypeV2
 		case formatV2Beta1:
-			d, contentType = h.aggV2b[i], ContentTypeV2Beta1
+			d, contentType = cur.aggV2b[i], ContentTypeV2Beta1
 		default:
 			if path == "/apis" {
-				d = h.legacy[path]
+				d = cur.legacy[path]
 			} else {
-				d = newDoc(h.apiVersions(r))
+				d = newDoc(h.apiVersions(r, cur))
 			}
 		}
 	default:
 		var ok bool
-		if d, ok = h.legacy[path]; !ok {
+		if d, ok = cur.legacy[path]; !ok {
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource")
 			return
 		}
@@ -451,7 +517,7 @@ func etagMatches(header, etag string) bool {
 	return false
 }
 
-func (h *Handler) apiVersions(r *http.Request) metav1.APIVersions {
+func (h *Handler) apiVersions(r *http.Request, cur *docs) metav1.APIVersions {
 	addr := h.cfg.ServerAddress
 	if addr == "" {
 		addr = r.Host
@@ -464,8 +530,8 @@ func (h *Handler) apiVersions(r *http.Request) metav1.APIVersions {
 		Versions:                   []string{},
 		ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{{ClientCIDR: "0.0.0.0/0", ServerAddress: addr}},
 	}
-	if h.core != nil {
-		for _, gv := range h.core.versions {
+	if cur.core != nil {
+		for _, gv := range cur.core.versions {
 			v.Versions = append(v.Versions, gv.gv.Version)
 		}
 	}
