@@ -88,23 +88,87 @@ func acceptsGzip(r *http.Request) bool {
 
 // Handler serves /openapi/v2 and /openapi/v3.
 type Handler struct {
-	v2JSON  doc
+	cfg    Config
+	base   *docSet                                  // the built-in kinds'
+	byGV   map[schema.GroupVersion][]*registry.Kind // built-in kinds by group-version
+	scheme *runtime.Scheme
+
+	mu  sync.Mutex
+	gen uint64 // of the registry, when the documents follow one
+	cur *docSet
+}
+
+// docSet is the documents of one set of kinds.
+type docSet struct {
 	v3Index doc
 	v3      map[string]doc // "api/v1", "apis/apps/v1"
 
-	// The protobuf form of /openapi/v2 is built from the JSON one on its
-	// first request: few clients ask for it, and building it sets up
+	// /openapi/v2 is one document for all kinds: where custom kinds are
+	// merged into it, it is built on its first request after they
+	// change. The protobuf form is built from the JSON one on its first
+	// request: few clients ask for it, and building it sets up
 	// protobuf's reflection over the gnostic types, which stays in memory
 	// for good.
+	v2Once      sync.Once
+	v2Build     func() (doc, error)
+	v2JSON      doc
+	v2Err       error
 	v2ProtoOnce sync.Once
 	v2Proto     doc
 	v2ProtoErr  error
 }
 
+// Config configures a Handler.
+type Config struct {
+	// Kinds are the served kinds; ignored when Registry is set.
+	Kinds []*registry.Kind
+	// Registry, when set, is the source of the kinds: the documents
+	// follow its current kinds and are built again when its generation
+	// changes. Custom kinds (registry.Kind.New set) publish the documents
+	// their OpenAPIV2 and OpenAPIV3 return, merged with the built-in
+	// kinds' generated ones.
+	Registry *registry.Registry
+	// Scheme holds the Go types of the built-in kinds; nil means
+	// registry.NewScheme().
+	Scheme *runtime.Scheme
+}
+
 // New generates the documents for kinds, whose Go types it finds in scheme,
 // and returns a handler for them.
 func New(kinds []*registry.Kind, scheme *runtime.Scheme) (*Handler, error) {
-	h := &Handler{v3: map[string]doc{}}
+	return NewHandler(Config{Kinds: kinds, Scheme: scheme})
+}
+
+// NewHandler generates the documents of the built-in kinds and returns a
+// handler serving them with, when cfg.Registry is set, the registry's
+// custom kinds merged in.
+func NewHandler(cfg Config) (*Handler, error) {
+	h := &Handler{cfg: cfg, scheme: cfg.Scheme}
+	if h.scheme == nil {
+		var err error
+		if h.scheme, err = registry.NewScheme(); err != nil {
+			return nil, err
+		}
+	}
+	kinds := cfg.Kinds
+	if cfg.Registry != nil {
+		kinds = nil
+		for _, k := range cfg.Registry.Kinds() {
+			if k.New == nil {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	var err error
+	if h.base, h.byGV, err = buildBase(kinds, h.scheme); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// buildBase generates the documents of built-in kinds.
+func buildBase(kinds []*registry.Kind, scheme *runtime.Scheme) (*docSet, map[schema.GroupVersion][]*registry.Kind, error) {
+	d := &docSet{v3: map[string]doc{}}
 	var c compressor
 
 	byGV := map[schema.GroupVersion][]*registry.Kind{}
@@ -121,7 +185,7 @@ func New(kinds []*registry.Kind, scheme *runtime.Scheme) (*Handler, error) {
 	v2Paths := map[string]map[string]any{}
 	for _, gv := range gvs {
 		if err := addPaths(v2, v2Paths, byGV[gv], scheme); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	v2Doc := map[string]any{
@@ -130,39 +194,89 @@ func New(kinds []*registry.Kind, scheme *runtime.Scheme) (*Handler, error) {
 		"paths":       v2Paths,
 		"definitions": v2.defs,
 	}
-	h.v2JSON = c.doc(mustJSON(v2Doc), "application/json")
+	d.v2JSON = c.doc(mustJSON(v2Doc), "application/json")
+	d.v2Once.Do(func() {})
 
 	index := map[string]map[string]string{}
 	for _, gv := range gvs {
-		v3 := newBuilder(true)
-		paths := map[string]map[string]any{}
-		if err := addPaths(v3, paths, byGV[gv], scheme); err != nil {
-			return nil, err
+		body, err := v3Document(byGV[gv], scheme)
+		if err != nil {
+			return nil, nil, err
 		}
-		d := c.doc(mustJSON(map[string]any{
-			"openapi":    "3.0.0",
-			"info":       map[string]any{"title": "tether", "version": "v1"},
-			"paths":      paths,
-			"components": map[string]any{"schemas": v3.defs},
-		}), "application/json")
-		key := "apis/" + gv.Group + "/" + gv.Version
-		if gv.Group == "" {
-			key = "api/" + gv.Version
-		}
-		h.v3[key] = d
-		index[key] = map[string]string{"serverRelativeURL": "/openapi/v3/" + key + "?hash=" + strings.Trim(d.etag, `"`)}
+		key := v3Key(gv)
+		d.v3[key] = c.doc(body, "application/json")
+		index[key] = map[string]string{"serverRelativeURL": "/openapi/v3/" + key + "?hash=" + strings.Trim(d.v3[key].etag, `"`)}
 	}
-	h.v3Index = c.doc(mustJSON(map[string]any{"paths": index}), "application/json")
-	return h, nil
+	d.v3Index = c.doc(mustJSON(map[string]any{"paths": index}), "application/json")
+	return d, byGV, nil
+}
+
+// v3Key is the path of gv's document below /openapi/v3/.
+func v3Key(gv schema.GroupVersion) string {
+	if gv.Group == "" {
+		return "api/" + gv.Version
+	}
+	return "apis/" + gv.Group + "/" + gv.Version
+}
+
+// v3Document generates the OpenAPI v3 document of kinds, all of one
+// group-version.
+func v3Document(kinds []*registry.Kind, scheme *runtime.Scheme) ([]byte, error) {
+	v3 := newBuilder(true)
+	paths := map[string]map[string]any{}
+	if err := addPaths(v3, paths, kinds, scheme); err != nil {
+		return nil, err
+	}
+	return mustJSON(map[string]any{
+		"openapi":    "3.0.0",
+		"info":       map[string]any{"title": "tether", "version": "v1"},
+		"paths":      paths,
+		"components": map[string]any{"schemas": v3.defs},
+	}), nil
+}
+
+// current returns the documents of the kinds served now.
+func (h *Handler) current() *docSet {
+	reg := h.cfg.Registry
+	if reg == nil {
+		return h.base
+	}
+	gen := reg.Generation()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil || h.gen != gen {
+		// The generation is read before the kinds: a change in between
+		// only makes the next request build again.
+		cur, err := h.merge(reg.Kinds())
+		if err != nil {
+			return h.base // keep serving the built-in documents
+		}
+		h.cur, h.gen = cur, gen
+	}
+	return h.cur
+}
+
+// v2Doc returns the JSON form of /openapi/v2, building it on the first
+// call.
+func (d *docSet) v2Doc() (doc, error) {
+	d.v2Once.Do(func() {
+		d.v2JSON, d.v2Err = d.v2Build()
+	})
+	return d.v2JSON, d.v2Err
 }
 
 // v2ProtoDoc returns the protobuf form of /openapi/v2, building it on the
 // first call.
-func (h *Handler) v2ProtoDoc() (doc, error) {
-	h.v2ProtoOnce.Do(func() {
-		h.v2Proto, h.v2ProtoErr = buildV2Proto(h.v2JSON)
+func (d *docSet) v2ProtoDoc() (doc, error) {
+	d.v2ProtoOnce.Do(func() {
+		v2, err := d.v2Doc()
+		if err != nil {
+			d.v2ProtoErr = err
+			return
+		}
+		d.v2Proto, d.v2ProtoErr = buildV2Proto(v2)
 	})
-	return h.v2Proto, h.v2ProtoErr
+	return d.v2Proto, d.v2ProtoErr
 }
 
 func buildV2Proto(v2JSON doc) (doc, error) {
@@ -194,21 +308,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var d doc
+	cur := h.current()
 	switch p := strings.TrimSuffix(r.URL.Path, "/"); {
 	case p == "/openapi/v2":
-		d = h.v2JSON
+		get := cur.v2Doc
 		if strings.Contains(r.Header.Get("Accept"), acceptProtobufV2) {
-			var err error
-			if d, err = h.v2ProtoDoc(); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
+			get = cur.v2ProtoDoc
+		}
+		var err error
+		if d, err = get(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
 		}
 	case p == "/openapi/v3":
-		d = h.v3Index
+		d = cur.v3Index
 	case strings.HasPrefix(p, "/openapi/v3/"):
 		var ok bool
-		if d, ok = h.v3[strings.TrimPrefix(p, "/openapi/v3/")]; !ok {
+		if d, ok = cur.v3[strings.TrimPrefix(p, "/openapi/v3/")]; !ok {
 			http.NotFound(w, r)
 			return
 		}
