@@ -11,13 +11,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/tether-edge/tether/controllers"
 	"github.com/tether-edge/tether/hub/admission"
@@ -79,6 +77,7 @@ type run struct {
 	serviceIP netip.Addr
 	authority *pki.Authority
 	kinds     []*registry.Kind
+	reg       *registry.Registry
 	adm       *admission.Admission
 	csrAdm    *certificates.Admission
 	rbac      *rbac.Authorizer
@@ -131,7 +130,7 @@ func (r *run) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.kinds = reg.Kinds()
+	r.kinds, r.reg = reg.Kinds(), reg
 
 	if r.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen for the API: %w", err)
@@ -200,7 +199,7 @@ func (r *run) buildAPI() error {
 		}
 		authn = append(authn, tokens)
 	}
-	oapi, err := openapi.New(r.kinds, scheme.Scheme)
+	oapi, err := openapi.NewHandler(openapi.Config{Registry: r.reg})
 	if err != nil {
 		return err
 	}
@@ -225,7 +224,7 @@ func (r *run) buildAPI() error {
 	r.api, err = apiserver.New(apiserver.Config{
 		Audit:                auditLog,
 		Storage:              r.objs,
-		Kinds:                r.kinds,
+		Registry:             r.reg,
 		Authorizer:           r.authz,
 		DialNode:             dialNode(r.edges),
 		DialPod:              dialPod(r.edges),
@@ -234,7 +233,7 @@ func (r *run) buildAPI() error {
 		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,
-		Discovery:            discovery.New(append(slices.Clone(r.kinds), registry.ReviewKinds()...), discovery.Config{Subresources: servedSubresources}),
+		Discovery:            discovery.New(nil, discovery.Config{Registry: r.reg, Subresources: servedSubresources}),
 		OpenAPI:              oapi,
 		Version:              versionInfo(cfg.Version),
 		Logger:               cfg.Logger.With("component", "apiserver"),
