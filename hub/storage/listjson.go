@@ -25,19 +25,23 @@ import (
 // and is written out piece by piece, so a list of thousands of objects
 // costs neither a copy of every object nor a body-sized buffer.
 //
+// Custom resources are answered the same way (see listJSONUnstructured).
+//
 // ok is false, with no error, when the list cannot be answered this way:
-// the kind is stored as another kind, is a custom resource, sets defaults
-// on read, or a stored value does not have the shape this package writes.
+// the kind is stored as another kind, sets defaults on read, or a stored
+// value does not have the shape this package writes.
 // The caller then uses List.
 func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (body *JSONList, ok bool, err error) {
 	k, err = s.served(k)
 	if err != nil {
 		return nil, false, err
 	}
-	if s.storedKind(k) != k || k.New != nil || k.DefaultOnRead != nil {
-		// Views, custom resources (unstructured: their list items keep
-		// their type) and kinds defaulted on read decode every item.
+	if s.storedKind(k) != k || k.DefaultOnRead != nil {
+		// Views and kinds defaulted on read decode every item.
 		return nil, false, nil
+	}
+	if k.New != nil {
+		return s.listJSONUnstructured(ctx, k, namespace, opts)
 	}
 	res, err := s.list(ctx, k, namespace, opts, true)
 	if err != nil {
@@ -74,12 +78,15 @@ type JSONList struct {
 	env   []byte // the list without items, up to and including "items":[
 	heads []byte // every item's rewritten start, one after the other
 	items []listItem
+	end   []byte // what follows the items; nil means listEnd
 	size  int
 }
 
-// listItem is one list item: its head in JSONList.heads (the next head
+// listItem is one list item: pre, a start of the stored value shared as it
+// is (custom resources only), its head in JSONList.heads (the next head
 // bytes), then the rest of the stored value, which is shared, not copied.
 type listItem struct {
+	pre  []byte
 	head int
 	rest []byte
 }
@@ -105,11 +112,16 @@ func (b *JSONList) WriteTo(w io.Writer) (int64, error) {
 		if i > 0 {
 			write(comma)
 		}
+		write(it.pre)
 		write(b.heads[off : off+it.head])
 		off += it.head
 		write(it.rest)
 	}
-	write(listEnd)
+	if b.end != nil {
+		write(b.end)
+	} else {
+		write(listEnd)
+	}
 	return n, bw.Flush()
 }
 
@@ -232,6 +244,141 @@ func appendMeta(dst, v []byte, rev int64) (_ []byte, rest int, ok bool) {
 		dst = append(dst, ',')
 	}
 	return dst, i, true
+}
+
+// listJSONUnstructured is ListJSON for a custom resource. Its objects are
+// stored as encoding/json writes an unstructured object, members sorted
+// by name, and an unstructured list encodes as a map too: apiVersion,
+// items, kind, metadata. Items keep their apiVersion and kind; each gets
+// its resourceVersion inserted in metadata where the sorted order puts it.
+// A stored object of another version (written before the definition
+// changed its storage version) makes the list go through List, which
+// converts it.
+func (s *Storage) listJSONUnstructured(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (*JSONList, bool, error) {
+	res, err := s.list(ctx, k, namespace, opts, true)
+	if err != nil {
+		return nil, false, err
+	}
+	list, err := s.makeList(k, nil, res.Revision, res.Continue, res.Remaining)
+	if err != nil {
+		return nil, false, err
+	}
+	env, err := json.Marshal(list)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	const items = `"items":[]`
+	cut := bytes.Index(env, []byte(items))
+	if cut < 0 || !bytes.HasPrefix(env, []byte(`{"apiVersion":`)) {
+		return nil, false, nil
+	}
+	cut += len(items) - 1
+	b := &JSONList{env: env[:cut], end: append(env[cut:len(env):len(env)], '\n'), items: make([]listItem, len(res.Objects))}
+	av, err := json.Marshal(k.GVK.GroupVersion().String())
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	kind, err := json.Marshal(k.GVK.Kind)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	for i, o := range res.Objects {
+		v := o.Value
+		at, ok := unstructuredRVAt(v, av, kind)
+		if !ok {
+			return nil, false, nil
+		}
+		start := len(b.heads)
+		if v[at] == '}' {
+			b.heads = append(b.heads, `,"resourceVersion":"`...)
+		} else {
+			b.heads = append(b.heads, `"resourceVersion":"`...)
+		}
+		b.heads = strconv.AppendInt(b.heads, o.Revision, 10)
+		if v[at] == '}' {
+			b.heads = append(b.heads, '"')
+		} else {
+			b.heads = append(b.heads, `",`...)
+		}
+		b.items[i] = listItem{pre: v[:at], head: len(b.heads) - start, rest: v[at:]}
+		b.size += len(v) + len(b.heads) - start
+	}
+	b.size += len(b.env) + max(len(b.items)-1, 0)*len(comma) + len(b.end)
+	return b, true, nil
+}
+
+// unstructuredRVAt returns where resourceVersion goes in v, a stored custom
+// resource: in its metadata, before the first member sorting after it, or
+// before the closing brace. ok is false unless v is an object of apiVersion
+// av and kind kind (both as encoded) with a metadata object.
+func unstructuredRVAt(v, av, kind []byte) (int, bool) {
+	if len(v) < 2 || v[0] != '{' {
+		return 0, false
+	}
+	sawAV, sawKind := false, false
+	for i := 1; i < len(v) && v[i] == '"'; {
+		ke, ok := skipString(v, i)
+		if !ok || ke >= len(v) || v[ke] != ':' {
+			return 0, false
+		}
+		key, vs := string(v[i+1:ke-1]), ke+1
+		ve, ok := skipValue(v, vs)
+		if !ok || ve >= len(v) {
+			return 0, false
+		}
+		switch key {
+		case "apiVersion":
+			sawAV = bytes.Equal(v[vs:ve], av)
+		case "kind":
+			sawKind = bytes.Equal(v[vs:ve], kind)
+		case "metadata":
+			if !sawAV || !sawKind || v[vs] != '{' {
+				return 0, false
+			}
+			return metaRVAt(v, vs+1)
+		}
+		if v[ve] != ',' {
+			return 0, false
+		}
+		i = ve + 1
+	}
+	return 0, false
+}
+
+// metaRVAt is unstructuredRVAt inside the metadata object whose members
+// start at v[i].
+func metaRVAt(v []byte, i int) (int, bool) {
+	if i >= len(v) || v[i] != '"' {
+		return 0, false // a stored object always has a name
+	}
+	for i < len(v) && v[i] == '"' {
+		ke, ok := skipString(v, i)
+		if !ok {
+			return 0, false
+		}
+		switch key := string(v[i+1 : ke-1]); {
+		case key == "resourceVersion":
+			return 0, false
+		case key > "resourceVersion":
+			return i, true
+		}
+		if ke >= len(v) || v[ke] != ':' {
+			return 0, false
+		}
+		ve, ok := skipValue(v, ke+1)
+		if !ok || ve >= len(v) {
+			return 0, false
+		}
+		switch v[ve] {
+		case ',':
+			i = ve + 1
+		case '}':
+			return ve, true
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
 }
 
 func skipSpace(v []byte, i int) int {
