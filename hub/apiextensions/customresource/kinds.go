@@ -70,7 +70,7 @@ func Kinds(crd *apiextensionsv1.CustomResourceDefinition) ([]*registry.Kind, err
 	if storageVersion == "" {
 		return nil, fmt.Errorf("build kinds of %s: no storage version", crd.Name)
 	}
-	c, err := newCRDSchemas(crd)
+	c, err := newCRDSchemas(crd, storageVersion)
 	if err != nil {
 		return nil, fmt.Errorf("build kinds of %s: %w", crd.Name, err)
 	}
@@ -97,8 +97,8 @@ func Kinds(crd *apiextensionsv1.CustomResourceDefinition) ([]*registry.Kind, err
 		}
 		if v.Name != storageVersion {
 			k.StoredAs = storageGVK
-			k.ToStorage = c.converter(storageVersion)
-			k.FromStorage = c.converter(v.Name)
+			k.ToStorage = c.toStorage()
+			k.FromStorage = c.fromStorage(v.Name)
 		}
 		kinds = append(kinds, k)
 	}

@@ -179,12 +179,14 @@ spec: {image: nginx, replicas: 2}
 	if in.GetAPIVersion() != "example.tether.dev/v1beta1" {
 		t.Errorf("ToStorage changed its input")
 	}
-	// v1 knows fields v1beta1 does not: they are pruned on the way out.
+	// A stored object is decoded as upstream's storage decoder does, with
+	// the storage version's defaults (spec.mode, spec.minReplicas), then
+	// converted: what v1beta1 does not declare is pruned on the way out.
 	v1obj := obj(t, `
 apiVersion: example.tether.dev/v1
 kind: Widget
 metadata: {name: w, namespace: default}
-spec: {image: nginx, replicas: 2, mode: Slow, email: a@b.c}
+spec: {image: nginx, email: a@b.c}
 status: {phase: Ready}
 `)
 	out, err := beta.FromStorage(v1obj)
@@ -194,12 +196,21 @@ status: {phase: Ready}
 	want := obj(t, `
 apiVersion: example.tether.dev/v1beta1
 kind: Widget
-metadata: {name: w, namespace: default}
-spec: {image: nginx, replicas: 2}
+metadata: {name: w, namespace: default, generation: 1}
+spec: {image: nginx, replicas: 1}
 status: {phase: Ready}
 `)
-	if !reflect.DeepEqual(out.(*unstructured.Unstructured).Object, want.Object) {
-		t.Errorf("FromStorage:\n got %v\nwant %v", out.(*unstructured.Unstructured).Object, want.Object)
+	got := out.(*unstructured.Unstructured)
+	if !reflect.DeepEqual(got.Object, want.Object) {
+		t.Errorf("FromStorage:\n got %v\nwant %v", got.Object, want.Object)
+	}
+	if _, found := v1obj.Object["spec"].(map[string]any)["mode"]; found {
+		t.Errorf("FromStorage changed its input")
+	}
+	// Read through v1beta1, the converted object is not defaulted again.
+	beta.DefaultOnRead(got)
+	if !reflect.DeepEqual(got.Object, want.Object) {
+		t.Errorf("DefaultOnRead after FromStorage:\n got %v\nwant %v", got.Object, want.Object)
 	}
 }
 

@@ -23,6 +23,8 @@ import (
 // validators of each version.
 type crdSchemas struct {
 	gk schema.GroupKind
+	// storageVersion is the version objects are stored in.
+	storageVersion string
 	// preserveUnknownFields is spec.preserveUnknownFields: nothing is
 	// pruned (only possible for CRDs from apiextensions.k8s.io/v1beta1).
 	preserveUnknownFields bool
@@ -52,9 +54,10 @@ type versionSchema struct {
 // newCRDSchemas converts each version's schema to its structural form and
 // builds its validators, as upstream's handler does when it starts
 // serving a CRD.
-func newCRDSchemas(crd *apiextensionsv1.CustomResourceDefinition) (*crdSchemas, error) {
+func newCRDSchemas(crd *apiextensionsv1.CustomResourceDefinition, storageVersion string) (*crdSchemas, error) {
 	c := &crdSchemas{
 		gk:                    schema.GroupKind{Group: crd.Spec.Group, Kind: acceptedNames(crd).Kind},
+		storageVersion:        storageVersion,
 		preserveUnknownFields: crd.Spec.PreserveUnknownFields,
 		structural:            map[string]*structuralschema.Structural{},
 		versions:              map[string]*versionSchema{},
@@ -200,10 +203,39 @@ func (c *crdSchemas) defaults(u *unstructured.Unstructured) {
 	}
 }
 
-// converter returns the conversion (strategy None) of an object to
-// version to: a copy with apiVersion rewritten, pruned by the target
-// version's schema as upstream's converter does.
-func (c *crdSchemas) converter(to string) func(runtime.Object) (runtime.Object, error) {
+// decodeStored does to an object read from storage, while it is still in
+// the storage version, what upstream's storage decoder does: malformed
+// metadata is dropped, a missing generation becomes 1, fields the schema
+// no longer declares are pruned, and the storage version's defaults are
+// applied. An object in another version (already converted) is left
+// alone.
+func (c *crdSchemas) decodeStored(u *unstructured.Unstructured) error {
+	gvk := u.GroupVersionKind()
+	if gvk.GroupKind() != c.gk || gvk.Version != c.storageVersion {
+		return nil
+	}
+	if _, err := c.coerce(u, coerceOptions{dropInvalidMetadata: true, repairGeneration: true}); err != nil {
+		return err
+	}
+	c.defaults(u)
+	return nil
+}
+
+// toStorage returns the conversion (strategy None) of an object to the
+// storage version: a copy with apiVersion rewritten, pruned by the
+// storage version's schema as upstream's converter does.
+func (c *crdSchemas) toStorage() func(runtime.Object) (runtime.Object, error) {
+	return c.convert(c.storageVersion, false)
+}
+
+// fromStorage returns the conversion of a stored object to version to:
+// the stored object decoded as upstream's storage decoder does (with the
+// storage version's defaults), then converted as toStorage does.
+func (c *crdSchemas) fromStorage(to string) func(runtime.Object) (runtime.Object, error) {
+	return c.convert(to, true)
+}
+
+func (c *crdSchemas) convert(to string, stored bool) func(runtime.Object) (runtime.Object, error) {
 	gv := schema.GroupVersion{Group: c.gk.Group, Version: to}.String()
 	return func(obj runtime.Object) (runtime.Object, error) {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -211,6 +243,11 @@ func (c *crdSchemas) converter(to string) func(runtime.Object) (runtime.Object, 
 			return nil, fmt.Errorf("convert %s to %s: got %T, not unstructured", c.gk, gv, obj)
 		}
 		out := u.DeepCopy()
+		if stored {
+			if err := c.decodeStored(out); err != nil {
+				return nil, fmt.Errorf("convert %s to %s: %w", c.gk, gv, err)
+			}
+		}
 		out.SetAPIVersion(gv)
 		if _, err := c.coerce(out, coerceOptions{}); err != nil {
 			return nil, fmt.Errorf("convert %s to %s: %w", c.gk, gv, err)

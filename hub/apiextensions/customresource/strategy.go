@@ -64,19 +64,16 @@ func (b *behaviour) defaultOnWrite(obj runtime.Object) {
 	}
 }
 
-// defaultOnRead does to an object read from storage what upstream's
-// storage decoder does: malformed metadata is dropped, a missing
-// generation becomes 1, fields the schema no longer declares are pruned,
-// and the schema's defaults are applied.
+// defaultOnRead does to an object read from storage, while it is in the
+// storage version, what upstream's storage decoder does: malformed
+// metadata is dropped, a missing generation becomes 1, fields the schema
+// no longer declares are pruned, and the storage version's defaults are
+// applied. An object another version's FromStorage converted already had
+// this done, as upstream defaults before converting; it is left alone.
 func (b *behaviour) defaultOnRead(obj runtime.Object) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		_ = b.crd.decodeStored(u)
 	}
-	if _, err := b.crd.coerce(u, coerceOptions{dropInvalidMetadata: true, repairGeneration: true}); err != nil {
-		return
-	}
-	b.crd.defaults(u)
 }
 
 // prepareForCreate drops status when the version has a status
