@@ -34,3 +34,15 @@ func BenchmarkUpdatePath(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKinds measures building the kinds of a two-version CRD, which
+// happens at every change of the definition.
+func BenchmarkKinds(b *testing.B) {
+	crd := loadCRD(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Kinds(crd); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
