@@ -137,6 +137,19 @@ spec: {image: nginx}
 	}
 }
 
+func TestPreserveUnknownFieldsKeepsEverything(t *testing.T) {
+	crd := loadCRD(t)
+	crd.Spec.PreserveUnknownFields = true
+	ks, err := Kinds(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := withSpec(t, map[string]any{"junk": int64(1)})
+	if paths := ks[0].Prune(u); len(paths) != 0 || u.Object["spec"].(map[string]any)["junk"] != int64(1) {
+		t.Errorf("pruned %v: %v", paths, u.Object["spec"])
+	}
+}
+
 func TestDefaultOnWriteAndOnRead(t *testing.T) {
 	ks := widgetKinds(t)
 	k := ks["v1"]
@@ -232,6 +245,11 @@ func TestValidateAsKubeAPIServer(t *testing.T) {
 			`spec.template.metadata.name: Invalid value: "a/b": may not contain '/'`}},
 		{"CEL rule", withSpec(t, map[string]any{"replicas": int64(2), "minReplicas": int64(3)}), []string{
 			"spec: Invalid value: minReplicas must not exceed replicas"}},
+		{"metadata that is not ObjectMeta", func() *unstructured.Unstructured {
+			u := obj(t, validWidget)
+			u.Object["metadata"].(map[string]any)["labels"] = "x"
+			return u
+		}(), []string{`metadata: Invalid value: {"labels":"x","name":"w","namespace":"default"}: cannot restore map from string`}},
 		{"wrong kind", func() *unstructured.Unstructured {
 			u := obj(t, validWidget)
 			u.SetKind("Gadget")
