@@ -20,6 +20,7 @@ package customresource
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metavalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -109,8 +110,8 @@ func Kinds(crd *apiextensionsv1.CustomResourceDefinition) ([]*registry.Kind, err
 }
 
 // acceptedNames returns the names the CRD serves under: the accepted
-// names once set, else the requested ones, with upstream's defaults for
-// the singular and list kind.
+// names once set, else the requested ones, with upstream's default for
+// the singular (the kind in lower case).
 func acceptedNames(crd *apiextensionsv1.CustomResourceDefinition) apiextensionsv1.CustomResourceDefinitionNames {
 	n := crd.Status.AcceptedNames
 	if n.Plural == "" || n.Kind == "" {
@@ -118,23 +119,9 @@ func acceptedNames(crd *apiextensionsv1.CustomResourceDefinition) apiextensionsv
 	}
 	n = *n.DeepCopy()
 	if n.Singular == "" {
-		n.Singular = lower(n.Kind)
-	}
-	if n.ListKind == "" && n.Kind != "" {
-		n.ListKind = n.Kind + "List"
+		n.Singular = strings.ToLower(n.Kind)
 	}
 	return n
-}
-
-// lower lower-cases ASCII letters, as the CRD defaulting of names does.
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 // newKind builds the kind of one version, without the storage links.
@@ -144,12 +131,12 @@ func newKind(crd *apiextensionsv1.CustomResourceDefinition, c *crdSchemas, names
 	if err != nil {
 		return nil, err
 	}
-	b := &behaviour{crd: c, v: vs, gvk: gvk, namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped}
+	b := &behaviour{crd: c, v: vs, gvk: gvk}
 	k := &registry.Kind{
 		GVK:        gvk,
 		Resource:   names.Plural,
 		Singular:   names.Singular,
-		Namespaced: b.namespaced,
+		Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
 		ShortNames: names.ShortNames,
 		Categories: names.Categories,
 		HasSpec:    true,

@@ -25,10 +25,9 @@ import (
 // behaviour is the write and validation behaviour of one version's
 // objects, as upstream's custom resource strategy.
 type behaviour struct {
-	crd        *crdSchemas
-	v          *versionSchema
-	gvk        schema.GroupVersionKind
-	namespaced bool
+	crd *crdSchemas
+	v   *versionSchema
+	gvk schema.GroupVersionKind
 }
 
 // asUnstructured returns obj as unstructured, or the error upstream's
