@@ -58,6 +58,9 @@ func (s *Storage) Delete(ctx context.Context, k *registry.Kind, namespace, name 
 					fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, m.GetResourceVersion()))
 			}
 		}
+		if err := s.validateExternalDelete(ctx, k, cur, opts, dryRun); err != nil {
+			return nil, false, err
+		}
 		obj := cur.DeepCopyObject()
 		om, _ := meta.Accessor(obj)
 		changed := false

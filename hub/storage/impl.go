@@ -49,6 +49,10 @@ type Config struct {
 	// in order: quota and limit ranges, for example; those that are
 	// UpdateAdmitters run on updates too.
 	Admission []Admitter
+	// External is admission configured through the API (webhooks,
+	// ValidatingAdmissionPolicies); nil means none. SetExternalAdmission
+	// sets it later.
+	External ExternalAdmission
 }
 
 // Admitter is admission that applies across kinds.
@@ -89,6 +93,7 @@ type Storage struct {
 	wait   time.Duration
 
 	admission []Admitter
+	external  externalAdmission
 
 	shared decodeCache
 
@@ -132,6 +137,7 @@ func New(cfg Config) (*Storage, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.SetExternalAdmission(cfg.External)
 	if s.bmk <= 0 {
 		s.bmk = 45 * time.Second
 	}

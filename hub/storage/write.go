@@ -144,6 +144,9 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 			return nil, admitError(err)
 		}
 	}
+	if err := s.mutateExternal(ctx, k, obj, nil, opts); err != nil {
+		return nil, err
+	}
 	if k.HasStatus && !k.StatusOnCreate {
 		clearStatus(obj)
 	}
@@ -176,6 +179,10 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 		if done != nil {
 			defer done()
 		}
+	}
+	if err := s.validateExternal(ctx, k, obj, nil, opts); err != nil {
+		release()
+		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
 		enc, err := s.encode(k, obj)
@@ -501,6 +508,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 			return nil, admitError(err)
 		}
 	}
+	if err := s.mutateExternal(ctx, k, obj, cur, opts); err != nil {
+		return nil, err
+	}
 	if opts.Subresource == "" && k.PrepareForUpdate != nil {
 		k.PrepareForUpdate(obj, cur)
 	}
@@ -541,6 +551,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		}
 	}
 	if err := s.admitUpdate(ctx, k, obj, cur, opts); err != nil {
+		return nil, err
+	}
+	if err := s.validateExternal(ctx, k, obj, cur, opts); err != nil {
 		return nil, err
 	}
 	return obj, nil
