@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apiserver/pkg/warning"
 
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
@@ -308,7 +309,7 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	r = r.WithContext(auth.WithUser(r.Context(), u))
+	r = r.WithContext(warning.WithWarningRecorder(auth.WithUser(r.Context(), u), &warningHeaders{w: w}))
 
 	if strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/apis/") {
 		segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
