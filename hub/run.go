@@ -19,6 +19,7 @@ import (
 
 	"github.com/tether-edge/tether/controllers"
 	"github.com/tether-edge/tether/hub/admission"
+	"github.com/tether-edge/tether/hub/admissionregistration"
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
@@ -126,6 +127,7 @@ func (r *run) open(ctx context.Context) error {
 	reg, err := registry.New(registry.Config{
 		Services: registry.ServiceNetwork{CIDR: cidr},
 		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
+		Extra:    admissionregistration.Kinds(),
 	})
 	if err != nil {
 		return err
@@ -317,6 +319,9 @@ func (r *run) serve(ctx context.Context) error {
 	}
 	if !r.rbac.WaitSynced(ctx) {
 		return fmt.Errorf("load RBAC objects: %w", ctx.Err())
+	}
+	if err := r.startWebhooks(ctx, bgCtx); err != nil {
+		return err
 	}
 
 	r.serveErr = make(chan error, 3)
