@@ -313,6 +313,16 @@ func TestCustomResourceObjects(t *testing.T) {
 		t.Errorf("a repeated apply wrote: rv %s → %s", u.GetResourceVersion(), asU(t, again).GetResourceVersion())
 	}
 
+	// Server-side apply of status: status alone changes.
+	applyStatus := `{"apiVersion":"example.com/v2","kind":"Widget","metadata":{"name":"c"},"spec":{"size":7},"status":{"phase":"Ready"}}`
+	out, _, err = s.Apply(ctx, v2, "default", "c", []byte(applyStatus), Options{FieldManager: "ctrl", Subresource: "status"})
+	if err != nil {
+		t.Fatalf("apply status: %v", err)
+	}
+	if u := asU(t, out); nested(u, "status", "phase") != "Ready" || nested(u, "spec", "size") != int64(6) || u.GetGeneration() != 2 {
+		t.Errorf("after applying status: %v", u.Object)
+	}
+
 	// A changed definition (another default) applies at once to reads
 	// of what is stored without the field. (Updates store what they
 	// read, defaults included, as upstream.)
@@ -330,6 +340,16 @@ func TestCustomResourceObjects(t *testing.T) {
 	// Deleting works; the kind removed, its resources are not found.
 	if _, deleted, err := s.Delete(ctx, v1, "default", "b", nil, false); err != nil || !deleted {
 		t.Fatalf("delete: deleted %v, %v", deleted, err)
+	}
+	dl, err := s.DeleteCollection(ctx, v2, "default", ListOptions{}, nil, false)
+	if err != nil {
+		t.Fatalf("delete collection: %v", err)
+	}
+	if n := len(dl.(*unstructured.UnstructuredList).Items); n != 3 {
+		t.Errorf("delete collection deleted %d objects, want 3", n)
+	}
+	if l, err := s.List(ctx, v1, "", ListOptions{}); err != nil || len(l.(*unstructured.UnstructuredList).Items) != 0 {
+		t.Errorf("after delete collection: %v, %v", l, err)
 	}
 	reg.SetCustom(widgetOwner, nil)
 	_, err = s.Get(ctx, v1, "default", "a")
@@ -560,4 +580,30 @@ func TestCustomResourceListJSON(t *testing.T) {
 			t.Errorf("item %s listed as %s", it.GetName(), it.GetAPIVersion())
 		}
 	}
+}
+
+// A custom resource with a finalizer waits for it on delete, and goes
+// once it is removed.
+func TestCustomResourceFinalizers(t *testing.T) {
+	s, reg, _ := customFixture(t)
+	ctx := context.Background()
+	reg.SetCustom(widgetOwner, widgetKinds("blue"))
+	v1 := widgetKind(t, reg, "v1")
+	u := widget("v1", "f", map[string]any{"size": int64(1)})
+	u.SetFinalizers([]string{"example.com/hold"})
+	if _, err := s.Create(ctx, v1, "default", u, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	out, deleted, err := s.Delete(ctx, v1, "default", "f", nil, false)
+	if err != nil || deleted {
+		t.Fatalf("delete: deleted %v, %v", deleted, err)
+	}
+	if asU(t, out).GetDeletionTimestamp() == nil {
+		t.Fatal("no deletionTimestamp")
+	}
+	if _, err := s.GuaranteedUpdate(ctx, v1, "default", "f", Options{}, patchWith(t, types.MergePatchType, `{"metadata":{"finalizers":null}}`)); err != nil {
+		t.Fatalf("remove finalizer: %v", err)
+	}
+	_, err = s.Get(ctx, v1, "default", "f")
+	wantReason(t, err, metav1.StatusReasonNotFound)
 }
