@@ -212,8 +212,18 @@ func TestCustomResourceObjects(t *testing.T) {
 	if colors["a"] != "blue" || colors["b"] != "green" {
 		t.Errorf("listed colors = %v", colors)
 	}
-	if _, ok, err := s.ListJSON(ctx, v1, "default", ListOptions{}); ok || err != nil {
-		t.Errorf("ListJSON of a custom resource: ok %v, err %v; want the decoding List", ok, err)
+	// The JSON list has the read defaults too, decoding only what it must:
+	// "a" is stored without the default, "b" with its own color.
+	for range 2 {
+		if body := customListJSON(t, s, v1, "default", ListOptions{}); !strings.Contains(body, `"color":"blue"`) {
+			t.Errorf("JSON list without the read default: %s", body)
+		}
+	}
+	s.rdefaults.mu.RLock()
+	noted := len(s.rdefaults.m)
+	s.rdefaults.mu.RUnlock()
+	if noted == 0 {
+		t.Error("no object is known to read as stored")
 	}
 
 	// PUT: a metadata-only change keeps generation, a spec change bumps
@@ -541,36 +551,19 @@ func TestCustomResourceListJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check := func(opts ListOptions) string {
-		t.Helper()
-		want, err := s.List(ctx, v1, "default", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, ok, err := s.ListJSON(ctx, v1, "default", opts)
-		if err != nil || !ok {
-			t.Fatalf("ListJSON: ok %v, %v", ok, err)
-		}
-		var wb bytes.Buffer
-		if err := json.NewEncoder(&wb).Encode(want); err != nil {
-			t.Fatal(err)
-		}
-		if gb := got.Bytes(); !bytes.Equal(gb, wb.Bytes()) || got.Len() != wb.Len() {
-			t.Errorf("ListJSON differs from List (Len %d, %d bytes)\n got: %s\nwant: %s", got.Len(), wb.Len(), gb, wb.Bytes())
-		}
-		return want.(*unstructured.UnstructuredList).GetContinue()
+	customListJSON(t, s, v1, "default", ListOptions{})
+	first, err := s.List(ctx, v1, "default", ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	check(ListOptions{})
-	cont := check(ListOptions{Limit: 1})
-	check(ListOptions{Limit: 1, Continue: cont})
-	check(ListOptions{Label: labels.SelectorFromSet(labels.Set{"i": "z"})})
+	customListJSON(t, s, v1, "default", ListOptions{Limit: 1})
+	customListJSON(t, s, v1, "default", ListOptions{Limit: 1, Continue: first.(*unstructured.UnstructuredList).GetContinue()})
+	customListJSON(t, s, v1, "default", ListOptions{Label: labels.SelectorFromSet(labels.Set{"i": "z"})})
 
 	// The definition now stores v2: objects stored as v1 need converting.
 	reg.SetCustom("gadgets.example.com", []*registry.Kind{gadget("v1", "v2"), gadget("v2", "v2")})
 	v2 := reg.Lookup(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"})
-	if _, ok, err := s.ListJSON(ctx, v2, "default", ListOptions{}); ok || err != nil {
-		t.Errorf("ListJSON over objects of another version: ok %v, %v", ok, err)
-	}
+	customListJSON(t, s, v2, "default", ListOptions{})
 	lst, err := s.List(ctx, v2, "default", ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -606,4 +599,28 @@ func TestCustomResourceFinalizers(t *testing.T) {
 	}
 	_, err = s.Get(ctx, v1, "default", "f")
 	wantReason(t, err, metav1.StatusReasonNotFound)
+}
+
+// customListJSON checks that ListJSON answers and gives what encoding
+// List's list gives, and returns the body.
+func customListJSON(t *testing.T, s *Storage, k *registry.Kind, ns string, opts ListOptions) string {
+	t.Helper()
+	ctx := context.Background()
+	want, err := s.List(ctx, k, ns, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.ListJSON(ctx, k, ns, opts)
+	if err != nil || !ok {
+		t.Fatalf("ListJSON: ok %v, %v", ok, err)
+	}
+	var wb bytes.Buffer
+	if err := json.NewEncoder(&wb).Encode(want); err != nil {
+		t.Fatal(err)
+	}
+	gb := got.Bytes()
+	if !bytes.Equal(gb, wb.Bytes()) || got.Len() != wb.Len() {
+		t.Errorf("ListJSON differs from List (Len %d, %d bytes)\n got: %s\nwant: %s", got.Len(), wb.Len(), gb, wb.Bytes())
+	}
+	return string(gb)
 }

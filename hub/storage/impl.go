@@ -95,7 +95,8 @@ type Storage struct {
 	admission []Admitter
 	external  externalAdmission
 
-	shared decodeCache
+	shared    decodeCache
+	rdefaults readDefaults
 
 	nsMu sync.Mutex
 	// guards the following field
@@ -225,30 +226,39 @@ func (s *Storage) newObject(gvk schema.GroupVersionKind) (runtime.Object, error)
 // decode turns a stored object into a typed object of kind k (converting
 // from the stored kind when k is a view), with resourceVersion set.
 func (s *Storage) decode(k *registry.Kind, o store.Object) (runtime.Object, error) {
+	obj, _, err := s.decodeReporting(k, o)
+	return obj, err
+}
+
+// decodeReporting is decode, and reports whether the kind's DefaultOnRead
+// left the object as stored (see readDefaults); false for a kind without
+// one, or a view.
+func (s *Storage) decodeReporting(k *registry.Kind, o store.Object) (runtime.Object, bool, error) {
 	sk := s.storedKind(k)
 	obj, err := s.newObjectOf(sk)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := json.Unmarshal(o.Value, obj); err != nil {
-		return nil, apierrors.NewInternalError(fmt.Errorf("decode %s: %w", o.Key, err))
+		return nil, false, apierrors.NewInternalError(fmt.Errorf("decode %s: %w", o.Key, err))
 	}
 	obj.GetObjectKind().SetGroupVersionKind(sk.GVK)
 	if sk != k {
 		if obj, err = k.FromStorage(obj); err != nil {
-			return nil, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", o.Key, err))
+			return nil, false, apierrors.NewInternalError(fmt.Errorf("convert %s: %w", o.Key, err))
 		}
 		obj.GetObjectKind().SetGroupVersionKind(k.GVK)
 	}
+	same := false
 	if k.DefaultOnRead != nil {
-		k.DefaultOnRead(obj)
+		same = defaultOnRead(k, sk, obj)
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return nil, false, apierrors.NewInternalError(err)
 	}
 	m.SetResourceVersion(strconv.FormatInt(o.Revision, 10))
-	return obj, nil
+	return obj, same, nil
 }
 
 // encode turns a typed object of kind k into a store object (converting to

@@ -88,6 +88,7 @@ func (s *Storage) view() *kindView {
 	}
 	s.kv.Store(v)
 	s.forgetKinds(v)
+	s.rdefaults.forget(v)
 	return v
 }
 

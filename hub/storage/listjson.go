@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/tether-edge/tether/hub/registry"
 )
@@ -28,16 +31,16 @@ import (
 // Custom resources are answered the same way (see listJSONUnstructured).
 //
 // ok is false, with no error, when the list cannot be answered this way:
-// the kind is stored as another kind, sets defaults on read, or a stored
-// value does not have the shape this package writes.
+// the kind is stored as another kind, is a built-in kind defaulted on
+// read, or a stored value does not have the shape this package writes.
 // The caller then uses List.
 func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (body *JSONList, ok bool, err error) {
 	k, err = s.served(k)
 	if err != nil {
 		return nil, false, err
 	}
-	if s.storedKind(k) != k || k.DefaultOnRead != nil {
-		// Views and kinds defaulted on read decode every item.
+	if s.storedKind(k) != k || (k.DefaultOnRead != nil && k.New == nil) {
+		// Views and built-in kinds defaulted on read decode every item.
 		return nil, false, nil
 	}
 	if k.New != nil {
@@ -251,9 +254,9 @@ func appendMeta(dst, v []byte, rev int64) (_ []byte, rest int, ok bool) {
 // by name, and an unstructured list encodes as a map too: apiVersion,
 // items, kind, metadata. Items keep their apiVersion and kind; each gets
 // its resourceVersion inserted in metadata where the sorted order puts it.
-// A stored object of another version (written before the definition
-// changed its storage version) makes the list go through List, which
-// converts it.
+// An object stored in another version (written before the definition
+// changed its storage version), or one the kind's defaults on read change
+// (see readDefaults), is decoded and encoded as List would.
 func (s *Storage) listJSONUnstructured(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (*JSONList, bool, error) {
 	res, err := s.list(ctx, k, namespace, opts, true)
 	if err != nil {
@@ -282,11 +285,43 @@ func (s *Storage) listJSONUnstructured(ctx context.Context, k *registry.Kind, na
 	if err != nil {
 		return nil, false, apierrors.NewInternalError(err)
 	}
+	var known []bool
+	if k.DefaultOnRead != nil {
+		known = s.rdefaults.unchanged(k, res.Objects)
+	}
 	for i, o := range res.Objects {
 		v := o.Value
 		at, ok := unstructuredRVAt(v, av, kind)
+		var obj runtime.Object
+		if ok && known != nil && !known[i] {
+			// Not known to read as stored: decode it once to find out.
+			var same bool
+			if obj, same, err = s.decodeReporting(k, o); err != nil {
+				return nil, false, err
+			}
+			if ok = same; same {
+				s.rdefaults.note(k, o.Key, o.Revision)
+			}
+		}
 		if !ok {
-			return nil, false, nil
+			// Changed by the defaults on read, or stored in another
+			// version: the item is the decoded object, encoded.
+			if obj == nil {
+				if obj, err = s.decode(k, o); err != nil {
+					return nil, false, err
+				}
+			}
+			u, isU := obj.(*unstructured.Unstructured)
+			if !isU {
+				return nil, false, nil
+			}
+			item, err := json.Marshal(u.Object)
+			if err != nil {
+				return nil, false, apierrors.NewInternalError(fmt.Errorf("encode %s: %w", o.Key, err))
+			}
+			b.items[i] = listItem{pre: item}
+			b.size += len(item)
+			continue
 		}
 		start := len(b.heads)
 		if v[at] == '}' {

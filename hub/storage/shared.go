@@ -91,7 +91,7 @@ func (s *Storage) decodeShared(k *registry.Kind, o store.Object) (runtime.Object
 		}
 	}
 	c.mu.Unlock()
-	d.once.Do(func() { d.obj, d.err = s.decode(k, o) })
+	d.once.Do(func() { d.obj, d.err = s.decodeState(k, o) })
 	return d.obj, d.err
 }
 
@@ -153,7 +153,7 @@ func (s *Storage) decodeStored(k *registry.Kind, o store.Object) (runtime.Object
 	if d == nil {
 		return s.decode(k, o)
 	}
-	d.once.Do(func() { d.obj, d.err = s.decode(k, o) })
+	d.once.Do(func() { d.obj, d.err = s.decodeState(k, o) })
 	if d.err != nil {
 		return nil, d.err
 	}
