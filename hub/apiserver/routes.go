@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -15,9 +16,14 @@ type routeTable map[schema.GroupVersion]map[string]*registry.Kind
 
 // routes is the routing table of a server whose kinds follow a registry:
 // rebuilt, at most once per change of the registry, by the first request
-// that finds it stale.
+// that finds it stale. Requests read it without locking.
 type routes struct {
-	mu    sync.Mutex
+	mu  sync.Mutex // serialises rebuilds
+	cur atomic.Pointer[generationTable]
+}
+
+// generationTable is the routing table of one generation of a registry.
+type generationTable struct {
 	gen   uint64
 	table routeTable
 }
@@ -61,14 +67,19 @@ func (s *Server) routing() routeTable {
 		return s.kinds
 	}
 	gen := reg.Generation()
+	if cur := s.routes.cur.Load(); cur != nil && cur.gen == gen {
+		return cur.table
+	}
 	s.routes.mu.Lock()
 	defer s.routes.mu.Unlock()
-	if s.routes.table == nil || s.routes.gen != gen {
-		// Read the generation before the kinds: a change in between makes
-		// the next request rebuild again, never serve a stale table.
-		s.routes.table, s.routes.gen = newRouteTable(reg.Kinds()), gen
+	if cur := s.routes.cur.Load(); cur != nil && cur.gen == gen {
+		return cur.table
 	}
-	return s.routes.table
+	// The generation is read before the kinds: a change in between makes
+	// the next request rebuild again, never serve a stale table.
+	cur := &generationTable{gen: gen, table: newRouteTable(reg.Kinds())}
+	s.routes.cur.Store(cur)
+	return cur.table
 }
 
 // lookup returns the kind serving resource in gv, or nil.
