@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -34,6 +35,7 @@ func (h *Handler) merge(kinds []*registry.Kind) (*docSet, error) {
 		}
 		byGV[gv] = append(byGV[gv], k)
 	}
+	h.forgetKinds(custom)
 	if len(custom) == 0 {
 		return h.base, nil
 	}
@@ -49,13 +51,8 @@ func (h *Handler) merge(kinds []*registry.Kind) (*docSet, error) {
 		}
 		var parts [][]byte
 		for _, k := range byGV[gv] {
-			if k.OpenAPIV3 == nil {
-				continue
-			}
-			if spec, err := k.OpenAPIV3(); err == nil && spec != nil {
-				if b, err := json.Marshal(spec); err == nil {
-					parts = append(parts, b)
-				}
+			if b := h.kindDocument(k, true); b != nil {
+				parts = append(parts, b)
 			}
 		}
 		merged, err := mergeDocument(body, []string{"components", "schemas"}, parts)
@@ -78,13 +75,8 @@ func (h *Handler) merge(kinds []*registry.Kind) (*docSet, error) {
 		}
 		var parts [][]byte
 		for _, k := range custom {
-			if k.OpenAPIV2 == nil {
-				continue
-			}
-			if spec, err := k.OpenAPIV2(); err == nil && spec != nil {
-				if b, err := json.Marshal(spec); err == nil {
-					parts = append(parts, b)
-				}
+			if b := h.kindDocument(k, false); b != nil {
+				parts = append(parts, b)
 			}
 		}
 		merged, err := mergeDocument(body, []string{"definitions"}, parts)
@@ -95,6 +87,57 @@ func (h *Handler) merge(kinds []*registry.Kind) (*docSet, error) {
 		return c.doc(merged, "application/json"), nil
 	}
 	return d, nil
+}
+
+// kindDocs are the encoded documents of one custom kind. Kinds do not
+// change once registered (a changed definition registers new ones), so
+// each is built once, however often the set changes around it.
+type kindDocs struct {
+	v2, v3         []byte
+	v2Done, v3Done bool
+}
+
+// kindDocument returns the encoded OpenAPI v3 (or v2) document of k, nil
+// if it has none or it fails to build.
+func (h *Handler) kindDocument(k *registry.Kind, v3 bool) []byte {
+	h.kindMu.Lock()
+	defer h.kindMu.Unlock()
+	d := h.kinds[k]
+	if d == nil {
+		d = &kindDocs{}
+		h.kinds[k] = d
+	}
+	switch {
+	case v3 && !d.v3Done:
+		d.v3Done = true
+		if k.OpenAPIV3 != nil {
+			if spec, err := k.OpenAPIV3(); err == nil && spec != nil {
+				d.v3, _ = json.Marshal(spec)
+			}
+		}
+	case !v3 && !d.v2Done:
+		d.v2Done = true
+		if k.OpenAPIV2 != nil {
+			if spec, err := k.OpenAPIV2(); err == nil && spec != nil {
+				d.v2, _ = json.Marshal(spec)
+			}
+		}
+	}
+	if v3 {
+		return d.v3
+	}
+	return d.v2
+}
+
+// forgetKinds drops the documents of kinds no longer served.
+func (h *Handler) forgetKinds(served []*registry.Kind) {
+	h.kindMu.Lock()
+	defer h.kindMu.Unlock()
+	for k := range h.kinds {
+		if !slices.Contains(served, k) {
+			delete(h.kinds, k)
+		}
+	}
 }
 
 // inflate returns the uncompressed body of d.

@@ -96,6 +96,9 @@ type Handler struct {
 	mu  sync.Mutex
 	gen uint64 // of the registry, when the documents follow one
 	cur *docSet
+
+	kindMu sync.Mutex
+	kinds  map[*registry.Kind]*kindDocs // custom kinds' documents
 }
 
 // docSet is the documents of one set of kinds.
@@ -143,7 +146,7 @@ func New(kinds []*registry.Kind, scheme *runtime.Scheme) (*Handler, error) {
 // handler serving them with, when cfg.Registry is set, the registry's
 // custom kinds merged in.
 func NewHandler(cfg Config) (*Handler, error) {
-	h := &Handler{cfg: cfg, scheme: cfg.Scheme}
+	h := &Handler{cfg: cfg, scheme: cfg.Scheme, kinds: map[*registry.Kind]*kindDocs{}}
 	if h.scheme == nil {
 		var err error
 		if h.scheme, err = registry.NewScheme(); err != nil {
