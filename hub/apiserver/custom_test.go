@@ -304,9 +304,23 @@ func TestCustomResourceServed(t *testing.T) {
 		t.Errorf("configmaps as protobuf: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 
+	// When the kind leaves, its watches end and it is no longer served.
+	w2, err := widgets.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	defer w2.Stop()
 	h.reg.SetCustom("widgets.example.com", nil)
 	if _, err := widgets.List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("list after removal: %v, want NotFound", err)
+	}
+	timeout := time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-w2.ResultChan():
+		case <-timeout:
+			t.Fatal("the watch of a removed kind did not end")
+		}
 	}
 }
 
