@@ -166,3 +166,25 @@ func TestCustomResources(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRebuild measures the first aggregated /apis request after a
+// change of the registry: what a client waits for to see a new custom
+// resource.
+func BenchmarkRebuild(b *testing.B) {
+	reg, err := registry.New(registry.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := New(nil, Config{Registry: reg})
+	widgets, _ := customKinds()
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			reg.SetCustom("widgets.example.com", widgets)
+		} else {
+			reg.SetCustom("widgets.example.com", nil)
+		}
+		req := httptest.NewRequest("GET", "/apis", nil)
+		req.Header.Set("Accept", ContentTypeV2)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+}

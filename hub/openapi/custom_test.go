@@ -319,3 +319,22 @@ func TestKubectlCustomResource(t *testing.T) {
 		t.Errorf("kubectl create of a valid gadget: %v\n%s", err, out)
 	}
 }
+
+// BenchmarkRebuild measures the first /openapi/v3 index and group-version
+// requests after a change of the registry.
+func BenchmarkRebuild(b *testing.B) {
+	reg, err := registry.New(registry.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := NewHandler(Config{Registry: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		reg.SetCustom("widgets.example.com", customKinds())
+		for _, p := range []string{"/openapi/v3", "/openapi/v3/apis/example.com/v1"} {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", p, nil))
+		}
+	}
+}
