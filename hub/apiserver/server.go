@@ -127,6 +127,9 @@ type Config struct {
 	// authenticated user in the request context when the request carries
 	// valid credentials, and without one otherwise: each decides itself.
 	Extensions map[string]http.Handler
+	// Aggregated, when set, routes group/versions registered by
+	// service-backed APIServices to their servers; nil serves none.
+	Aggregated Aggregated
 }
 
 // Server serves the Kubernetes API over HTTP.
@@ -314,6 +317,9 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/apis/") {
 		segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
 		if segs[0] == "api" && len(segs) > 2 || segs[0] == "apis" && len(segs) > 3 {
+			if s.serveAggregated(w, r, req, u, segs) {
+				return
+			}
 			if pooled(r) {
 				s.workers.run(func() { s.serveResource(w, r, req, u, segs) })
 				return
