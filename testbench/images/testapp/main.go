@@ -19,6 +19,10 @@
 //	                  ...) it prints, one line per check, "incluster: CHECK
 //	                  OK" or the HTTP status code and message the API
 //	                  answered (see incluster.go)
+//	aggregated [ADDR] [GROUP/VERSION]
+//	                  an extension API server (default :8443,
+//	                  echo.tether.test/v1alpha1) trusting the hub's
+//	                  front-proxy certificate (see aggregated.go)
 //
 // It is built static (CGO_ENABLED=0) so that the images need no libc.
 package main
@@ -82,6 +86,11 @@ func main() {
 	case "incluster":
 		if err := inCluster(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "incluster:", err)
+			os.Exit(1)
+		}
+	case "aggregated":
+		if err := aggregated(arg(2, ":8443"), arg(3, "echo.tether.test/v1alpha1")); err != nil {
+			fmt.Fprintln(os.Stderr, "aggregated:", err)
 			os.Exit(1)
 		}
 	case "log":
