@@ -18,10 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/kube-aggregator/pkg/apis/apiregistration/validation"
+	"k8s.io/kube-aggregator/pkg/client/applyconfiguration"
 
 	"github.com/tether-edge/tether/hub/registry"
 )
@@ -36,12 +38,17 @@ func Kinds() []*registry.Kind {
 var objectMetaDocs = metav1.ObjectMeta{}.SwaggerDoc()
 
 func apiServiceKind() *registry.Kind {
+	var tc managedfields.TypeConverter
+	if sch, err := registry.NewScheme(); err == nil {
+		tc = applyconfiguration.NewTypeConverter(sch)
+	}
 	return &registry.Kind{
-		GVK:        apiregistrationv1.SchemeGroupVersion.WithKind("APIService"),
-		Resource:   "apiservices",
-		Singular:   "apiservice",
-		Categories: []string{"api-extensions"},
-		HasStatus:  true,
+		TypeConverter: tc,
+		GVK:           apiregistrationv1.SchemeGroupVersion.WithKind("APIService"),
+		Resource:      "apiservices",
+		Singular:      "apiservice",
+		Categories:    []string{"api-extensions"},
+		HasStatus:     true,
 		Default: func(obj runtime.Object) {
 			apiregistrationv1.SetObjectDefaults_APIService(obj.(*apiregistrationv1.APIService))
 		},
