@@ -255,3 +255,57 @@ func TestProbeAndDiscoveryMerge(t *testing.T) {
 		t.Fatalf("/apis/<group>/<version> not proxied: %s", rec.Body)
 	}
 }
+
+func TestProxyPassesUpgrades(t *testing.T) {
+	agg, fp := testAggregator(t)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(fp.CAPEM)
+	backendSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "tether-test" || r.Header.Get("X-Remote-User") != "alice" {
+			http.Error(w, "want an upgrade from alice", http.StatusBadRequest)
+			return
+		}
+		c, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tether-test\r\n\r\n")
+		_ = rw.Flush()
+		line, _ := rw.ReadString('\n')
+		_, _ = rw.WriteString("echo " + line)
+		_ = rw.Flush()
+	}))
+	backendSrv.TLS = &tls.Config{ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, Certificates: []tls.Certificate{servingCert(t, "api.echo.svc")}}
+	backendSrv.StartTLS()
+	defer backendSrv.Close()
+	agg.cfg.Dialer = &loopDialer{addr: backendSrv.Listener.Addr().String()}
+	agg.observe("v1alpha1.echo.example.com", remoteAPIService(serverCAPEM(backendSrv), true))
+
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(auth.WithUser(r.Context(), &auth.User{Name: "alice"}))
+		agg.ProxyFor("echo.example.com", "v1alpha1").ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	c, err := net.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, "GET /apis/echo.example.com/v1alpha1/namespaces/default/echoes/x/exec HTTP/1.1\r\nHost: hub\r\nConnection: Upgrade\r\nUpgrade: tether-test\r\n\r\n")
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 101") {
+		t.Fatalf("upgrade answer: %v %q", err, buf[:n])
+	}
+	_, _ = io.WriteString(c, "ping\n")
+	got := ""
+	for !strings.Contains(got, "echo ping\n") {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("read after upgrade: %v (got %q)", err, got)
+		}
+		got += string(buf[:n])
+	}
+}

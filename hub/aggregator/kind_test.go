@@ -6,7 +6,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+
+	"github.com/tether-edge/tether/hub/registry"
 )
 
 func TestAPIServiceValidation(t *testing.T) {
@@ -95,5 +98,33 @@ func TestAPIServiceTable(t *testing.T) {
 	}
 	if got := k.Cells(&apiregistrationv1.APIService{}, now); got[2] != "Unknown" {
 		t.Errorf("no condition: %v", got)
+	}
+}
+
+func TestLocalAPIServicesOfKinds(t *testing.T) {
+	custom := &registry.Kind{GVK: schema.GroupVersionKind{Group: "stable.example.com", Version: "v1", Kind: "CronTab"}, Resource: "crontabs"}
+	got := localAPIServices(append(registry.All(), append(Kinds(), custom)...))
+	for name, want := range map[string]struct {
+		group, version string
+		gp, vp         int32
+		managed        string
+	}{
+		"v1.":                       {"", "v1", 18000, 1, managedOnStart},
+		"v1.apps":                   {"apps", "v1", 17800, 15, managedOnStart},
+		"v1.apiregistration.k8s.io": {"apiregistration.k8s.io", "v1", 18000, 15, managedOnStart},
+		"v1.stable.example.com":     {"stable.example.com", "v1", 1000, 100, managedSync},
+	} {
+		s := got[name]
+		if s == nil {
+			t.Errorf("no Local APIService %s", name)
+			continue
+		}
+		if s.Spec.Service != nil || s.Spec.Group != want.group || s.Spec.Version != want.version ||
+			s.Spec.GroupPriorityMinimum != want.gp || s.Spec.VersionPriority != want.vp || s.Labels[labelAutoManaged] != want.managed {
+			t.Errorf("%s: %+v %v", name, s.Spec, s.Labels)
+		}
+		if errs := apiServiceKind().Validate(s); len(errs) != 0 {
+			t.Errorf("%s invalid: %v", name, errs)
+		}
 	}
 }
