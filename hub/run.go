@@ -20,6 +20,7 @@ import (
 	"github.com/tether-edge/tether/controllers"
 	"github.com/tether-edge/tether/hub/admission"
 	"github.com/tether-edge/tether/hub/admissionregistration"
+	"github.com/tether-edge/tether/hub/aggregator"
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
@@ -91,6 +92,7 @@ type run struct {
 	edges  *tunnel.Server
 	relay  *streamDemux
 	api    *apiserver.Server
+	agg    *aggregator.Aggregator
 
 	// serve
 	srv, tunnelHTTP *http.Server
@@ -127,7 +129,7 @@ func (r *run) open(ctx context.Context) error {
 	reg, err := registry.New(registry.Config{
 		Services: registry.ServiceNetwork{CIDR: cidr},
 		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
-		Extra:    admissionregistration.Kinds(),
+		Extra:    append(admissionregistration.Kinds(), aggregator.Kinds()...),
 	})
 	if err != nil {
 		return err
@@ -216,6 +218,9 @@ func (r *run) buildAPI() error {
 	}
 	r.onClose(func() error { _ = r.edges.Close(); return nil })
 	r.relay = newStreamDemux(r.edges.Listener())
+	if err := r.newAggregator(r.reg); err != nil {
+		return err
+	}
 	auditLog, err := openAudit(cfg)
 	if err != nil {
 		return err
@@ -235,7 +240,8 @@ func (r *run) buildAPI() error {
 		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,
-		Discovery:            discovery.New(nil, discovery.Config{Registry: r.reg, Subresources: servedSubresources}),
+		Discovery:            r.agg.Discovery(discovery.New(nil, discovery.Config{Registry: r.reg, Subresources: servedSubresources})),
+		Aggregated:           r.agg,
 		OpenAPI:              oapi,
 		Version:              versionInfo(cfg.Version),
 		Logger:               cfg.Logger.With("component", "apiserver"),
@@ -408,6 +414,7 @@ func (r *run) startClients(ctx context.Context) error {
 	r.stopCtrl = sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone })
 	r.onClose(func() error { r.stopCtrl(); return nil })
 
+	r.startAggregator(ctx)
 	if err := r.startSigner(ctx); err != nil {
 		return err
 	}
