@@ -472,6 +472,7 @@ spec:
 		}
 	})
 	t.Run("volume waits", func(t *testing.T) { labVolumeWaits(t, l) })
+	t.Run("lifecycle, probes and DNS", func(t *testing.T) { labLifecycle(t, l) })
 	t.Run("delete", func(t *testing.T) {
 		// The agent stops the containers and then finalizes the pod.
 		l.kubectl(t, "delete", "pod", "-l", "app=web", "--wait=true", "--timeout=60s")
