@@ -2,6 +2,8 @@ package containerd
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -621,6 +623,9 @@ spec:
 		initUID = uid
 		return phase == "Running", out + errString(err)
 	})
+	// The pod's API token, issued by the hub for the pod's service
+	// account volume.
+	tokenBefore := strings.TrimSpace(l.kubectl(t, "exec", "with-init", "-c", "app", "--", "cat", saTokenPath))
 
 	// The reboot, with the hub down.
 	l.hub.Stop()
@@ -663,6 +668,9 @@ spec:
 	}
 	// So do the NAT rules the CNI bridge plugin made for the pods.
 	flushPodNAT(t, append(slices.Clone(uids), initUID))
+	// And the in-memory volumes: the pods' Secrets and service account
+	// tokens, which the agent must set up again from its local state.
+	unmountTmpfsUnder(t, l.dir)
 
 	start := time.Now()
 	l.startAgent(t)
@@ -697,6 +705,26 @@ spec:
 		t.Errorf("pods took %v to run again after the reboot", took)
 	}
 
+	// The pod runs again, with the hub still down, with the token the
+	// agent kept in its local state: still valid and bound to the pod.
+	var tok strings.Builder
+	if _, err := l.env.rt.Exec(ctx, types.UID(initUID), "app", []string{"cat", saTokenPath}, edge.Streams{Stdout: &tok}); err != nil {
+		t.Fatalf("read the token of the restarted pod offline: %v", err)
+	}
+	tokenAfter := strings.TrimSpace(tok.String())
+	if tokenAfter != tokenBefore {
+		t.Errorf("the pod restarted offline with another token than the one it had")
+	}
+	claims := jwtClaims(t, tokenAfter)
+	exp, _ := claims["exp"].(float64)
+	if left := time.Until(time.Unix(int64(exp), 0)); left < 30*time.Minute {
+		t.Errorf("the token of the pod restarted offline expires in %v", left)
+	}
+	k8s, _ := claims["kubernetes.io"].(map[string]any)
+	if bound, _ := k8s["pod"].(map[string]any); bound["name"] != "with-init" || bound["uid"] != initUID {
+		t.Errorf("the token of the pod restarted offline is bound to %v, want with-init %s", k8s["pod"], initUID)
+	}
+
 	// The hub comes back and hears the pods run.
 	l.hub.Restart()
 	l.waitFor(t, 60*time.Second, "the hub sees all pods Running and ready", func() (bool, string) {
@@ -704,6 +732,12 @@ spec:
 		ready := strings.Count(out, "true")
 		return ready == n, fmt.Sprintf("%d ready%s", ready, errString(err))
 	})
+	// The hub still takes the token the pod restarted with.
+	review := l.kubectl(t, "create", "-o", "jsonpath={.status.authenticated} {.status.user.username}", "-f", writeTemp(t, fmt.Sprintf(
+		`{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": %q}}`, tokenAfter)))
+	if review != "true system:serviceaccount:default:default" {
+		t.Errorf("TokenReview of the token the pod restarted with offline: %q", review)
+	}
 	l.kubectl(t, "delete", "deploy", "fleet", "--wait=true", "--timeout=60s")
 	l.kubectl(t, "delete", "pod", "with-init", "--wait=true", "--timeout=60s")
 }
@@ -765,4 +799,58 @@ func shimPIDs(t *testing.T, dir string) []int {
 		}
 	}
 	return pids
+}
+
+// saTokenPath is where a container finds its service account token.
+const saTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// jwtClaims decodes the claims of a JWT, unverified.
+func jwtClaims(t *testing.T, token string) map[string]any {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWT: %q", token)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatalf("decode JWT claims: %v", err)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(b, &claims); err != nil {
+		t.Fatalf("decode JWT claims: %v", err)
+	}
+	return claims
+}
+
+// writeTemp writes content to a file of the test's and returns its path.
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "object.json")
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// unmountTmpfsUnder unmounts the tmpfs file systems mounted below dir, as
+// a reboot loses them.
+func unmountTmpfsUnder(t *testing.T, dir string) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 1 || g[0] != "tmpfs" || !strings.HasPrefix(f[4], dir+"/") {
+			continue
+		}
+		if err := unix.Unmount(f[4], unix.MNT_DETACH); err != nil {
+			t.Fatalf("unmount %s: %v", f[4], err)
+		}
+		n++
+	}
+	t.Logf("unmounted %d tmpfs volumes", n)
 }
