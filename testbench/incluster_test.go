@@ -27,11 +27,13 @@ import (
 // lists pods, that a service account may do exactly what its Role allows
 // and the default one nothing beyond discovery, that a Helm chart's own
 // ServiceAccount, Role and RoleBinding give its pod exactly those
-// permissions, that automountServiceAccountToken: false mounts nothing, that
-// a projected token for another audience is bound to its pod, the
-// Service environment variables of the Kubernetes concept page, that
-// NodePorts answer a pod on the node's own address, and that a Service
-// without a selector carries traffic to a hand-written Endpoints object.
+// permissions, that automountServiceAccountToken: false (of the pod or of
+// its ServiceAccount) mounts nothing, that a projected token for another
+// audience is bound to its pod, the Service environment variables of the
+// Kubernetes concept page, that NodePorts answer a pod and the node itself
+// on the node's own address, that externalTrafficPolicy Local answers only
+// where a backend runs, and that a Service without a selector carries
+// traffic to a hand-written Endpoints object.
 //
 // The dataplane is attached to the cgroup of the containers of the
 // machine's containerd namespace (tether), so that it sees the pods' sockets
@@ -58,12 +60,12 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 	}
 
 	h.applyManifest(t, fmt.Sprintf(inClusterObjects, images.Sleeper))
-	eventually(t, 90*time.Second, "sa, reader, nosa, vault, env and nolinks Running; incluster Succeeded", func() (bool, string) {
+	eventually(t, 90*time.Second, "sa, reader, nosa, quiet, vault, env and nolinks Running; incluster Succeeded", func() (bool, string) {
 		pods, err := h.podsByName()
 		if err != nil {
 			return false, err.Error()
 		}
-		want := map[string]corev1.PodPhase{"sa": corev1.PodRunning, "reader": corev1.PodRunning, "nosa": corev1.PodRunning, "vault": corev1.PodRunning,
+		want := map[string]corev1.PodPhase{"sa": corev1.PodRunning, "reader": corev1.PodRunning, "nosa": corev1.PodRunning, "quiet": corev1.PodRunning, "vault": corev1.PodRunning,
 			"env": corev1.PodRunning, "nolinks": corev1.PodRunning, "incluster": corev1.PodSucceeded}
 		var states []string
 		ok := true
@@ -150,8 +152,14 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 		helmChartRBAC(t, h)
 	})
 	t.Run("automountServiceAccountToken false", func(t *testing.T) {
-		if out, err := h.run("exec", "nosa", "--", "ls", "/var/run/secrets/kubernetes.io/serviceaccount"); err == nil {
-			t.Errorf("the service account directory exists: %s", out)
+		// nosa opts out itself, quiet through its ServiceAccount.
+		for _, pod := range []string{"nosa", "quiet"} {
+			if out, err := h.run("exec", pod, "--", "ls", "/var/run/secrets/kubernetes.io/serviceaccount"); err == nil {
+				t.Errorf("%s: the service account directory exists: %s", pod, out)
+			}
+			if out := h.must(t, "get", "pod", pod, "-o", "jsonpath={.spec.volumes}"); out != "" {
+				t.Errorf("%s: volumes %s, want none", pod, out)
+			}
 		}
 	})
 	t.Run("projected token for vault", func(t *testing.T) {
@@ -208,23 +216,31 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 		}
 	})
 	t.Run("NodePort and a hand-written Endpoints object", func(t *testing.T) {
-		inClusterServices(t, h, l.Nodes("shop")[0].Addr)
+		inClusterServices(t, h, l.Nodes("shop")[0])
 	})
 }
 
-// inClusterServices checks, from a pod of the node, that a NodePort answers
-// on the node's own address with every backend, under both traffic
-// policies (the backends run on this node), and that a Service without a
-// selector carries traffic to the address of a hand-written Endpoints
-// object within 5s of its creation (EndpointSlice mirroring, then the
-// node's dataplane).
-func inClusterServices(t *testing.T, h *labHub, nodeIP string) {
-	h.applyManifest(t, fmt.Sprintf(inClusterServiceObjects, images.Echo))
+// inClusterServices checks, from a pod of the node and from the node
+// itself (a process of its network namespace: a host-network pod),
+// that a NodePort answers on the node's own address with every backend,
+// under both traffic policies (the backends run on this node); that with
+// externalTrafficPolicy Local a NodePort whose only backend is recorded on
+// another node is refused here while the same backend answers through a
+// Cluster one, until its EndpointSlice puts it on this node; and that a
+// Service without a selector carries traffic to the address of a
+// hand-written Endpoints object within 5s of its creation (EndpointSlice
+// mirroring, then the node's dataplane).
+func inClusterServices(t *testing.T, h *labHub, node *Host) {
+	nodeIP := node.Addr
+	h.applyManifest(t, fmt.Sprintf(inClusterServiceObjects, images.Echo, images.Sleeper))
 	var backends []string
-	eventually(t, 90*time.Second, "two echo backends Running and Ready", func() (bool, string) {
+	eventually(t, 90*time.Second, "two echo backends Running and Ready, hostnet Running", func() (bool, string) {
 		pods, err := h.podsByName()
 		if err != nil {
 			return false, err.Error()
+		}
+		if p := pods["hostnet"]; p == nil || p.Status.Phase != corev1.PodRunning {
+			return false, "hostnet not Running"
 		}
 		backends = backends[:0]
 		for name, p := range pods {
@@ -238,15 +254,53 @@ func inClusterServices(t *testing.T, h *labHub, nodeIP string) {
 		out, err := h.run("exec", "sa", "--", "/testapp", "get", url)
 		return strings.TrimSpace(out), err
 	}
-	for _, port := range []int{30080, 30081} {
-		seen := map[string]bool{}
-		eventually(t, 60*time.Second, fmt.Sprintf("node port %d answers from both backends", port), func() (bool, string) {
-			out, err := get(fmt.Sprintf("http://%s:%d/", nodeIP, port))
-			if err != nil {
-				return false, out
+	// The node itself: a process of the node's network namespace (a
+	// pod of the host network, in the dataplane's cgroup).
+	fromNode := func(url string) (string, error) {
+		out, err := h.run("exec", "hostnet", "--", "/testapp", "get", url)
+		return strings.TrimSpace(out), err
+	}
+	clients := []struct {
+		name string
+		get  func(string) (string, error)
+	}{{"a pod", get}, {"the node", fromNode}}
+	for _, c := range clients {
+		for _, port := range []int{30080, 30081} {
+			seen := map[string]bool{}
+			eventually(t, 60*time.Second, fmt.Sprintf("node port %d answers %s from both backends", port, c.name), func() (bool, string) {
+				out, err := c.get(fmt.Sprintf("http://%s:%d/", nodeIP, port))
+				if err != nil {
+					return false, out
+				}
+				seen[out] = true
+				return len(seen) == 2, fmt.Sprint(seen)
+			})
+		}
+	}
+
+	// A backend that the EndpointSlices place on another node: the
+	// Cluster NodePort reaches it, the Local one is refused here.
+	away, err := h.pod(backends[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.applyManifest(t, fmt.Sprintf(inClusterAwayServices, away.Status.PodIP, "shop-n2"))
+	for _, c := range clients {
+		eventually(t, 30*time.Second, "the Cluster NodePort reaches the backend placed on another node from "+c.name, func() (bool, string) {
+			out, err := c.get(fmt.Sprintf("http://%s:30082/", nodeIP))
+			return err == nil && strings.Contains(out, backends[0]), out
+		})
+		for range 3 {
+			if out, err := c.get(fmt.Sprintf("http://%s:30083/", nodeIP)); err == nil {
+				t.Errorf("the Local NodePort without a backend on this node answered %s: %s", c.name, out)
 			}
-			seen[out] = true
-			return len(seen) == 2, fmt.Sprint(seen)
+		}
+	}
+	h.applyManifest(t, fmt.Sprintf(inClusterAwayServices, away.Status.PodIP, node.Name))
+	for _, c := range clients {
+		eventually(t, 30*time.Second, "the Local NodePort answers "+c.name+" once its backend is on this node", func() (bool, string) {
+			out, err := c.get(fmt.Sprintf("http://%s:30083/", nodeIP))
+			return err == nil && strings.Contains(out, backends[0]), out
 		})
 	}
 
@@ -304,6 +358,14 @@ spec:
         readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
 ---
 apiVersion: v1
+kind: Pod
+metadata: {name: hostnet}
+spec:
+  terminationGracePeriodSeconds: 1
+  hostNetwork: true
+  containers: [{name: app, image: %[2]s, imagePullPolicy: Never}]
+---
+apiVersion: v1
 kind: Service
 metadata: {name: np-cluster}
 spec:
@@ -325,6 +387,45 @@ kind: Service
 metadata: {name: manual}
 spec:
   ports: [{port: 80}]
+`
+
+// inClusterAwayServices are two selector-less NodePort Services, Local
+// and Cluster, whose EndpointSlices hold one backend address (%[1]s) on
+// node %[2]s. The Local one comes first: the node's watches deliver
+// objects in order, so once the Cluster one answers the node holds both.
+const inClusterAwayServices = `
+apiVersion: v1
+kind: Service
+metadata: {name: away-local}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  ports: [{port: 80, targetPort: 8080, nodePort: 30083}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: away-cluster}
+spec:
+  type: NodePort
+  ports: [{port: 80, targetPort: 8080, nodePort: 30082}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: away-local-1
+  labels: {kubernetes.io/service-name: away-local, endpointslice.kubernetes.io/managed-by: staff}
+addressType: IPv4
+ports: [{port: 8080, protocol: TCP}]
+endpoints: [{addresses: [%[1]s], nodeName: %[2]s, conditions: {ready: true}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: away-cluster-1
+  labels: {kubernetes.io/service-name: away-cluster, endpointslice.kubernetes.io/managed-by: staff}
+addressType: IPv4
+ports: [{port: 8080, protocol: TCP}]
+endpoints: [{addresses: [%[1]s], nodeName: %[2]s, conditions: {ready: true}}]
 `
 
 const inClusterManualEndpoints = `
@@ -387,6 +488,19 @@ metadata: {name: nosa}
 spec:
   terminationGracePeriodSeconds: 1
   automountServiceAccountToken: false
+  containers: [{name: app, image: %[1]s, imagePullPolicy: Never}]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: quiet}
+automountServiceAccountToken: false
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: quiet}
+spec:
+  terminationGracePeriodSeconds: 1
+  serviceAccountName: quiet
   containers: [{name: app, image: %[1]s, imagePullPolicy: Never}]
 ---
 apiVersion: v1
