@@ -1,8 +1,11 @@
 package testbench
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +19,8 @@ import (
 // container targets the pod's container, so ps in it lists the target's
 // process, it runs in the target's UTS namespace (the pod's host name)
 // and the pod's network namespace (the pod's address), it is reached by
-// attach (kubectl debug -i) and exec like any container, and it is never
-// restarted once it exited.
+// attach (kubectl debug -i, and -it on a terminal) and exec like any
+// container, and it is never restarted once it exited.
 func TestKubectlDebugContainerd(t *testing.T) {
 	requireContainerdNode(t)
 	began := time.Now()
@@ -84,6 +87,9 @@ spec:
 		t.Errorf("the debug container is not in the pod's network namespace (no %s):\n%s", app.Status.PodIP, out)
 	}
 
+	// Interactive, on a terminal: kubectl debug -it, as a user types it.
+	debugTerminal(t, h)
+
 	// An exited ephemeral container stays exited.
 	time.Sleep(3 * time.Second)
 	p, err := h.pod("app")
@@ -106,4 +112,53 @@ func ephemeralStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 		}
 	}
 	return nil
+}
+
+// debugTerminal runs `kubectl debug -it app --target=c` on a pseudo-terminal
+// and types into the shell of the debug container: it runs on a terminal
+// and sees the target container's process.
+func debugTerminal(t *testing.T, h *labHub) {
+	t.Helper()
+	master, slave, err := openTerminal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := h.streamCmd(ctx, "debug", "-it", "app", "--image="+images.Sleeper, "--image-pull-policy=Never",
+		"--target=c", "--container=tty", "--", "sh")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	out := &syncBuffer{}
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(out, master); close(copied) }()
+	// kubectl attaches once the container runs; the shell's first prompt
+	// may have gone before, so a new line asks for another.
+	eventually(t, 30*time.Second, "a shell prompt in the debug container", func() (bool, string) {
+		if strings.Contains(out.String(), "# ") {
+			return true, ""
+		}
+		_, _ = io.WriteString(master, "\r")
+		return false, out.String()
+	})
+	if _, err := io.WriteString(master, "tty; ps; exit\r"); err != nil {
+		t.Fatal(err)
+	}
+	waitErr := cmd.Wait()
+	master.Close()
+	<-copied
+	got := out.String()
+	for _, want := range []string{"/dev/pts/", "/testapp sleep"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("kubectl debug -it: the terminal lacks %q:\n%s", want, got)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Errorf("kubectl debug -it did not end when the shell exited: %v\n%s", waitErr, got)
+	}
 }
