@@ -81,8 +81,3 @@ func (s *Server) routing() routeTable {
 	s.routes.cur.Store(cur)
 	return cur.table
 }
-
-// lookup returns the kind serving resource in gv, or nil.
-func (s *Server) lookup(gv schema.GroupVersion, resource string) *registry.Kind {
-	return s.routing()[gv][resource]
-}
