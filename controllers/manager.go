@@ -43,6 +43,11 @@ type Config struct {
 	// DiscoveryPeriod is how often served resources are rediscovered so
 	// new kinds get watched; 0 means 30 seconds.
 	DiscoveryPeriod time.Duration
+	// ResourcesChanged, when set, returns a channel closed when the
+	// served resources next change (the hub passes its registry's, so
+	// that custom resources are watched as soon as they are served);
+	// discovery then runs again at once. Nil means DiscoveryPeriod only.
+	ResourcesChanged func() <-chan struct{}
 	// RootCA is the hub's CA certificate (PEM), published in every
 	// namespace as the kube-root-ca.crt ConfigMap; empty publishes none.
 	RootCA []byte
@@ -247,17 +252,33 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	t := time.NewTicker(m.cfg.DiscoveryPeriod)
 	defer t.Stop()
+	var changed <-chan struct{}
+	if m.cfg.ResourcesChanged != nil {
+		changed = m.cfg.ResourcesChanged()
+	}
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
 		case <-t.C:
-			if err := m.discover(ctx); err != nil {
-				m.log.Warn("rediscover resources", "err", err)
+		case <-changed:
+			changed = m.cfg.ResourcesChanged()
+			// discover skips a run within a second of the last one:
+			// wait that out, so that this change is seen.
+			m.discoverMu.Lock()
+			wait := time.Until(m.lastDiscovery.Add(time.Second))
+			m.discoverMu.Unlock()
+			select {
+			case <-ctx.Done():
+				break loop
+			case <-time.After(wait):
 			}
-			m.factory.Start(ctx.Done())
 		}
+		if err := m.discover(ctx); err != nil {
+			m.log.Warn("rediscover resources", "err", err)
+		}
+		m.factory.Start(ctx.Done())
 	}
 	m.gc.queue.ShutDown()
 	m.ns.queue.ShutDown()
