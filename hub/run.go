@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/tether-edge/tether/hub/admission"
 	"github.com/tether-edge/tether/hub/admissionregistration"
 	"github.com/tether-edge/tether/hub/aggregator"
+	"github.com/tether-edge/tether/hub/apiextensions"
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
@@ -80,6 +82,7 @@ type run struct {
 	authority *pki.Authority
 	kinds     []*registry.Kind
 	reg       *registry.Registry
+	crds      *apiextensions.Controller
 	adm       *admission.Admission
 	csrAdm    *certificates.Admission
 	rbac      *rbac.Authorizer
@@ -129,7 +132,7 @@ func (r *run) open(ctx context.Context) error {
 	reg, err := registry.New(registry.Config{
 		Services: registry.ServiceNetwork{CIDR: cidr},
 		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
-		Extra:    append(admissionregistration.Kinds(), aggregator.Kinds()...),
+		Extra:    slices.Concat(admissionregistration.Kinds(), apiextensions.Kinds(), aggregator.Kinds()),
 	})
 	if err != nil {
 		return err
@@ -175,6 +178,7 @@ func (r *run) open(ctx context.Context) error {
 		return err
 	}
 	r.rbac.SetStorage(r.objs)
+	r.crds = apiextensions.New(apiextensions.Config{Storage: r.objs, Registry: r.reg, Logger: cfg.Logger.With("component", "apiextensions")})
 	r.adm.SetStorage(r.objs)
 	port := r.ln.Addr().(*net.TCPAddr).Port
 	r.bootCfg = storage.BootstrapConfig{AdvertiseAddress: r.advertise, Port: int32(port), ServiceIP: r.serviceIP.String()}
@@ -315,6 +319,7 @@ func (r *run) serve(ctx context.Context) error {
 	go r.rbac.Run(bgCtx)
 	go r.leases.Run(bgCtx)
 	go r.adm.Run(bgCtx)
+	go r.crds.Run(bgCtx)
 	go r.objs.KeepBootstrapped(bgCtx, r.bootCfg, 0)
 
 	// The default RBAC policy is written before anyone but the hub is
@@ -328,6 +333,11 @@ func (r *run) serve(ctx context.Context) error {
 	}
 	if err := r.startWebhooks(ctx, bgCtx); err != nil {
 		return err
+	}
+	// The custom resources of definitions stored before a restart are
+	// served before the hub says it is ready.
+	if !r.crds.WaitSynced(ctx) {
+		return fmt.Errorf("serve stored CustomResourceDefinitions: %w", ctx.Err())
 	}
 
 	r.serveErr = make(chan error, 3)
@@ -398,6 +408,9 @@ func (r *run) startClients(ctx context.Context) error {
 		Controllers:   r.cfg.Controllers,
 		RootCA:        r.authority.CAPEM(),
 		LocalPathRoot: r.cfg.LocalPathRoot,
+		// Custom resources are watched (garbage collection, namespace
+		// deletion) as soon as they are served.
+		ResourcesChanged: r.reg.Changed,
 	})
 	if err != nil {
 		return err
