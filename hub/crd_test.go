@@ -141,6 +141,16 @@ func TestCRDLifecycle(t *testing.T) {
 				t.Errorf("%s stored: %v", c.name, err)
 			}
 		}
+		// An invalid caBundle is refused once a definition is
+		// established (upstream lets one that never was keep it).
+		_, err := h.Run("patch", "crd", "widgets.example.com", "--type=merge", "-p",
+			`{"spec":{"conversion":{"strategy":"Webhook","webhook":{"conversionReviewVersions":["v1"],"clientConfig":{"url":"https://conv.example.com","caBundle":"bm90IGEgY2VydGlmaWNhdGU="}}}}}`)
+		if err == nil || !strings.Contains(err.Error(), `spec.conversion.webhookClientConfig.caBundle: Invalid value:`) || !strings.Contains(err.Error(), "unable to load root certificates") {
+			t.Errorf("invalid caBundle: %v", err)
+		}
+		if out := mustKubectl(t, h, "get", "crd", "widgets.example.com", "-o", "jsonpath={.spec.conversion.strategy}"); out != "None" {
+			t.Errorf("conversion strategy %q stored", out)
+		}
 		// The API answers 422 with a cause per field.
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion("apiextensions.k8s.io/v1")
@@ -151,7 +161,7 @@ func TestCRDLifecycle(t *testing.T) {
 			"names":    map[string]any{"plural": "things", "kind": "Thing"},
 			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true}},
 		}, "spec")
-		_, err := dc.Resource(crdGVR).Create(ctx, u, metav1.CreateOptions{})
+		_, err = dc.Resource(crdGVR).Create(ctx, u, metav1.CreateOptions{})
 		var se *apierrors.StatusError
 		if !errors.As(err, &se) || se.Status().Code != 422 || se.Status().Details == nil {
 			t.Fatalf("create: %v, want 422 with details", err)
