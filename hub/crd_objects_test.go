@@ -122,7 +122,11 @@ func TestCustomObjects(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml") {
 			t.Errorf("strategic merge patch: %v, want 415", err)
 		}
-		mustKubectlIn(t, h, widget("ssa", "shop", "{color: blue}"), "apply", "--server-side", "--field-manager=me", "-f", "-")
+		mustKubectlIn(t, h, widget("ssa", "shop", "{color: blue, replicas: 3}"), "apply", "--server-side", "--field-manager=me", "-f", "-")
+		// An integer field applied from YAML stays an integer.
+		if out, err := h.Run("get", "widget", "ssa", "-n", "shop", "-o", "jsonpath={.spec.replicas}"); err != nil || strings.TrimSpace(string(out)) != "3" {
+			t.Errorf("applied replicas: %q, %v", out, err)
+		}
 		_, err = h.RunInput(ctx, widget("ssa", "shop", "{color: red}"), nil, "apply", "--server-side", "--field-manager=other", "-f", "-")
 		if err == nil || !strings.Contains(err.Error(), `conflict with "me": .spec.color`) {
 			t.Errorf("conflicting apply: %v", err)

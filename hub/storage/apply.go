@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"sigs.k8s.io/yaml"
 
@@ -25,8 +26,14 @@ func (s *Storage) Apply(ctx context.Context, k *registry.Kind, namespace, name s
 	if opts.FieldManager == "" {
 		return nil, false, apierrors.NewBadRequest("PATCH /apply requires fieldManager to be set")
 	}
+	// Numbers decode as int64 where they are integers, as upstream's
+	// unstructured decoding does: a schema's integer fields refuse float64.
 	var pm map[string]any
-	if err := yaml.Unmarshal(patch, &pm); err != nil {
+	js, err := yaml.YAMLToJSON(patch)
+	if err == nil {
+		err = utiljson.Unmarshal(js, &pm)
+	}
+	if err != nil {
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
 	}
 	if pm == nil {
