@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs tether's whole test suite on a Debian machine: installs what the tests
 # need (when run as root), builds the pinned upstream kubectl and Helm the
-# end-to-end tests drive, checks formatting and vet, runs every package's
+# end-to-end tests drive (and Helm 3, cert-manager's controller and a sample
+# operator), checks formatting and vet, runs every package's
 # tests (the privileged ones for real when root) and runs each fuzz target
 # briefly.
 #
@@ -48,6 +49,15 @@ if step test || step race; then
   echo "== building helm (helm.sh/helm/v4 $(cd tools/helm && go list -m -f '{{.Version}}' helm.sh/helm/v4))"
   bash tools/helm/build.sh "$root/bin/helm"
   export TETHER_HELM=$root/bin/helm
+  echo "== building helm 3 (helm.sh/helm/v3 $(cd tools/helm3 && go list -m -f '{{.Version}}' helm.sh/helm/v3))"
+  bash tools/helm3/build.sh "$root/bin/helm3"
+  export TETHER_HELM3=$root/bin/helm3
+  echo "== building cert-manager's controller (github.com/cert-manager/cert-manager $(cd tools/certmanager && go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager))"
+  bash tools/certmanager/build.sh "$root/bin/cert-manager-controller"
+  export TETHER_CERTMANAGER=$root/bin/cert-manager-controller
+  echo "== building the sample operator"
+  bash tools/sampleoperator/build.sh "$root/bin/sampleoperator"
+  export TETHER_SAMPLEOPERATOR=$root/bin/sampleoperator
 fi
 
 # Packages whose tests also run under the race detector: the ones with the

@@ -2,7 +2,10 @@
 // it, for end-to-end tests. The binaries are built once per test process:
 // tether from ./cmd/tether, kubectl from the pinned k8s.io/kubectl module in
 // tools/kubectl (or taken from $TETHER_KUBECTL when set), and Helm likewise
-// from tools/helm (or $TETHER_HELM).
+// from tools/helm (or $TETHER_HELM); Helm 3, cert-manager's controller and
+// the sample operator from tools/helm3, tools/certmanager and
+// tools/sampleoperator (or $TETHER_HELM3, $TETHER_CERTMANAGER and
+// $TETHER_SAMPLEOPERATOR).
 package hubtest
 
 import (
@@ -41,7 +44,7 @@ func RepoRoot() string {
 // every package, so each process leaves its binaries behind and the next
 // one to build cleans up after the dead.
 func removeStaleBuilds() {
-	// tether-e2e-bin-PID (tether, kubectl) and tether-e2e-helm-PID.
+	// tether-e2e-bin-PID (tether, kubectl) and tether-e2e-TOOL-PID.
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "tether-e2e-*-*"))
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d[strings.LastIndexByte(d, '-')+1:])
