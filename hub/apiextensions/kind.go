@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apiextensions-apiserver/pkg/client/applyconfiguration"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/install"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -41,14 +44,21 @@ const nameMismatch = `must be spec.names.plural+"."+spec.group`
 func Kinds() []*registry.Kind {
 	v := newValidator()
 	metaDocs := metav1.ObjectMeta{}.SwaggerDoc()
+	// managedFields and server-side apply of definitions need their
+	// schema, which client-go's type converter does not hold.
+	var tc managedfields.TypeConverter
+	if sch, err := registry.NewScheme(); err == nil {
+		tc = applyconfiguration.NewTypeConverter(sch)
+	}
 	return []*registry.Kind{{
-		GVK:        apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"),
-		Resource:   Resource,
-		Singular:   "customresourcedefinition",
-		ShortNames: []string{"crd", "crds"},
-		Categories: []string{"api-extensions"},
-		HasStatus:  true,
-		HasSpec:    true,
+		TypeConverter: tc,
+		GVK:           apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"),
+		Resource:      Resource,
+		Singular:      "customresourcedefinition",
+		ShortNames:    []string{"crd", "crds"},
+		Categories:    []string{"api-extensions"},
+		HasStatus:     true,
+		HasSpec:       true,
 		Default: func(obj runtime.Object) {
 			apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(obj.(*apiextensionsv1.CustomResourceDefinition))
 		},
