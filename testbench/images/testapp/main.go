@@ -9,6 +9,9 @@
 //	sleep [SECONDS]   sleeps (forever without an argument); exits 0 on SIGTERM
 //	get URL           fetches URL and prints the body (images have no curl)
 //	log N             prints N numbered lines, one every 100ms, then sleeps
+//	webhook [ADDR]    admission webhooks over HTTPS (default :8443) with
+//	                  $WEBHOOK_CERT and $WEBHOOK_KEY: /mutate labels
+//	                  webhook=edge, /validate refuses deny=true (webhook.go)
 //	incluster [CHECK...]
 //	                  an in-cluster client (the service account's token,
 //	                  CA and the KUBERNETES_SERVICE_* variables): without
@@ -93,6 +96,8 @@ func main() {
 			fmt.Fprintln(os.Stderr, "aggregated:", err)
 			os.Exit(1)
 		}
+	case "webhook":
+		webhook(arg(2, ":8443"))
 	case "log":
 		n, _ := strconv.Atoi(arg(2, "10"))
 		for i := 1; i <= n; i++ {
