@@ -211,15 +211,15 @@ func (a *Admission) Mutate(ctx context.Context, r *storage.AdmissionRequest) err
 	return nil
 }
 
-// Validate implements storage.ExternalAdmission: the validating webhooks,
-// called in parallel, then the ValidatingAdmissionPolicies, as
-// kube-apiserver orders its validating admission.
+// Validate implements storage.ExternalAdmission: the
+// ValidatingAdmissionPolicies, then the validating webhooks (called in
+// parallel), in kube-apiserver's plugin order.
 func (a *Admission) Validate(ctx context.Context, r *storage.AdmissionRequest) error {
 	attrs := a.attributes(ctx, r)
-	if err := a.webhooks.Validate(ctx, attrs, a.objects); err != nil {
+	if err := a.policies.Validate(ctx, attrs, a.objects); err != nil {
 		return err
 	}
-	return a.policies.Validate(ctx, attrs, a.objects)
+	return a.webhooks.Validate(ctx, attrs, a.objects)
 }
 
 // attributes builds upstream's admission attributes of a storage write.
