@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -133,7 +134,7 @@ func newReviewer(t *testing.T, decide func(req *admissionv1.AdmissionRequest, re
 			return
 		}
 		select {
-		case r.users <- ar.Request.UserInfo.Username + " " + string(ar.Request.Operation):
+		case r.users <- fmt.Sprintf("%s %s dryRun=%v", ar.Request.UserInfo.Username, ar.Request.Operation, ptr.Deref(ar.Request.DryRun, false)):
 		default:
 		}
 		resp := &admissionv1.AdmissionResponse{UID: ar.Request.UID, Allowed: true}
@@ -220,11 +221,25 @@ func TestServiceWebhookThroughNode(t *testing.T) {
 	if got, _ := dialed.Load().(string); got != "n1/10.9.0.7:9443" {
 		t.Fatalf("webhook dialed at %q, want its endpoint through n1", got)
 	}
-	if u := <-hook.users; u != "alice CREATE" {
-		t.Errorf("webhook saw %q, want alice CREATE", u)
+	if u := <-hook.users; u != "alice CREATE dryRun=false" {
+		t.Errorf("webhook saw %q, want alice CREATE dryRun=false", u)
 	}
 	// The webhook is reached at its Service's port 443 by its name, with
 	// the caBundle verifying the certificate issued for hook.system.svc.
+	// A dry run calls the webhook (sideEffects None) and says so; nothing
+	// is stored.
+	for len(hook.users) > 0 {
+		<-hook.users
+	}
+	if _, err := f.st.Create(f.ctx, f.kinds["configmaps"], "system", cm("dry", nil, nil), storage.Options{DryRun: true}); err != nil {
+		t.Fatalf("dry-run create: %v", err)
+	}
+	if u := <-hook.users; u != "alice CREATE dryRun=true" {
+		t.Errorf("webhook saw %q on a dry run", u)
+	}
+	if _, err := f.st.Get(f.ctx, f.kinds["configmaps"], "system", "dry"); !apierrors.IsNotFound(err) {
+		t.Errorf("dry-run create stored the object: %v", err)
+	}
 	// Not selected: the webhook is not called.
 	before := hook.calls.Load()
 	f.mustCreate(t, "configmaps", "system", cm("skipped", map[string]string{"skip": "1"}, map[string]string{"refuse": "yes"}))
