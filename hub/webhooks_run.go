@@ -19,12 +19,11 @@ func (r *run) startWebhooks(ctx, bgCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kinds := r.kinds
 	adm, err := webhooks.New(webhooks.Config{
 		RestConfig: localConfig(r.api, "https://localhost", "system:apiserver", pki.AdminGroup, "system:authenticated"),
 		Services:   &servicedial.Dialer{Storage: r.objs, DialPod: dialPod(r.edges)},
 		Scheme:     sch,
-		Kinds:      func() []*registry.Kind { return kinds },
+		Kinds:      r.reg.Kinds,
 		Authorizer: r.authz,
 		Logger:     r.cfg.Logger.With("component", "webhooks"),
 	})
