@@ -20,8 +20,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
@@ -29,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tether-edge/tether/hub/admissionregistration"
+	"github.com/tether-edge/tether/hub/apiextensions/customresource"
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/registry"
@@ -61,7 +64,7 @@ func (f *fixture) mustCreate(t *testing.T, resource, ns string, obj runtime.Obje
 // newFixture runs storage with the admissionregistration kinds, an API
 // server over it for the admission's in-process clients, and the
 // admission itself, whose Services are dialed through dialPod.
-func newFixture(t *testing.T, dialPod func(ctx context.Context, node, addr string) (net.Conn, error)) *fixture {
+func newFixture(t *testing.T, dialPod func(ctx context.Context, node, addr string) (net.Conn, error), extra ...*registry.Kind) *fixture {
 	t.Helper()
 	db, err := sqlite.Open(sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
@@ -69,7 +72,7 @@ func newFixture(t *testing.T, dialPod func(ctx context.Context, node, addr strin
 	}
 	t.Cleanup(func() { db.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	kinds := append(registry.All(), admissionregistration.Kinds()...)
+	kinds := append(append(registry.All(), admissionregistration.Kinds()...), extra...)
 	st, err := storage.New(storage.Config{Store: db, Kinds: kinds, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -313,5 +316,61 @@ func TestUnreachableWebhookFailurePolicy(t *testing.T) {
 		case tc.slow && (took < 900*time.Millisecond || took > 4*time.Second):
 			t.Errorf("%s: took %v, want the 1s timeout", tc.name, took)
 		}
+	}
+}
+
+// TestMutatingWebhookOnCustomResource: a custom resource (unstructured)
+// is patched by a mutating webhook like a built-in object.
+func TestMutatingWebhookOnCustomResource(t *testing.T) {
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "integer"}}},
+					}}}}},
+		},
+	}
+	crKinds, err := customresource.Kinds(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := newReviewer(t, func(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) {
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.Patch, resp.PatchType = []byte(`[{"op":"add","path":"/spec/size","value":3}]`), &pt
+	})
+	f := newFixture(t, nil, crKinds...)
+	f.mustCreate(t, "namespaces", "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
+	f.mustCreate(t, "mutatingwebhookconfigurations", "", &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "size"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         "size.tether.test",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.url), CABundle: hook.ca},
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE"},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}}},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		w := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": fmt.Sprintf("w%d", i), "namespace": "ns"}, "spec": map[string]any{}}}
+		out, err := f.st.Create(f.ctx, crKinds[0], "ns", w, storage.Options{})
+		if err != nil {
+			t.Fatalf("create widget: %v", err)
+		}
+		size, found, _ := unstructured.NestedInt64(out.(*unstructured.Unstructured).Object, "spec", "size")
+		if found && size == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("widget not patched by the webhook: %v", out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
