@@ -22,9 +22,10 @@ var webhookBenchFull = flag.Bool("webhookbench.full", false, "TestWebhookOverhea
 // an admitted request: ConfigMap creates in a namespace the webhook
 // selects (it adds a label by JSON patch) against the same creates in a
 // namespace it does not, alternating one by one in the same hub and run.
-// It reports the difference of the p99 latencies (each side's lowest
-// round, since a shared machine's noise only adds latency), beside the
-// p99 without the webhook, and the difference of the medians.
+// It reports the difference of the p99 latencies over every request,
+// beside the p99 without the webhook; alternating the two sides one by one
+// spreads the machine's noise over both. The difference of the medians and
+// of the quietest rounds' p99s are printed beside it as context.
 func TestWebhookOverhead(t *testing.T) {
 	rounds, perRound := 4, 200
 	if *webhookBenchFull {
@@ -83,8 +84,8 @@ webhooks:
 		slices.Sort(s)
 		return float64(s[len(s)/2]) / float64(time.Millisecond)
 	}
-	// Rounds: noise from the rest of a shared machine only adds latency,
-	// so each side's p99 is its lowest round's.
+	// Rounds: the quietest round's p99s are printed as context, the row
+	// is the p99 of every request, as users see it.
 	var allPlain, allHooked []time.Duration
 	bestPlain, bestHooked := math.Inf(1), math.Inf(1)
 	for r := range rounds {
@@ -102,10 +103,12 @@ webhooks:
 		bestPlain, bestHooked = min(bestPlain, p99(plain)), min(bestHooked, p99(hooked))
 		allPlain, allHooked = append(allPlain, plain...), append(allHooked, hooked...)
 	}
-	overhead := bestHooked - bestPlain
-	t.Logf("create latency, %d rounds of %d requests each side: without webhook p50 %.2f ms, best round p99 %.2f ms; with webhook p50 %.2f ms, best round p99 %.2f ms",
-		rounds, perRound, p50(allPlain), bestPlain, p50(allHooked), bestHooked)
+	overhead := p99(allHooked) - p99(allPlain)
+	t.Logf("create latency, %d rounds of %d requests each side: without webhook p50 %.2f ms, p99 %.2f ms (quietest round %.2f ms); with webhook p50 %.2f ms, p99 %.2f ms (quietest round %.2f ms)",
+		rounds, perRound, p50(allPlain), p99(allPlain), bestPlain, p50(allHooked), p99(allHooked), bestHooked)
 	benchfmt.Report(t, benchfmt.Figure{Name: "webhook_overhead_p99", Value: overhead, Unit: "ms", Target: "<=5",
-		Peer: "no_webhook_p99", PeerValue: bestPlain, Mode: benchfmt.Mode(*webhookBenchFull),
-		Extra: []string{fmt.Sprintf("requests=%d", rounds*perRound), fmt.Sprintf("p50_overhead_ms=%s", benchfmt.FormatValue(p50(allHooked)-p50(allPlain)))}})
+		Peer: "no_webhook_p99", PeerValue: p99(allPlain), Mode: benchfmt.Mode(*webhookBenchFull),
+		Extra: []string{fmt.Sprintf("requests=%d", rounds*perRound),
+			fmt.Sprintf("p50_overhead_ms=%s", benchfmt.FormatValue(p50(allHooked)-p50(allPlain))),
+			fmt.Sprintf("quietest_round_p99_overhead_ms=%s", benchfmt.FormatValue(bestHooked-bestPlain))}})
 }
