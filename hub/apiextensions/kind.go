@@ -167,7 +167,22 @@ func (v *validator) create(obj runtime.Object) field.ErrorList {
 	if err != nil {
 		return field.ErrorList{field.InternalError(nil, err)}
 	}
-	return withoutMetadata(validation.ValidateCustomResourceDefinition(context.Background(), crd))
+	return append(withoutMetadata(validation.ValidateCustomResourceDefinition(context.Background(), crd)), unservedConversion(obj)...)
+}
+
+// unservedConversion refuses a conversion webhook between several versions:
+// tether converts custom objects between versions only by rewriting their
+// apiVersion (strategy None), and serving such a definition would hand
+// clients objects its webhook never converted. With a single version no
+// conversion ever happens, so the strategy is accepted there.
+func unservedConversion(obj runtime.Object) field.ErrorList {
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	c := crd.Spec.Conversion
+	if c == nil || c.Strategy != apiextensionsv1.WebhookConverter || len(crd.Spec.Versions) < 2 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "conversion", "strategy"), string(c.Strategy),
+		"conversion webhooks are not supported by this API server; use strategy None or a single version")}
 }
 
 func (v *validator) update(obj, old runtime.Object) field.ErrorList {
@@ -179,7 +194,7 @@ func (v *validator) update(obj, old runtime.Object) field.ErrorList {
 	if err != nil {
 		return field.ErrorList{field.InternalError(nil, err)}
 	}
-	return withoutMetadata(validation.ValidateCustomResourceDefinitionUpdate(context.Background(), crd, was))
+	return append(withoutMetadata(validation.ValidateCustomResourceDefinitionUpdate(context.Background(), crd, was)), unservedConversion(obj)...)
 }
 
 func (v *validator) status(obj, old runtime.Object) field.ErrorList {

@@ -70,6 +70,15 @@ func TestKindRefusesBadDefinitions(t *testing.T) {
 			c.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = apiextensionsv1.JSONSchemaProps{Type: "object",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {}}}
 		}, "spec.validation.openAPIV3Schema.properties[spec].properties[size].type", "Required value: must not be empty for specified object fields"},
+		{"conversion webhook between versions", func(c *apiextensionsv1.CustomResourceDefinition) {
+			v2 := c.Spec.Versions[0]
+			v2.Name, v2.Storage = "v2", false
+			c.Spec.Versions = append(c.Spec.Versions, v2)
+			port := int32(443)
+			c.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
+				Webhook: &apiextensionsv1.WebhookConversion{ConversionReviewVersions: []string{"v1"},
+					ClientConfig: &apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{Namespace: "ns", Name: "conv", Port: &port}}}}
+		}, "spec.conversion.strategy", "conversion webhooks are not supported by this API server"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
