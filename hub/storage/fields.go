@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
-	"sigs.k8s.io/structured-merge-diff/v6/value"
 
 	"github.com/tether-edge/tether/hub/registry"
 )
@@ -35,12 +34,11 @@ import (
 //     entry once (setCache: the objects of one template carry identical
 //     entries) and encoding only the entries that changed. Other cases go
 //     to the field manager, with the two cheaper inputs below.
-//   - updateConverter builds typed values of Go objects without the
-//     schema walk that validation does. The Go types and the schema come
-//     from the same Kubernetes release, so the walk finds nothing; what it
-//     could find (an associative list item without its key, a field the
-//     schema lacks) the comparison fails on as well. It also leaves the
-//     live object's managedFields out: the field manager has decoded them
+//   - updateConverter builds typed values of Go objects with the schema
+//     and type of their kind, looked up once per kind, and validates them
+//     as the plain converter does (an object that fails goes to the plain
+//     converter, which reports the error). It leaves the live object's
+//     managedFields out: the field manager has decoded them
 //     before it converts; in the comparison they only ever show up as
 //     removed, which matters only to a manager that owns fields under
 //     metadata.managedFields, which the converter checks for.
@@ -79,11 +77,13 @@ func (c *updateConverter) ObjectToTyped(obj runtime.Object, opts ...typed.Valida
 	if !ok {
 		return c.inner.ObjectToTyped(obj, opts...)
 	}
-	v, err := value.NewValueReflect(withoutManagedFields(obj))
+	tv, err := pt.FromStructured(withoutManagedFields(obj), opts...)
 	if err != nil {
+		// The plain converter reports the error as the field manager
+		// would.
 		return c.inner.ObjectToTyped(obj, opts...)
 	}
-	return typed.AsTypedUnvalidated(v, pt.Schema, pt.TypeRef), nil
+	return tv, nil
 }
 
 // TypedToObject implements managedfields.TypeConverter.
@@ -128,7 +128,7 @@ func withoutManagedFields(obj runtime.Object) runtime.Object {
 		return obj
 	}
 	for _, e := range mf {
-		if e.FieldsV1 != nil && bytes.Contains(e.FieldsV1.Raw, []byte(`"f:managedFields"`)) {
+		if e.FieldsV1 != nil && bytes.Contains(e.FieldsV1.GetRawBytes(), []byte(`"f:managedFields"`)) {
 			return obj
 		}
 	}
@@ -480,7 +480,7 @@ func (s *Storage) updateEntries(k *registry.Kind, sub string, live, obj runtime.
 		}
 		if e.APIVersion != gv || e.FieldsType != "FieldsV1" || e.FieldsV1 == nil ||
 			!utf8.ValidString(e.Manager) || !utf8.ValidString(e.Subresource) ||
-			bytes.Contains(e.FieldsV1.Raw, []byte(`"f:managedFields"`)) {
+			bytes.Contains(e.FieldsV1.GetRawBytes(), []byte(`"f:managedFields"`)) {
 			return nil, false
 		}
 		id := idOf(e)
@@ -530,11 +530,11 @@ func (s *Storage) updateEntries(k *registry.Kind, sub string, live, obj runtime.
 	results := make([]result, 0, len(entries)+1)
 	for i := range entries {
 		e := entries[i]
-		d, err := s.sets.decode(k.GVK, e.FieldsV1.Raw, ltv)
+		d, err := s.sets.decode(k.GVK, e.FieldsV1.GetRawBytes(), ltv)
 		if err != nil {
 			return nil, false
 		}
-		set, raw := d.set, e.FieldsV1.Raw
+		set, raw := d.set, e.FieldsV1.GetRawBytes()
 		if !d.canonical {
 			raw = nil
 		}
@@ -599,8 +599,10 @@ func (s *Storage) updateEntries(k *registry.Kind, sub string, live, obj runtime.
 				return nil, false
 			}
 		}
+		fields := &metav1.FieldsV1{}
+		fields.SetRawBytes(raw)
 		e := metav1.ManagedFieldsEntry{Manager: r.e.Manager, Operation: r.e.Operation, APIVersion: r.e.APIVersion,
-			Time: r.e.Time, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw}, Subresource: r.e.Subresource}
+			Time: r.e.Time, FieldsType: "FieldsV1", FieldsV1: fields, Subresource: r.e.Subresource}
 		out = append(out, e)
 	}
 	sortEntries(out)

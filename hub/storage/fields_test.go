@@ -48,7 +48,7 @@ func fieldsPod() *corev1.Pod {
 func entry(manager, sub, apiVersion, fields string) metav1.ManagedFieldsEntry {
 	now := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: apiVersion,
-		Time: &now, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}, Subresource: sub}
+		Time: &now, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields), Subresource: sub}
 }
 
 // TestRecordUpdateMatchesFieldManager checks that recordUpdate, which
