@@ -56,7 +56,7 @@ var builtinPriorities = map[schema.GroupVersion]priority{
 // kinds serve: built-in ones labelled "onstart", others "true".
 func localAPIServices(kinds []*registry.Kind) map[string]*apiregistrationv1.APIService {
 	out := map[string]*apiregistrationv1.APIService{}
-	for _, k := range kinds {
+	for _, k := range registry.Served(kinds) {
 		gv := k.GVK.GroupVersion()
 		name := gv.Version + "." + gv.Group
 		if out[name] != nil {

@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -33,7 +32,7 @@ type generationTable struct {
 // resource, so a custom resource never hides a built-in one.
 func newRouteTable(kinds []*registry.Kind) routeTable {
 	t := routeTable{}
-	for _, k := range append(slices.Clone(kinds), registry.ReviewKinds()...) {
+	for _, k := range append(registry.Served(kinds), registry.ReviewKinds()...) {
 		gv := k.GVK.GroupVersion()
 		if t[gv] == nil {
 			t[gv] = map[string]*registry.Kind{}

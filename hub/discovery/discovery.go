@@ -138,7 +138,7 @@ func (h *Handler) current() *docs {
 	if h.cur == nil || h.gen != gen {
 		// The generation is read before the kinds: a change in between
 		// only makes the next request build again.
-		h.cur = buildDocs(append(slices.Clone(reg.Kinds()), registry.ReviewKinds()...), h.cfg)
+		h.cur = buildDocs(append(registry.Served(reg.Kinds()), registry.ReviewKinds()...), h.cfg)
 		h.gen = gen
 	}
 	return h.cur

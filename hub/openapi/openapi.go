@@ -250,7 +250,7 @@ func (h *Handler) current() *docSet {
 	if h.cur == nil || h.gen != gen {
 		// The generation is read before the kinds: a change in between
 		// only makes the next request build again.
-		cur, err := h.merge(reg.Kinds())
+		cur, err := h.merge(registry.Served(reg.Kinds()))
 		if err != nil {
 			return h.base // keep serving the built-in documents
 		}

@@ -80,6 +80,11 @@ type Kind struct {
 	// anything (the access and token reviews): it is in discovery with
 	// no storage version and storage never holds it. See ReviewKinds.
 	NotStored bool
+	// NotServed marks a kind that only holds objects for the kinds stored
+	// as it: a custom resource's storage version with served: false. As
+	// in kube-apiserver, it is not routed (404), not in discovery, the
+	// OpenAPI documents or the Local APIServices. See Served.
+	NotServed bool
 	// DefaultGC is the propagation policy applied when a delete names none:
 	// "" means Background (most kinds); batch/v1 Job uses Orphan.
 	DefaultGC metav1.DeletionPropagation
@@ -212,6 +217,18 @@ type Lister interface {
 	// List returns all objects of a group-qualified resource ("services",
 	// "pods") in a namespace ("" for all), decoded.
 	List(ctx context.Context, resource, namespace string) ([]runtime.Object, error)
+}
+
+// Served returns the kinds of kinds the API serves, leaving out those
+// marked NotServed, in their order.
+func Served(kinds []*Kind) []*Kind {
+	out := make([]*Kind, 0, len(kinds))
+	for _, k := range kinds {
+		if !k.NotServed {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // QualifiedResource returns the group-qualified resource name the store

@@ -52,8 +52,8 @@ var patchTypes = []types.PatchType{types.JSONPatchType, types.MergePatchType, ty
 //
 // Names come from status.acceptedNames once the CRD's names are accepted,
 // from spec.names before. A CRD whose storage version is not served
-// still gets a kind for its storage version (it holds the objects) that
-// serves no verbs.
+// still gets a kind for its storage version (it holds the objects),
+// marked NotServed.
 func Kinds(crd *apiextensionsv1.CustomResourceDefinition) ([]*registry.Kind, error) {
 	if crd == nil {
 		return nil, fmt.Errorf("build custom resource kinds: no CustomResourceDefinition")
@@ -94,7 +94,7 @@ func Kinds(crd *apiextensionsv1.CustomResourceDefinition) ([]*registry.Kind, err
 		}
 		k.TypeConverter = tc
 		if !v.Served {
-			k.Verbs = []string{}
+			k.NotServed = true
 		}
 		if v.Name != storageVersion {
 			k.StoredAs = storageGVK
