@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -36,6 +37,7 @@ var (
 type env struct {
 	h    *hubtest.Hub
 	kube kubernetes.Interface
+	m    *Manager
 }
 
 func start(t *testing.T) *env {
@@ -90,7 +92,7 @@ func start(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{h: h, kube: kube}
+	return &env{h: h, kube: kube, m: m}
 }
 
 // testWriter sends log lines to the test log while the test runs.
@@ -438,6 +440,38 @@ func TestControllers(t *testing.T) {
 		e.h.MustRun("delete", "namespace", "kdoomed")
 		if _, err := e.kube.CoreV1().Namespaces().Get(ctx, "kdoomed", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("namespace after kubectl returned: %v", err)
+		}
+	})
+
+	t.Run("DeletedResourceUnwatched", func(t *testing.T) {
+		gr := schema.GroupResource{Group: "gc.example.com", Resource: "gadgets"}
+		crd := `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.gc.example.com}
+spec:
+  group: gc.example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`
+		if out, err := e.h.RunInput(ctx, crd, nil, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		var w *watchedResource
+		waitFor(t, "an informer of the custom resource", timeout, func() (bool, error) {
+			w = e.m.watchedFor(gr)
+			return w != nil && w.informer.HasSynced(), nil
+		})
+		e.h.MustRun("delete", "crd", "gadgets.gc.example.com")
+		waitFor(t, "the informer of the deleted resource dropped", timeout, func() (bool, error) {
+			return e.m.watchedFor(gr) == nil, nil
+		})
+		waitFor(t, "the dropped informer stopped", timeout, func() (bool, error) {
+			return w.informer.IsStopped(), nil
+		})
+		if e.m.watchedFor(schema.GroupResource{Resource: "configmaps"}) == nil {
+			t.Errorf("configmaps no longer watched")
 		}
 	})
 }

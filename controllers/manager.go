@@ -75,7 +75,8 @@ type Manager struct {
 	kube kubernetes.Interface
 	disc discovery.DiscoveryInterface
 
-	factory metadatainformer.SharedInformerFactory
+	// informers counts the running informers of watched resources.
+	informers sync.WaitGroup
 
 	discoverMu    sync.Mutex // one discovery at a time
 	lastDiscovery time.Time  // of the last successful one
@@ -109,6 +110,8 @@ type watchedResource struct {
 	info     resourceInfo
 	informer cache.SharedIndexInformer
 	lister   cache.GenericLister
+	ctx      context.Context    // the informer runs until it ends
+	stop     context.CancelFunc // ends ctx
 }
 
 // New checks cfg and builds the clients; nothing runs until Run.
@@ -139,7 +142,6 @@ func New(cfg Config) (*Manager, error) {
 		meta:    meta,
 		kube:    kube,
 		disc:    kube.Discovery(),
-		factory: metadatainformer.NewSharedInformerFactory(meta, cfg.ResyncPeriod),
 		watched: map[schema.GroupResource]*watchedResource{},
 		kinds:   map[schema.GroupVersionKind]resourceInfo{},
 		byGR:    map[schema.GroupResource]resourceInfo{},
@@ -230,7 +232,6 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-time.After(2 * time.Second):
 		}
 	}
-	m.factory.Start(ctx.Done())
 	m.waitForSync(ctx, 30*time.Second)
 
 	var wg sync.WaitGroup
@@ -278,12 +279,16 @@ loop:
 		if err := m.discover(ctx); err != nil {
 			m.log.Warn("rediscover resources", "err", err)
 		}
-		m.factory.Start(ctx.Done())
 	}
 	m.gc.queue.ShutDown()
 	m.ns.queue.ShutDown()
 	wg.Wait()
-	m.factory.Shutdown()
+	m.mu.Lock()
+	for _, w := range m.watched {
+		w.stop()
+	}
+	m.mu.Unlock()
+	m.informers.Wait()
 	m.typed.Shutdown()
 	return nil
 }
@@ -303,9 +308,12 @@ func (m *Manager) waitForSync(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// discover reads the served resources and adds an informer for every
-// listable and watchable one not yet watched. A partial failure keeps what
-// was found and reports the error.
+// discover reads the served resources, adds an informer for every
+// listable and watchable one not yet watched and stops and drops the
+// informers of resources no longer served (a deleted
+// CustomResourceDefinition's), as kube-controller-manager's resource
+// monitors do. A partial failure keeps what was found and reports the
+// error.
 func (m *Manager) discover(ctx context.Context) error {
 	m.discoverMu.Lock()
 	defer m.discoverMu.Unlock()
@@ -373,27 +381,38 @@ func (m *Manager) discover(ctx context.Context) error {
 	}
 	m.kinds, m.byGR, m.namespace = kinds, byGR, namespaced
 	m.lastDiscovery = time.Now()
-	var added []*watchedResource
+	var added, removed []*watchedResource
+	for gr, w := range m.watched {
+		if info, ok := byGR[gr]; !ok || !info.can("list") || !info.can("watch") {
+			w.stop()
+			delete(m.watched, gr)
+			removed = append(removed, w)
+		}
+	}
 	for gr, info := range byGR {
 		if _, ok := m.watched[gr]; ok || !info.can("list") || !info.can("watch") || ignoredResources[gr] {
 			continue
 		}
-		gi := m.factory.ForResource(info.gvr)
+		gi := metadatainformer.NewFilteredMetadataInformer(m.meta, info.gvr, metav1.NamespaceAll, m.cfg.ResyncPeriod,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		w := &watchedResource{info: info, informer: gi.Informer(), lister: gi.Lister()}
+		w.ctx, w.stop = context.WithCancel(ctx)
 		m.watched[gr] = w
 		added = append(added, w)
 	}
 	m.mu.Unlock()
+
+	for _, w := range removed {
+		m.log.Debug("stopped watching resource", "resource", w.info.gvr.String())
+	}
 
 	for _, w := range added {
 		m.gc.watch(w)
 		if w.info.gvr.GroupResource() == (schema.GroupResource{Resource: "namespaces"}) {
 			m.ns.watch(w)
 		}
+		m.informers.Go(func() { w.informer.RunWithContext(w.ctx) })
 		m.log.Debug("watching resource", "resource", w.info.gvr.String())
-	}
-	if len(added) > 0 {
-		m.factory.Start(ctx.Done())
 	}
 	if partial != nil {
 		return fmt.Errorf("discover some groups: %w", partial)
