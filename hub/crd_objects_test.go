@@ -258,6 +258,38 @@ func TestCustomObjects(t *testing.T) {
 		}
 	})
 
+	t.Run("finalizer name warnings", func(t *testing.T) {
+		const prefer = `: prefer a domain-qualified finalizer name to avoid accidental conflicts with other finalizer writers`
+		const preferPath = `: prefer a domain-qualified finalizer name including a path (/) to avoid accidental conflicts with other finalizer writers`
+		_, stderr, err := kubectlBoth(h, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: fin, namespace: shop, finalizers: [example.com/ok, plain, a.b, orphan]}\n", "create", "-f", "-")
+		if err != nil {
+			t.Fatalf("create: %v\n%s", err, stderr)
+		}
+		for _, want := range []string{
+			`Warning: metadata.finalizers: "a.b"` + preferPath,
+			`Warning: metadata.finalizers: "plain"` + prefer,
+		} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("create warnings lack %q:\n%s", want, stderr)
+			}
+		}
+		if strings.Count(stderr, "Warning:") != 2 {
+			t.Errorf("create warnings:\n%s", stderr)
+		}
+		// An update warns only about the finalizers it adds.
+		_, stderr, err = kubectlBoth(h, "", "patch", "widget", "fin", "-n", "shop", "--type=json",
+			"-p", `[{"op":"add","path":"/metadata/finalizers/-","value":"other"}]`)
+		if err != nil {
+			t.Fatalf("patch: %v\n%s", err, stderr)
+		}
+		want := `Warning: metadata.finalizers: "other"` + prefer + "\n"
+		if !strings.Contains(stderr, want) || strings.Count(stderr, "Warning:") != 1 {
+			t.Errorf("patch warnings:\n%s\nwant\n%s", stderr, want)
+		}
+		mustKubectl(t, h, "patch", "widget", "fin", "-n", "shop", "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+		mustKubectl(t, h, "delete", "widget", "fin", "-n", "shop")
+	})
+
 	t.Run("namespace deletion", func(t *testing.T) {
 		mustKubectl(t, h, "create", "namespace", "gone")
 		mustKubectlIn(t, h, widget("x", "gone", "{}"), "apply", "-f", "-")

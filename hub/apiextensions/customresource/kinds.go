@@ -155,6 +155,7 @@ func newKind(crd *apiextensionsv1.CustomResourceDefinition, c *crdSchemas, names
 		Validate:             b.validate,
 		ValidateUpdate:       b.validateUpdate,
 		ValidateStatusUpdate: b.validateStatusUpdate,
+		Admit:                warnFinalizers,
 		PatchTypes:           patchTypes,
 		NoProtobuf:           true,
 		DefaultGC:            metav1.DeletePropagationBackground,
