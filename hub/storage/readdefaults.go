@@ -81,7 +81,51 @@ func defaultOnRead(k, sk *registry.Kind, obj runtime.Object) bool {
 	}
 	before := u.DeepCopy()
 	k.DefaultOnRead(obj)
-	return reflect.DeepEqual(before.Object, u.Object)
+	return jsonEqual(before.Object, u.Object)
+}
+
+// jsonEqual is reflect.DeepEqual for the values of unstructured objects
+// (maps, slices, strings, numbers, booleans, nil), without reflection,
+// which on every decoded custom object cost as much as copying it. Values
+// of other types are compared with reflect.DeepEqual.
+func jsonEqual(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) || (a == nil) != (b == nil) {
+			return false
+		}
+		for k, av := range a {
+			bv, ok := b[k]
+			if !ok || !jsonEqual(av, bv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) || (a == nil) != (b == nil) {
+			return false
+		}
+		for i := range a {
+			if !jsonEqual(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case string:
+		b, ok := b.(string)
+		return ok && a == b
+	case int64:
+		b, ok := b.(int64)
+		return ok && a == b
+	case bool:
+		b, ok := b.(bool)
+		return ok && a == b
+	case nil:
+		return b == nil
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // decodeState decodes a state the store holds (never a dry run's result,
