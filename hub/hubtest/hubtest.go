@@ -278,8 +278,11 @@ func (h *Hub) signal(sig syscall.Signal) {
 
 // Restart starts the hub again on the same data directory and address,
 // with extraArgs, or with the flags of the last start when none are given.
+// A hub still running is stopped first (SIGTERM), so that the answers after
+// a restart come from the new process and no process outlives the test.
 func (h *Hub) Restart(extraArgs ...string) {
 	h.t.Helper()
+	h.Stop()
 	if len(extraArgs) == 0 {
 		extraArgs = h.args
 	}
