@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -37,7 +36,7 @@ type FrontProxy struct {
 // pki/front-proxy-client.{crt,key}), creating them on first use and
 // re-issuing the client certificate when a third of its life remains.
 func (a *Authority) FrontProxy() (*FrontProxy, error) {
-	caCert, caKey, caPEM, err := a.loadOrCreateFrontProxyCA()
+	caCert, caKey, caPEM, err := a.loadOrCreateCAPair("front-proxy-ca", "front-proxy-ca")
 	if err != nil {
 		return nil, err
 	}
@@ -86,58 +85,6 @@ func (a *Authority) FrontProxy() (*FrontProxy, error) {
 		return nil, fmt.Errorf("load front-proxy client certificate: %w", err)
 	}
 	return &FrontProxy{CAPEM: caPEM, Client: pair}, nil
-}
-
-func (a *Authority) loadOrCreateFrontProxyCA() (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
-	certPEM, errC := os.ReadFile(a.path("front-proxy-ca.crt"))
-	keyPEM, errK := os.ReadFile(a.path("front-proxy-ca.key"))
-	if errC == nil && errK == nil {
-		cert, signer, err := parsePair(certPEM, keyPEM)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("load front-proxy ca: %w", err)
-		}
-		key, ok := signer.(*ecdsa.PrivateKey)
-		if !ok {
-			return nil, nil, nil, errors.New("load front-proxy ca: not an ECDSA key")
-		}
-		return cert, key, certPEM, nil
-	}
-	if errC == nil || errK == nil {
-		return nil, nil, nil, errors.New("load front-proxy ca: only one of front-proxy-ca.crt and front-proxy-ca.key exists")
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generate front-proxy ca key: %w", err)
-	}
-	now := a.cfg.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "front-proxy-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(a.cfg.CAValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("create front-proxy ca certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("parse front-proxy ca certificate: %w", err)
-	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if keyPEM, err = encodeKey(key); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := writeAtomic(a.path("front-proxy-ca.key"), keyPEM, 0o600); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := writeAtomic(a.path("front-proxy-ca.crt"), certPEM, 0o644); err != nil {
-		return nil, nil, nil, err
-	}
-	return cert, key, certPEM, nil
 }
 
 func minTime(a, b time.Time) time.Time {

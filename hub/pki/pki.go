@@ -110,33 +110,44 @@ func LoadOrCreate(cfg Config) (*Authority, error) {
 func (a *Authority) path(name string) string { return filepath.Join(a.cfg.Dir, "pki", name) }
 
 func (a *Authority) loadOrCreateCA(dir string) error {
-	certPEM, errC := os.ReadFile(a.path("ca.crt"))
-	keyPEM, errK := os.ReadFile(a.path("ca.key"))
+	cert, key, certPEM, err := a.loadOrCreateCAPair("ca", "tether-ca")
+	if err != nil {
+		return err
+	}
+	a.caCert, a.caKey, a.caPEM = cert, key, certPEM
+	return nil
+}
+
+// loadOrCreateCAPair reads the CA NAME.crt and NAME.key, or, when neither
+// exists, creates a self-signed CA named commonName and writes both. It
+// returns the certificate, its key and the certificate's PEM.
+func (a *Authority) loadOrCreateCAPair(name, commonName string) (*x509.Certificate, crypto.Signer, []byte, error) {
+	certPEM, errC := os.ReadFile(a.path(name + ".crt"))
+	keyPEM, errK := os.ReadFile(a.path(name + ".key"))
 	if errC == nil && errK == nil {
 		cert, key, err := parsePair(certPEM, keyPEM)
 		if err != nil {
-			return fmt.Errorf("load ca: %w", err)
+			return nil, nil, nil, fmt.Errorf("load %s: %w", name, err)
 		}
-		a.caCert, a.caKey, a.caPEM = cert, key, certPEM
-		return nil
+		return cert, key, certPEM, nil
 	}
 	if !errors.Is(errC, os.ErrNotExist) && errC != nil {
-		return fmt.Errorf("read ca.crt: %w", errC)
+		return nil, nil, nil, fmt.Errorf("read %s.crt: %w", name, errC)
 	}
 	if !errors.Is(errK, os.ErrNotExist) && errK != nil {
-		return fmt.Errorf("read ca.key: %w", errK)
+		return nil, nil, nil, fmt.Errorf("read %s.key: %w", name, errK)
 	}
 	if errC == nil || errK == nil {
-		return errors.New("load ca: only one of ca.crt and ca.key exists")
+		return nil, nil, nil, fmt.Errorf("load %s: only one of %s.crt and %s.key exists", name, name, name)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("generate ca key: %w", err)
+		return nil, nil, nil, fmt.Errorf("generate %s key: %w", name, err)
 	}
 	now := a.cfg.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "tether-ca"},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(a.cfg.CAValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -145,25 +156,23 @@ func (a *Authority) loadOrCreateCA(dir string) error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
-		return fmt.Errorf("create ca certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("create %s certificate: %w", name, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return fmt.Errorf("parse ca certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("parse %s certificate: %w", name, err)
 	}
 	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM, err = encodeKey(key)
-	if err != nil {
-		return err
+	if keyPEM, err = encodeKey(key); err != nil {
+		return nil, nil, nil, err
 	}
-	if err := writeAtomic(a.path("ca.key"), keyPEM, 0o600); err != nil {
-		return err
+	if err := writeAtomic(a.path(name+".key"), keyPEM, 0o600); err != nil {
+		return nil, nil, nil, err
 	}
-	if err := writeAtomic(a.path("ca.crt"), certPEM, 0o644); err != nil {
-		return err
+	if err := writeAtomic(a.path(name+".crt"), certPEM, 0o644); err != nil {
+		return nil, nil, nil, err
 	}
-	a.caCert, a.caKey, a.caPEM = cert, key, certPEM
-	return nil
+	return cert, key, certPEM, nil
 }
 
 // wantedNames returns the DNS names and IPs the serving certificate must hold.
