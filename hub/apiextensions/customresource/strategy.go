@@ -163,35 +163,20 @@ func (b *behaviour) validate(obj runtime.Object) field.ErrorList {
 	errs = append(errs, validateScaleStatus(u, b.v.scale)...)
 	errs = append(errs, schemaobjectmeta.Validate(ctx, nil, u.Object, b.v.structural, false)...)
 	errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object)...)
-	if b.v.cel != nil {
-		if blocking := blockingError(errs); blocking != nil {
-			errs = append(errs, blocking)
-		} else {
-			celErrs, _ := b.v.cel.Validate(ctx, nil, b.v.structural, u.Object, nil, celconfig.RuntimeCELCostBudget)
-			errs = append(errs, celErrs...)
-		}
-	}
-	return errs
+	return b.withCEL(ctx, errs, u.Object, nil)
 }
 
 // validateUpdate checks an update of the main resource, ratcheting as
 // upstream: a value the update leaves unchanged is not refused for rules
 // it already broke, and transition rules see oldSelf.
 func (b *behaviour) validateUpdate(obj, old runtime.Object) field.ErrorList {
-	u, ferr := asUnstructured(obj)
-	if ferr != nil {
-		return field.ErrorList{ferr}
-	}
-	o, ferr := asUnstructured(old)
-	if ferr != nil {
-		return field.ErrorList{ferr}
-	}
-	if errs := b.validateTypeMeta(u); len(errs) > 0 {
+	u, o, errs := b.updatePair(obj, old)
+	if len(errs) > 0 {
 		return errs
 	}
 	ctx := context.Background()
 	correlated := common.NewCorrelatedObject(u.Object, o.Object, &model.Structural{Structural: b.v.structural})
-	errs := validateMetadataShape(u)
+	errs = validateMetadataShape(u)
 	errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(nil, u.Object, o.Object, b.v.validator,
 		apiservervalidation.WithRatcheting(correlated))...)
 	errs = append(errs, validateScaleSpec(u, b.v.scale)...)
@@ -200,36 +185,20 @@ func (b *behaviour) validateUpdate(obj, old runtime.Object) field.ErrorList {
 	if oldErrs := structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, o.Object); len(oldErrs) == 0 {
 		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object)...)
 	}
-	if b.v.cel != nil {
-		if blocking := blockingError(errs); blocking != nil {
-			errs = append(errs, blocking)
-		} else {
-			celErrs, _ := b.v.cel.Validate(ctx, nil, b.v.structural, u.Object, o.Object, celconfig.RuntimeCELCostBudget,
-				cel.WithRatcheting(correlated))
-			errs = append(errs, celErrs...)
-		}
-	}
-	return errs
+	return b.withCEL(ctx, errs, u.Object, o.Object, cel.WithRatcheting(correlated))
 }
 
 // validateStatusUpdate checks a /status write: status against the
 // schema's status property, the scale status paths, list-type invariants
 // and every CEL rule, ratcheting as upstream.
 func (b *behaviour) validateStatusUpdate(obj, old runtime.Object) field.ErrorList {
-	u, ferr := asUnstructured(obj)
-	if ferr != nil {
-		return field.ErrorList{ferr}
-	}
-	o, ferr := asUnstructured(old)
-	if ferr != nil {
-		return field.ErrorList{ferr}
-	}
-	if errs := b.validateTypeMeta(u); len(errs) > 0 {
+	u, o, errs := b.updatePair(obj, old)
+	if len(errs) > 0 {
 		return errs
 	}
 	ctx := context.Background()
 	correlated := common.NewCorrelatedObject(u.Object, o.Object, &model.Structural{Structural: b.v.structural})
-	errs := validateMetadataShape(u)
+	errs = validateMetadataShape(u)
 	if status, ok := u.Object["status"]; ok {
 		var opts []apiservervalidation.ValidationOption
 		if b.v.structural != nil {
@@ -244,16 +213,40 @@ func (b *behaviour) validateStatusUpdate(obj, old runtime.Object) field.ErrorLis
 			errs = append(errs, newErrs...)
 		}
 	}
-	if b.v.cel != nil {
-		if blocking := blockingError(errs); blocking != nil {
-			errs = append(errs, blocking)
-		} else {
-			celErrs, _ := b.v.cel.Validate(ctx, nil, b.v.structural, u.Object, o.Object, celconfig.RuntimeCELCostBudget,
-				cel.WithRatcheting(correlated))
-			errs = append(errs, celErrs...)
-		}
+	return b.withCEL(ctx, errs, u.Object, o.Object, cel.WithRatcheting(correlated))
+}
+
+// updatePair returns obj and old as unstructured objects, or the errors
+// that end an update's validation at once: an object that is not one, or
+// not of this version's kind.
+func (b *behaviour) updatePair(obj, old runtime.Object) (u, o *unstructured.Unstructured, errs field.ErrorList) {
+	u, ferr := asUnstructured(obj)
+	if ferr != nil {
+		return nil, nil, field.ErrorList{ferr}
 	}
-	return errs
+	o, ferr = asUnstructured(old)
+	if ferr != nil {
+		return nil, nil, field.ErrorList{ferr}
+	}
+	return u, o, b.validateTypeMeta(u)
+}
+
+// withCEL adds the x-kubernetes-validations results to errs, which the
+// schema checks found, unless one of those leaves the rules unchecked as
+// upstream does (blockingError). old is nil on create.
+func (b *behaviour) withCEL(ctx context.Context, errs field.ErrorList, obj, old map[string]any, opts ...cel.Option) field.ErrorList {
+	if b.v.cel == nil {
+		return errs
+	}
+	if blocking := blockingError(errs); blocking != nil {
+		return append(errs, blocking)
+	}
+	var oldSelf any
+	if old != nil {
+		oldSelf = old
+	}
+	celErrs, _ := b.v.cel.Validate(ctx, nil, b.v.structural, obj, oldSelf, celconfig.RuntimeCELCostBudget, opts...)
+	return append(errs, celErrs...)
 }
 
 // validateTypeMeta checks that the object is of this version's kind.
