@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tether-edge/tether/controllers/nodelifecycle"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -51,6 +52,10 @@ type Config struct {
 	// RootCA is the hub's CA certificate (PEM), published in every
 	// namespace as the kube-root-ca.crt ConfigMap; empty publishes none.
 	RootCA []byte
+	// SitePeers, when set, reports what a node's site peers say of it
+	// (site gossip, gathered by the hub from the sites' digests); the
+	// node lifecycle controller decides with it. It must not block.
+	SitePeers func(node string) nodelifecycle.PeerView
 	// LocalPathRoot is the directory on nodes under which local-path
 	// volumes are provisioned; empty means /var/lib/tether/storage.
 	LocalPathRoot string

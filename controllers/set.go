@@ -67,8 +67,8 @@ var builtins = []builtin{
 	{"endpointslice-mirroring", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
 		return endpoints.NewMirroring(endpoints.MirrorConfig{Client: k, Informers: inf, Workers: w, Logger: l})
 	}},
-	{"nodelifecycle", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, _ *Config) (runner, error) {
-		return nodelifecycle.New(nodelifecycle.Config{Client: k, Informers: inf, Workers: w, Logger: l})
+	{"nodelifecycle", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
+		return nodelifecycle.New(nodelifecycle.Config{Client: k, Informers: inf, Workers: w, Logger: l, Peers: c.SitePeers})
 	}},
 	// Pods of deleted nodes, unscheduled terminating pods and finished
 	// pods beyond the threshold.

@@ -60,11 +60,11 @@ type Config struct {
 	// healthy. False, the default, freezes such a zone: at the edge a
 	// whole site going dark is almost always its uplink.
 	EvictFullyDisruptedZones bool
-	// PeersSeeAlive reports whether a node's site peers still see it
-	// alive (site gossip). Such a node is taken as partitioned from the
-	// hub: it gets the unreachable NoSchedule taint and is never
-	// evicted. Nil means no such evidence. It must not block.
-	PeersSeeAlive func(node string) bool
+	// Peers reports what a node's site peers say of it (site gossip). A
+	// silent node its peers see alive is taken as partitioned from the
+	// hub: it gets the unreachable NoSchedule taint and is never evicted.
+	// Nil means no such evidence. It must not block.
+	Peers func(node string) PeerView
 	// Clock is the controller's time; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -138,8 +138,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.LargeClusterThreshold <= 0 {
 		cfg.LargeClusterThreshold = 50
 	}
-	if cfg.PeersSeeAlive == nil {
-		cfg.PeersSeeAlive = func(string) bool { return false }
+	if cfg.Peers == nil {
+		cfg.Peers = func(string) PeerView { return PeersUnknown }
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}

@@ -75,9 +75,33 @@ type Evidence struct {
 	// Ready is the node's Ready condition as stored; nil when the node
 	// never reported it.
 	Ready *corev1.NodeCondition
-	// PeersSeeAlive says that the nodes of the same site still see this
-	// node alive through site gossip.
-	PeersSeeAlive bool
+	// Peers is what the node's site peers say of it through site gossip.
+	Peers PeerView
+}
+
+// PeerView is what a node's site peers say of it.
+type PeerView int
+
+const (
+	// PeersUnknown: no word from the node's site (no gossip, or no member
+	// of the site is heard by the hub).
+	PeersUnknown PeerView = iota
+	// PeersSeeAlive: the site's gossip sees the node alive.
+	PeersSeeAlive
+	// PeersSeeDead: the site's gossip agrees the node is gone.
+	PeersSeeDead
+)
+
+func (v PeerView) String() string {
+	switch v {
+	case PeersUnknown:
+		return "Unknown"
+	case PeersSeeAlive:
+		return "Alive"
+	case PeersSeeDead:
+		return "Dead"
+	}
+	return "Invalid"
 }
 
 // Decision is what the controller should make true of a node.
@@ -104,7 +128,7 @@ type Decision struct {
 func Decide(ev Evidence) Decision {
 	stale := ev.LeaseAge > ev.GracePeriod
 	switch {
-	case stale && ev.PeersSeeAlive:
+	case stale && ev.Peers == PeersSeeAlive:
 		// Cut off from the hub but alive: no new pods, but the running
 		// ones stay, and stay in their Services, which the site's nodes
 		// serve from their local state.

@@ -44,7 +44,12 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 	c, err := New(Config{
 		Client: kube, Informers: f, Workers: 2, Logger: e.Log,
 		GracePeriod: grace, MonitorPeriod: 250 * time.Millisecond,
-		PeersSeeAlive: func(n string) bool { return n == node("part") },
+		Peers: func(n string) PeerView {
+			if n == node("part") {
+				return PeersSeeAlive
+			}
+			return PeersUnknown
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

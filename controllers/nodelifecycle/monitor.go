@@ -44,10 +44,10 @@ func (c *Controller) monitor(ctx context.Context) {
 	zoneStates := map[string][]State{}
 	for i, n := range nodes {
 		ev := Evidence{
-			LeaseAge:      c.heartbeatAge(n.Name, now),
-			GracePeriod:   c.cfg.GracePeriod,
-			Ready:         readyCondition(n),
-			PeersSeeAlive: c.cfg.PeersSeeAlive(n.Name),
+			LeaseAge:    c.heartbeatAge(n.Name, now),
+			GracePeriod: c.cfg.GracePeriod,
+			Ready:       readyCondition(n),
+			Peers:       c.cfg.Peers(n.Name),
 		}
 		decisions[i] = Decide(ev)
 		z := zoneOf(n)

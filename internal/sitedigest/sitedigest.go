@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 
@@ -204,4 +205,33 @@ func readString(r *bytes.Reader) (string, error) {
 		return "", err
 	}
 	return string(b), nil
+}
+
+// KeySecretNamespace holds the sites' gossip key Secrets.
+const KeySecretNamespace = "kube-system"
+
+// KeySecretType is the type of a site's gossip key Secret.
+const KeySecretType = "tether.io/site-gossip-keys"
+
+// KeySecretKey is the Secret's data key: the site's gossip keys, 32 bytes
+// each, concatenated, the one to encrypt with first.
+const KeySecretKey = "keys"
+
+// KeySecretName returns the name of the Secret holding site's gossip keys.
+// A site is a label value (upper case, '_' and '.' allowed), a Secret name
+// is a lower-case DNS subdomain, so the name carries a hash of the exact
+// site besides its readable form.
+func KeySecretName(site string) string {
+	h := fnv.New32a()
+	h.Write([]byte(site))
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '-'
+	}, site)
+	return fmt.Sprintf("tether-site-gossip-%s-%08x", strings.Trim(clean, "-"), h.Sum32())
 }

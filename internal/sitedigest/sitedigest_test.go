@@ -2,6 +2,8 @@ package sitedigest
 
 import (
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -66,4 +68,14 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("re-encoded digest differs: %v", err)
 		}
 	})
+}
+
+func TestKeySecretName(t *testing.T) {
+	a, b := KeySecretName("Shop_12"), KeySecretName("shop-12")
+	if a == b {
+		t.Fatalf("sites differing in case share the Secret %s", a)
+	}
+	if errs := validation.IsDNS1123Subdomain(a); len(errs) > 0 {
+		t.Fatalf("%s: %v", a, errs)
+	}
 }
