@@ -143,6 +143,8 @@ type ClientStats struct {
 	Connects                     uint64 // sessions established
 	Fallbacks                    uint64 // switches from QUIC to TCP
 	Transport                    string // transport of the current session, "" when disconnected
+	ReportsSent                  uint64 // report frames written (including the resends after a connect)
+	ReportsRefused               uint64 // Report calls refused: payload over MaxReport
 	// FEC counts parity sent to the hub and what the hub's parity rebuilt.
 	FEC FECStats
 }
@@ -163,8 +165,13 @@ type Client struct {
 	// live holds every session that owns sockets, for Stats.
 	live   map[*clientSession]struct{}
 	folded ClientStats // counters of closed sessions
+	// report is the latest payload given to Report; reportGen counts the
+	// calls, so that a session knows whether it has sent the latest.
+	report    []byte
+	reportGen uint64
 
-	connects, fallbacks atomic.Uint64
+	connects, fallbacks      atomic.Uint64
+	reportsSent, reportsDrop atomic.Uint64
 }
 
 // NewClient checks cfg and returns a client; Run connects it.
@@ -514,5 +521,40 @@ func (c *Client) Stats() ClientStats {
 	c.mu.Unlock()
 	st.Connects = c.connects.Load()
 	st.Fallbacks = c.fallbacks.Load()
+	st.ReportsSent = c.reportsSent.Load()
+	st.ReportsRefused = c.reportsDrop.Load()
 	return st
+}
+
+// Report hands the hub a payload through ServerConfig.OnReport. The client
+// remembers only the latest payload: it is sent at once if connected, and
+// again on every new connection, so a hub that restarted or that the edge
+// moved to learns it too; a payload superseded before it could be sent is
+// never sent. Report does not block on the network. A payload larger than
+// MaxReport is refused (logged and counted in ClientStats.ReportsRefused)
+// and the previous one stays. The caller may reuse payload afterwards.
+func (c *Client) Report(payload []byte) {
+	if len(payload) > MaxReport {
+		c.reportsDrop.Add(1)
+		c.log.Error("report refused: payload too large", "bytes", len(payload), "max", MaxReport)
+		return
+	}
+	p := append([]byte{}, payload...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.report = p
+	c.reportGen++
+	for cs := range c.live {
+		select {
+		case cs.reportKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// latestReport returns the latest payload and its generation (0: none yet).
+func (c *Client) latestReport() ([]byte, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.report, c.reportGen
 }

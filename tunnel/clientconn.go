@@ -27,6 +27,8 @@ type clientSession struct {
 	heartbeat time.Duration
 	echo      bool // the hub echoes heartbeats (TCP): use them for dead-peer detection
 	goAway    chan time.Duration
+	// reportKick wakes reports() when Report was called.
+	reportKick chan struct{}
 
 	// Sockets owned by the session, for cleanup and Stats.
 	qconn  *quic.Conn
@@ -47,7 +49,12 @@ type clientSession struct {
 func (c *Client) connect(ctx context.Context, transport string) (*clientSession, error) {
 	hctx, cancel := context.WithTimeout(ctx, 3*c.cfg.HandshakeTimeout)
 	defer cancel()
-	cs := &clientSession{c: c, goAway: make(chan time.Duration, 1), done: make(chan struct{})}
+	cs := &clientSession{
+		c:          c,
+		goAway:     make(chan time.Duration, 1),
+		reportKick: make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
 	var err error
 	if transport == TransportQUIC {
 		err = cs.dialQUIC(hctx)
@@ -73,6 +80,7 @@ func (c *Client) connect(ctx context.Context, transport string) (*clientSession,
 	}
 	go cs.readControl()
 	go cs.heartbeats()
+	go cs.reports()
 	go cs.acceptLoop()
 	return cs, nil
 }
@@ -227,6 +235,28 @@ func (cs *clientSession) heartbeats() {
 				cs.close(codeProtocol, fmt.Errorf("send heartbeat: %w", err))
 				return
 			}
+		case <-cs.done:
+			return
+		}
+	}
+}
+
+// reports sends the client's latest report when the session starts and
+// whenever Report is called during it. Being the session's only writer of
+// reports, it sends them in order, and skips those superseded meanwhile.
+func (cs *clientSession) reports() {
+	var sent uint64
+	for {
+		if p, gen := cs.c.latestReport(); gen != sent {
+			if err := cs.writeControl(frameReport, p); err != nil {
+				cs.close(codeProtocol, fmt.Errorf("send report: %w", err))
+				return
+			}
+			cs.c.reportsSent.Add(1)
+			sent = gen
+		}
+		select {
+		case <-cs.reportKick:
 		case <-cs.done:
 			return
 		}

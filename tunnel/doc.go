@@ -52,7 +52,9 @@
 //
 // The first stream an edge opens is the control stream. It carries the
 // [Hello] (node, agent version, last resourceVersions), the hub's welcome,
-// the edge's heartbeats and the hub's drain notice (GoAway with a reconnect
+// the edge's heartbeats, the edge's reports ([Client.Report]: the latest
+// payload is sent at once and again on every new connection, so a restarted
+// hub learns it) and the hub's drain notice (GoAway with a reconnect
 // window; the edge reconnects at a uniformly random time in it). Heartbeats
 // are the NAT keepalive too: an idle edge sends one small packet per
 // HeartbeatInterval (15s) and nothing else, and the hub only acknowledges.
@@ -82,6 +84,9 @@
 //	0x04 goaway     hub→edge  uvarint reconnect window (ms)
 //	0x05 features   edge→hub  uvarint flags (bit 0: the edge decodes parity
 //	                          packets); sent right after the hello
+//	0x06 report     edge→hub  opaque payload of Client.Report (at most 64
+//	                          KiB); the latest one is sent again at every
+//	                          connect
 //	0x10 open       edge→hub  stream preamble of an API stream; empty
 //	0x11 dial       hub→edge  stream preamble; payload is the target
 //

@@ -107,6 +107,10 @@ type ServerConfig struct {
 	// OnHeartbeat is called for each heartbeat received on a control
 	// stream, on the session's goroutine; it must not block.
 	OnHeartbeat func(*Session)
+	// OnReport is called with the payload of each report frame an edge
+	// sends (Client.Report), on the session's goroutine; it must not
+	// block. The payload is the callee's. If nil, reports are skipped.
+	OnReport func(s *Session, payload []byte)
 	// Logger receives the server's logs. If nil, slog.Default().
 	Logger *slog.Logger
 }

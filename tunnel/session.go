@@ -199,6 +199,12 @@ func (s *Session) controlLoop() error {
 			}
 			continue
 		}
+		if typ == frameReport {
+			if s.srv.cfg.OnReport != nil {
+				s.srv.cfg.OnReport(s, payload)
+			}
+			continue
+		}
 		if typ != frameHeartbeat {
 			continue // unknown control frames are skipped by design
 		}

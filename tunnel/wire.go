@@ -17,6 +17,7 @@ const (
 	frameHeartbeat byte = 0x03 // edge→hub; over the TCP fallback also hub→edge as an echo
 	frameGoAway    byte = 0x04 // hub→edge: drain notice with a reconnect window
 	frameFeatures  byte = 0x05 // edge→hub, after the hello: what the edge supports
+	frameReport    byte = 0x06 // edge→hub: the latest report (Client.Report), opaque to the tunnel
 	frameOpen      byte = 0x10 // edge→hub stream preamble: an API stream
 	frameDial      byte = 0x11 // hub→edge stream preamble: connect this target
 )
@@ -28,6 +29,9 @@ const protoVersion = 1
 // maxFrame bounds a frame's payload. Frames are small control messages; the
 // bound keeps a hostile peer from making us allocate.
 const maxFrame = 64 << 10
+
+// MaxReport is the largest payload Client.Report sends: one control frame.
+const MaxReport = maxFrame
 
 // maxDialMessage bounds the error text an edge sends back for a failed dial.
 const maxDialMessage = 4 << 10
