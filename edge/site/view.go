@@ -1,0 +1,198 @@
+package site
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"reflect"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/hashicorp/memberlist"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/tether-edge/tether/internal/sitedigest"
+)
+
+// meta is what a member gossips about itself in its memberlist node meta:
+// a version byte and a flags byte.
+type meta struct {
+	connected bool
+}
+
+const (
+	metaVersion   = 1
+	metaConnected = 1 << 0
+)
+
+func (m meta) encode() []byte {
+	var flags byte
+	if m.connected {
+		flags |= metaConnected
+	}
+	return []byte{metaVersion, flags}
+}
+
+func decodeMeta(b []byte) meta {
+	if len(b) < 2 || b[0] != metaVersion {
+		return meta{}
+	}
+	return meta{connected: b[1]&metaConnected != 0}
+}
+
+// delegate is the Site seen by memberlist.
+type delegate struct{ s *Site }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	return meta{connected: d.s.connected && !d.s.leaving}.encode()
+}
+
+func (delegate) NotifyMsg([]byte)                           {}
+func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (delegate) LocalState(join bool) []byte                { return nil }
+func (delegate) MergeRemoteState(buf []byte, join bool)     {}
+func (d delegate) NotifyJoin(*memberlist.Node)              { d.s.kick() }
+func (d delegate) NotifyLeave(*memberlist.Node)             { d.s.kick() }
+func (d delegate) NotifyUpdate(*memberlist.Node)            { d.s.kick() }
+
+// NotifyAlive refuses nodes that are not at a peer address.
+func (d delegate) NotifyAlive(n *memberlist.Node) error {
+	if n.Name == d.s.cfg.Node {
+		return nil
+	}
+	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	d.s.mu.Lock()
+	ok := d.s.peerSet[addr]
+	d.s.mu.Unlock()
+	if !ok {
+		d.s.droppedNonMember.Add(1)
+		return fmt.Errorf("node %s at %s is not a peer of site %s", n.Name, addr, d.s.cfg.Site)
+	}
+	return nil
+}
+
+// nodeState is one entry of memberlist's node table.
+type nodeState struct {
+	name        string
+	addr        string
+	meta        []byte
+	incarnation uint32
+	state       memberlist.NodeStateType
+}
+
+// readNodes returns memberlist's node table: every node it knows with its
+// state and incarnation. memberlist's API gives only the alive and
+// suspect nodes without their state or incarnation (Members), and no
+// event for suspicion, so the table is read under memberlist's own lock
+// by reflection. TestNodeTableLayout fails if a memberlist release
+// changes the fields read here; readNodes then reports an error rather
+// than guess.
+func readNodes(ml *memberlist.Memberlist) ([]nodeState, error) {
+	v := reflect.ValueOf(ml).Elem()
+	lockF, nodesF := v.FieldByName("nodeLock"), v.FieldByName("nodes")
+	if !lockF.IsValid() || lockF.Type() != reflect.TypeFor[sync.RWMutex]() ||
+		!nodesF.IsValid() || nodesF.Kind() != reflect.Slice ||
+		nodesF.Type().Elem().Kind() != reflect.Pointer {
+		return nil, fmt.Errorf("read memberlist node table: unknown layout of %s", v.Type())
+	}
+	et := nodesF.Type().Elem().Elem()
+	for name, kind := range map[string]reflect.Kind{"Name": reflect.String, "Addr": reflect.Slice,
+		"Port": reflect.Uint16, "Meta": reflect.Slice, "Incarnation": reflect.Uint32, "State": reflect.Int} {
+		if f, ok := et.FieldByName(name); !ok || f.Type.Kind() != kind {
+			return nil, fmt.Errorf("read memberlist node table: unknown layout of %s", et)
+		}
+	}
+	if f, _ := et.FieldByName("State"); len(f.Index) != 1 {
+		return nil, fmt.Errorf("read memberlist node table: unknown layout of %s", et)
+	}
+	// The lock is memberlist's own RWMutex, taken for reading as
+	// Members() does.
+	mu := (*sync.RWMutex)(unsafe.Pointer(lockF.UnsafeAddr()))
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]nodeState, 0, nodesF.Len())
+	for i := range nodesF.Len() {
+		e := nodesF.Index(i).Elem()
+		ip := net.IP(bytes.Clone(e.FieldByName("Addr").Bytes()))
+		m := bytes.Clone(e.FieldByName("Meta").Bytes())
+		out = append(out, nodeState{
+			name:        e.FieldByName("Name").String(),
+			addr:        net.JoinHostPort(ip.String(), strconv.FormatUint(e.FieldByName("Port").Uint(), 10)),
+			meta:        m,
+			incarnation: uint32(e.FieldByName("Incarnation").Uint()),
+			state:       memberlist.NodeStateType(e.FieldByName("State").Int()),
+		})
+	}
+	return out, nil
+}
+
+func digestState(t memberlist.NodeStateType) sitedigest.State {
+	switch t {
+	case memberlist.StateSuspect:
+		return sitedigest.Suspect
+	case memberlist.StateDead:
+		return sitedigest.Dead
+	case memberlist.StateLeft:
+		return sitedigest.Left
+	}
+	return sitedigest.Alive
+}
+
+// refresh reads memberlist's node table into the view and signals a
+// change. Members memberlist has forgotten (it drops dead ones after
+// GossipToTheDeadTime) stay in the view as last seen while their address
+// is a peer's, so a dead node does not turn into an unknown one.
+func (s *Site) refresh() {
+	s.mu.Lock()
+	ml := s.ml
+	s.mu.Unlock()
+	if ml == nil {
+		return
+	}
+	nodes, err := readNodes(ml)
+	if err != nil {
+		s.log.Error("read site view", "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := sitedigest.Digest{Site: s.cfg.Site}
+	metas := make(map[string]meta, len(nodes))
+	seen := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if len(validation.IsDNS1123Subdomain(n.name)) > 0 {
+			continue // not a Node name: cannot be reported
+		}
+		seen[n.name] = true
+		metas[n.name] = decodeMeta(n.meta)
+		s.addrs[n.name] = n.addr
+		d.Members = append(d.Members, sitedigest.Member{Node: n.name, State: digestState(n.state), Incarnation: n.incarnation})
+	}
+	for _, m := range s.view.Members {
+		if seen[m.Node] || m.Node == s.cfg.Node || !s.peerSet[s.addrs[m.Node]] {
+			continue
+		}
+		if m.State == sitedigest.Alive || m.State == sitedigest.Suspect {
+			m.State = sitedigest.Dead
+		}
+		d.Members = append(d.Members, m)
+		metas[m.Node] = meta{}
+	}
+	d.Normalize()
+	metaChanged := len(metas) != len(s.metas)
+	for k, v := range metas {
+		if o, ok := s.metas[k]; !ok || o != v {
+			metaChanged = true
+		}
+	}
+	s.metas = metas
+	if d.Equal(s.view) && !metaChanged {
+		return
+	}
+	s.view = d
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
