@@ -41,6 +41,7 @@ type Agent struct {
 	refs     *refManager
 	status   *statusManager
 	services *serviceWatch
+	sites    *siteFilter    // leaves out dead site peers' endpoints; nil without sinks
 	net      *nodeNet       // dataplane and DNS server; set by Run
 	relay    *apiRelay      // pods' connections to the hub; nil when off
 	dnsAddr  netip.AddrPort // where the DNS server listens
@@ -177,7 +178,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.WatchServices {
 		// Before the pods start: their containers' Service variables
 		// are read from it.
-		a.services = newServiceWatch(a, a.serviceSinks(nn))
+		sinks := a.serviceSinks(nn)
+		if len(sinks) > 0 {
+			a.sites = newSiteFilter(a.name, sinks, a.log, &a.metrics.siteEndpointsLeftOut)
+			sinks = []serviceSink{a.sites}
+		}
+		a.services = newServiceWatch(a, sinks)
 	}
 	if u, ok := a.cfg.Runtime.(SourceUser); ok {
 		u.SetSources(agentSources{a: a})
@@ -204,6 +210,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	goRun(func() { a.node.run(ctx) })
 	podInformer := a.pods.informer()
 	goRun(func() { podInformer.RunWithContext(ctx) })
+	if a.sites != nil && a.cfg.SiteView != nil {
+		goRun(func() { a.sites.follow(ctx, a.cfg.SiteView) })
+	}
 	if a.services != nil {
 		a.services.run(ctx, goRun)
 	}
@@ -339,6 +348,10 @@ type Stats struct {
 	// APIRelayFailures those it found no tunnel stream for.
 	APIRelayActive                                          int64
 	APIRelayConnections, APIRelayRejected, APIRelayFailures int64
+	// SiteEndpointsLeftOut is the number of endpoints the Service load
+	// balancing and DNS leave out now because the site's gossip sees
+	// their node dead.
+	SiteEndpointsLeftOut int64
 }
 
 // Stats returns the agent's counters; it may be called at any time.
@@ -358,6 +371,7 @@ func (a *Agent) Stats() Stats {
 		Pods:             len(a.pods.pods()),
 		WatchedObjects:   a.refs.watched(),
 	}
+	s.SiteEndpointsLeftOut = a.metrics.siteEndpointsLeftOut.Load()
 	select {
 	case <-a.ready:
 		s.Node = a.name

@@ -68,6 +68,11 @@ type Config struct {
 	// Zone is the node's site, reported as the topology.kubernetes.io/zone
 	// label. Empty means no zone label.
 	Zone string
+	// SiteView is the site's gossip membership as this node sees it. The
+	// Service load balancing and DNS answers leave out the endpoints of
+	// the site's members it says are Dead, and take them back when they
+	// are Alive again. Nil: every endpoint counts, as the hub says.
+	SiteView SiteView
 	// Labels are added to the Node's labels at registration.
 	Labels map[string]string
 	// Capacity overrides entries of the capacity the runtime reports

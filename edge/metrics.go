@@ -15,6 +15,8 @@ type metrics struct {
 	connects         atomic.Int64
 	disconnects      atomic.Int64
 	connected        atomic.Bool
+	// siteEndpointsLeftOut: endpoints of dead site peers left out now.
+	siteEndpointsLeftOut atomic.Int64
 }
 
 // writeMetrics writes the agent's metrics in the Prometheus text format.
@@ -45,6 +47,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		{"tether_edge_api_relay_connections_total", "counter", "Pod connections to the hub's API the relay piped.", [][2]any{{"", s.APIRelayConnections}}},
 		{"tether_edge_api_relay_rejected_total", "counter", "Connections the API relay refused: over its bound, or not TLS.", [][2]any{{"", s.APIRelayRejected}}},
 		{"tether_edge_api_relay_failures_total", "counter", "Connections the API relay found no tunnel stream for.", [][2]any{{"", s.APIRelayFailures}}},
+		{"tether_edge_site_endpoints_left_out", "gauge", "Endpoints left out of Services because the site's gossip sees their node dead.", [][2]any{{"", s.SiteEndpointsLeftOut}}},
 		{"tether_edge_certificate_expiry_timestamp_seconds", "gauge", "When the node certificate expires (Unix time).", [][2]any{{"", s.CertificateExpiry.Unix()}}},
 	}
 	for _, m := range ms {
