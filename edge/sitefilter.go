@@ -117,7 +117,7 @@ func (f *siteFilter) setView(d sitedigest.Digest) {
 		if dead[n] {
 			f.log.Info("site peer is dead: leaving its endpoints out of Services", "peer", n, "slices", len(f.byNode[n]))
 		} else {
-			f.log.Info("site peer is back: its endpoints serve again", "peer", n, "slices", len(f.byNode[n]))
+			f.log.Info("site peer is no longer dead: its endpoints count again", "peer", n, "slices", len(f.byNode[n]))
 		}
 	}
 	keys := make([]types.NamespacedName, 0, len(touched))
