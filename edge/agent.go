@@ -41,12 +41,12 @@ type Agent struct {
 	refs     *refManager
 	status   *statusManager
 	services *serviceWatch
-	sites    *siteFilter    // leaves out dead site peers' endpoints; nil without sinks
 	net      *nodeNet       // dataplane and DNS server; set by Run
 	relay    *apiRelay      // pods' connections to the hub; nil when off
 	dnsAddr  netip.AddrPort // where the DNS server listens
 	server   *http.Server
 	listener *pipeListener
+	sites    *siteFilter // leaves out dead site peers' endpoints; nil without sinks
 
 	eventsOnce    sync.Once
 	events        *eventRecorder // the kubelet's events; see recordEvent
@@ -342,16 +342,16 @@ type Stats struct {
 	// DNSForwarded those sent to the upstream resolvers, DNSFailures
 	// those answered with SERVFAIL.
 	DNSQueries, DNSForwarded, DNSFailures int64
+	// SiteEndpointsLeftOut is the number of endpoints the Service load
+	// balancing and DNS leave out now because the site's gossip sees
+	// their node dead.
+	SiteEndpointsLeftOut int64
 	// APIRelayActive is the number of pod connections the API relay
 	// pipes to the hub now; APIRelayConnections counts those it piped,
 	// APIRelayRejected those it refused (over its bound, or not TLS) and
 	// APIRelayFailures those it found no tunnel stream for.
 	APIRelayActive                                          int64
 	APIRelayConnections, APIRelayRejected, APIRelayFailures int64
-	// SiteEndpointsLeftOut is the number of endpoints the Service load
-	// balancing and DNS leave out now because the site's gossip sees
-	// their node dead.
-	SiteEndpointsLeftOut int64
 }
 
 // Stats returns the agent's counters; it may be called at any time.

@@ -6,8 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-
-	"github.com/tether-edge/tether/internal/sitedigest"
 )
 
 // SetAfterPersist installs f, called after each event is written to the
@@ -23,14 +21,3 @@ const StateFile = stateFile
 func StaticPod(manifest []byte, file, node string) (*corev1.Pod, error) {
 	return staticPod(manifest, file, node, time.Now())
 }
-
-// FakeSiteView is a SiteView whose changes a test makes.
-type FakeSiteView = fakeSiteView
-
-// NewFakeSiteView returns a view of site with members.
-func NewFakeSiteView(site string, members ...sitedigest.Member) *FakeSiteView {
-	return newFakeSiteView(site, members...)
-}
-
-// Set changes one member's state and notifies once.
-func (v *fakeSiteView) Set(node string, st sitedigest.State) { v.set(node, st) }

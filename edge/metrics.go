@@ -43,11 +43,11 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		{"tether_edge_pod_status_writes_total", "counter", "Pod status patches written.", [][2]any{{"", s.PodStatusWrites}}},
 		{"tether_edge_pods", "gauge", "Pods bound to this node that the agent runs.", [][2]any{{"", s.Pods}}},
 		{"tether_edge_watched_objects", "gauge", "ConfigMaps and Secrets watched for the node's pods.", [][2]any{{"", s.WatchedObjects}}},
+		{"tether_edge_site_endpoints_left_out", "gauge", "Endpoints left out of Services because the site's gossip sees their node dead.", [][2]any{{"", s.SiteEndpointsLeftOut}}},
 		{"tether_edge_api_relay_connections", "gauge", "Pod connections to the hub's API the relay pipes now.", [][2]any{{"", s.APIRelayActive}}},
 		{"tether_edge_api_relay_connections_total", "counter", "Pod connections to the hub's API the relay piped.", [][2]any{{"", s.APIRelayConnections}}},
 		{"tether_edge_api_relay_rejected_total", "counter", "Connections the API relay refused: over its bound, or not TLS.", [][2]any{{"", s.APIRelayRejected}}},
 		{"tether_edge_api_relay_failures_total", "counter", "Connections the API relay found no tunnel stream for.", [][2]any{{"", s.APIRelayFailures}}},
-		{"tether_edge_site_endpoints_left_out", "gauge", "Endpoints left out of Services because the site's gossip sees their node dead.", [][2]any{{"", s.SiteEndpointsLeftOut}}},
 		{"tether_edge_certificate_expiry_timestamp_seconds", "gauge", "When the node certificate expires (Unix time).", [][2]any{{"", s.CertificateExpiry.Unix()}}},
 	}
 	for _, m := range ms {

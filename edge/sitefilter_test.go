@@ -71,6 +71,18 @@ func (v *fakeSiteView) set(node string, st sitedigest.State) {
 	v.changes++
 }
 
+// FakeSiteView is a SiteView whose changes a test makes, for the tests
+// outside the package.
+type FakeSiteView = fakeSiteView
+
+// NewFakeSiteView returns a view of site with members.
+func NewFakeSiteView(site string, members ...sitedigest.Member) *FakeSiteView {
+	return newFakeSiteView(site, members...)
+}
+
+// Set changes one member's state and notifies once.
+func (v *fakeSiteView) Set(node string, st sitedigest.State) { v.set(node, st) }
+
 // recordingSink keeps the slices it is given and counts the calls, as the
 // dataplane would see them.
 type recordingSink struct {
