@@ -13,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-edge/tether/edge/site"
 	"github.com/tether-edge/tether/internal/sitedigest"
 )
 
@@ -247,4 +248,8 @@ func (f *siteFilter) DeleteEndpointSlice(namespace, name string) {
 	}
 }
 
-var _ serviceSink = (*siteFilter)(nil)
+var (
+	_ serviceSink = (*siteFilter)(nil)
+	// The site's gossip is the view the agent follows.
+	_ SiteView = (*site.Site)(nil)
+)
