@@ -111,7 +111,7 @@ func Parse(annotations map[string]string, path *field.Path) (Policy, field.Error
 			// Written by the hub; a copy from a pod's manifest is
 			// overwritten.
 		default:
-			errs = append(errs, field.NotSupported(fp.Root(), k, []string{LostAfterAnnotation, ReplaceAnnotation, ReconcileAnnotation}))
+			errs = append(errs, field.NotSupported(fp, k, []string{LostAfterAnnotation, ReplaceAnnotation, ReconcileAnnotation}))
 		}
 	}
 	return p, errs

@@ -34,6 +34,12 @@ func TestParse(t *testing.T) {
 		_, errs := Parse(ann, path)
 		if len(errs) != 1 {
 			t.Errorf("%s: errors %v, want one", name, errs)
+			continue
+		}
+		for k := range ann {
+			if want := path.Key(k).String(); errs[0].Field != want {
+				t.Errorf("%s: error at %s, want %s", name, errs[0].Field, want)
+			}
 		}
 	}
 }
