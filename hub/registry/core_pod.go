@@ -166,6 +166,9 @@ const podUpdateForbidden = "pod updates may not change fields other than `spec.c
 func validatePodUpdate(pod, old *corev1.Pod) field.ErrorList {
 	specPath := field.NewPath("spec")
 	errs := validatePodSpec(&pod.Spec, specPath)
+	if disconnectPolicyChanged(pod.Annotations, old.Annotations) {
+		errs = append(errs, validateDisconnectPolicy(pod.Annotations, field.NewPath("metadata", "annotations"))...)
+	}
 
 	if len(pod.Spec.Containers) != len(old.Spec.Containers) || len(pod.Spec.InitContainers) != len(old.Spec.InitContainers) {
 		return append(errs, field.Forbidden(specPath, podUpdateForbidden))
@@ -403,17 +406,19 @@ var systemPriorityClasses = map[string]int32{
 
 // mutatePod is the admission upstream's plugins apply to pods, each on
 // the operations it handles there: DefaultTolerationSeconds adds its
-// tolerations on create and update, ServiceAccount names the default
+// tolerations on create and update (the unreachable one is tether's
+// disconnect policy, see admitTolerations), ServiceAccount names the default
 // account, checks that the account exists and mounts its API token on
 // create only (see admitServiceAccount), and Priority resolves the
 // priority on create and keeps the stored one on update.
 func mutatePod(ctx context.Context, l Lister, obj, old runtime.Object) error {
 	pod := obj.(*corev1.Pod)
-	addDefaultTolerations(pod)
 	if old != nil {
+		admitTolerations(pod, old.(*corev1.Pod))
 		keepPriority(&pod.Spec, &old.(*corev1.Pod).Spec)
 		return nil
 	}
+	admitTolerations(pod, nil)
 	// Mirror pods, the API's view of a node's static pods, name no
 	// service account: upstream's ServiceAccount admission leaves them
 	// alone, and their pods never run with a token.
@@ -491,32 +496,6 @@ func admitPriority(ctx context.Context, l Lister, pod *corev1.Pod) error {
 		spec.PreemptionPolicy = &p
 	}
 	return nil
-}
-
-// DefaultTolerationSeconds is how long pods stay bound to a node that went
-// not-ready or unreachable before the node lifecycle controller evicts
-// them, unless they say otherwise: upstream's DefaultTolerationSeconds
-// admission adds these two tolerations to every pod at creation and to
-// every update that lacks them.
-const DefaultTolerationSeconds = 300
-
-func addDefaultTolerations(pod *corev1.Pod) {
-	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
-		covered := false
-		for _, t := range pod.Spec.Tolerations {
-			if (t.Key == key || t.Key == "" && t.Operator == corev1.TolerationOpExists) &&
-				(t.Effect == corev1.TaintEffectNoExecute || t.Effect == "") {
-				covered = true
-				break
-			}
-		}
-		if !covered {
-			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
-				Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute,
-				TolerationSeconds: ptr.To(int64(DefaultTolerationSeconds)),
-			})
-		}
-	}
 }
 
 // PodQOSClass returns the quality-of-service class of a pod spec, for

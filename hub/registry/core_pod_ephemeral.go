@@ -131,10 +131,12 @@ func forbidUnlisted(v any, allowed sets.Set[string], path *field.Path) field.Err
 	return errs
 }
 
-// validatePodCreate checks a new pod: ephemeral containers are added to
-// running pods only, through the subresource.
+// validatePodCreate checks a new pod: its spec and disconnect policy;
+// ephemeral containers are added to running pods only, through the
+// subresource.
 func validatePodCreate(pod *corev1.Pod) field.ErrorList {
 	errs := validatePodSpec(&pod.Spec, field.NewPath("spec"))
+	errs = append(errs, validateDisconnectPolicy(pod.Annotations, field.NewPath("metadata", "annotations"))...)
 	if len(pod.Spec.EphemeralContainers) > 0 {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "ephemeralContainers"), "cannot be set on create"))
 	}

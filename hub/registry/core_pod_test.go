@@ -319,8 +319,11 @@ func TestMutatePod(t *testing.T) {
 	if spec.ServiceAccountName != "default" || spec.DeprecatedServiceAccount != "default" {
 		t.Errorf("service account %q/%q, want default", spec.ServiceAccountName, spec.DeprecatedServiceAccount)
 	}
+	// The unreachable toleration carries the default disconnect policy,
+	// replace=false: no tolerationSeconds.
 	if len(spec.Tolerations) != 2 || spec.Tolerations[0].Key != corev1.TaintNodeNotReady || spec.Tolerations[1].Key != corev1.TaintNodeUnreachable ||
-		*spec.Tolerations[1].TolerationSeconds != DefaultTolerationSeconds || spec.Tolerations[0].Effect != corev1.TaintEffectNoExecute {
+		*spec.Tolerations[0].TolerationSeconds != DefaultTolerationSeconds || spec.Tolerations[1].TolerationSeconds != nil ||
+		spec.Tolerations[0].Effect != corev1.TaintEffectNoExecute || spec.Tolerations[1].Effect != corev1.TaintEffectNoExecute {
 		t.Errorf("tolerations %+v", spec.Tolerations)
 	}
 	if spec.Priority == nil || *spec.Priority != 0 || spec.PreemptionPolicy == nil {

@@ -230,11 +230,13 @@ func validateObjectMetaLabels(labels map[string]string, path *field.Path) field.
 	return metav1validation.ValidateLabels(labels, path)
 }
 
-// validatePodTemplateSpec checks template metadata (labels/annotations) and spec.
+// validatePodTemplateSpec checks template metadata (labels, annotations and
+// the disconnect policy they carry) and spec.
 func validatePodTemplateSpec(t *corev1.PodTemplateSpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, validateObjectMetaLabels(t.Labels, path.Child("metadata", "labels"))...)
 	errs = append(errs, validateAnnotations(t.Annotations, path.Child("metadata", "annotations"))...)
+	errs = append(errs, validateDisconnectPolicy(t.Annotations, path.Child("metadata", "annotations"))...)
 	errs = append(errs, validatePodSpec(&t.Spec, path.Child("spec"))...)
 	if len(t.Spec.EphemeralContainers) > 0 {
 		errs = append(errs, field.Forbidden(path.Child("spec", "ephemeralContainers"), "ephemeral containers not allowed in pod template"))

@@ -132,12 +132,12 @@ func TestTolerationNotDuplicated(t *testing.T) {
 	secs := int64(10)
 	spec := corev1.PodSpec{Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs}}}
 	pod := &corev1.Pod{Spec: spec}
-	addDefaultTolerations(pod)
+	admitTolerations(pod, nil)
 	if len(pod.Spec.Tolerations) != 2 || *pod.Spec.Tolerations[0].TolerationSeconds != 10 {
 		t.Errorf("tolerations = %+v", pod.Spec.Tolerations)
 	}
 	pod = &corev1.Pod{Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}
-	addDefaultTolerations(pod)
+	admitTolerations(pod, nil)
 	if len(pod.Spec.Tolerations) != 1 {
 		t.Errorf("wildcard toleration: got %d tolerations, want 1", len(pod.Spec.Tolerations))
 	}

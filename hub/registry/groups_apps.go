@@ -400,6 +400,7 @@ func validateStatefulSetSpec(s *appsv1.StatefulSetSpec) field.ErrorList {
 	tp := gSpec.Child("template")
 	errs = append(errs, validateObjectMetaLabels(s.Template.Labels, tp.Child("labels"))...)
 	errs = append(errs, validateAnnotations(s.Template.Annotations, tp.Child("annotations"))...)
+	errs = append(errs, validateDisconnectPolicy(s.Template.Annotations, tp.Child("metadata", "annotations"))...)
 	errs = append(errs, validateAlwaysRestart(&s.Template, "StatefulSet", tp)...)
 	return errs
 }
