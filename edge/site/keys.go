@@ -157,9 +157,30 @@ func (g *gate) PacketCh() <-chan *memberlist.Packet { return g.packets }
 
 func (g *gate) StreamCh() <-chan net.Conn { return g.streams }
 
+// Shutdown stops the pumps and the wrapped transport. The wrapped
+// transport's listeners block handing over what they read until someone
+// takes it, and its Shutdown waits for them, so whatever still arrives is
+// drained and dropped until it returns.
 func (g *gate) Shutdown() error {
 	g.once.Do(func() { close(g.done) })
-	return g.Transport.Shutdown()
+	stop := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-g.Transport.PacketCh():
+			case c := <-g.Transport.StreamCh():
+				_ = c.Close()
+			}
+		}
+	}()
+	err := g.Transport.Shutdown()
+	close(stop)
+	<-drained
+	return err
 }
 
 func (g *gate) pumpPackets() {
