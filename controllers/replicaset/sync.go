@@ -39,7 +39,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	active := kit.FilterActive(pods)
+	active := notLost(kit.FilterActive(pods))
 
 	var manageErr error
 	if needsSync {
@@ -68,6 +68,21 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 	}
 	return manageErr
+}
+
+// notLost leaves out the pods marked Lost: their node has been silent for
+// their disconnect policy's lost-after, so they count as gone (a
+// replacement is started) yet are never picked for deletion; the node
+// lifecycle controller settles which pod stays when the node is heard
+// again.
+func notLost(pods []*corev1.Pod) []*corev1.Pod {
+	out := pods[:0:0]
+	for _, p := range pods {
+		if !kit.IsPodLost(p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // claimPods returns the pods rs controls after adoption and release.

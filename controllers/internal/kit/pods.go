@@ -55,6 +55,22 @@ func IsPodActive(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.DeletionTimestamp == nil
 }
 
+// PodConditionLost is the pod condition the node lifecycle controller sets
+// on a pod whose node has been silent for the pod's lost-after while its
+// disconnect policy keeps the original for reconciliation: the pod may
+// still run, but its owner starts a replacement.
+const PodConditionLost corev1.PodConditionType = "tether.io/Lost"
+
+// IsPodLost reports whether the pod carries PodConditionLost=True.
+func IsPodLost(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == PodConditionLost {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // IsPodTerminating reports whether the pod is being deleted but not yet
 // finished.
 func IsPodTerminating(p *corev1.Pod) bool {
