@@ -65,6 +65,15 @@ type Config struct {
 	// hub: it gets the unreachable NoSchedule taint and is never evicted.
 	// Nil means no such evidence. It must not block.
 	Peers func(node string) PeerView
+	// DeadGrace is how long a node its site peers agree is gone must
+	// also have been silent to the hub before it is taken as dead; zero
+	// means 10s. It is longer than the hub's Lease renewal period (7s), so
+	// a node whose tunnel still carries heartbeats is never taken as dead
+	// on a stale or mistaken digest, and short enough that a dead node's
+	// pods are replaced well within 30s of its peers' verdict: at most
+	// DeadGrace plus MonitorPeriod later the node gets the dead taint,
+	// which evicts at once.
+	DeadGrace time.Duration
 	// Clock is the controller's time; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -97,6 +106,10 @@ type Controller struct {
 	zoneNext map[string]time.Time
 	// states is the last decision per node, to log transitions.
 	states map[string]State
+	// policyEvict holds the nodes whose pods leave by their tolerations
+	// of the unreachable NoExecute taint without the node carrying it
+	// (a dark site, see Decision.EvictByPolicy).
+	policyEvict map[string]bool
 }
 
 type heartbeat struct {
@@ -125,6 +138,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.MonitorPeriod <= 0 {
 		cfg.MonitorPeriod = 5 * time.Second
+	}
+	if cfg.DeadGrace <= 0 {
+		cfg.DeadGrace = 10 * time.Second
 	}
 	if cfg.EvictionRate <= 0 {
 		cfg.EvictionRate = 0.1
@@ -160,6 +176,8 @@ func New(cfg Config) (*Controller, error) {
 		taintSeen:  map[taintKey]time.Time{},
 		zoneNext:   map[string]time.Time{},
 		states:     map[string]State{},
+
+		policyEvict: map[string]bool{},
 	}
 	nodeInf := cfg.Informers.Core().V1().Nodes()
 	leaseInf := cfg.Informers.Coordination().V1().Leases()
@@ -207,7 +225,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.events.Start(ctx)
-	c.log.Info("node lifecycle controller running", "grace_period", c.cfg.GracePeriod, "monitor_period", c.cfg.MonitorPeriod)
+	c.log.Info("node lifecycle controller running", "grace_period", c.cfg.GracePeriod, "dead_grace", c.cfg.DeadGrace, "monitor_period", c.cfg.MonitorPeriod)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.evictQueue.Run(ctx, c.cfg.Workers, c.log.With("queue", "noexecute-eviction"), c.syncPod) })
 	wg.Go(func() { c.nodeQueue.Run(ctx, 1, c.log.With("queue", "node-taints"), c.syncUnschedulable) })
@@ -275,8 +293,13 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 		c.nodeQueue.Add(n.Name)
 	}
 
-	// A change of NoExecute taints concerns every pod of the node.
-	if o, ok := oldObj.(*corev1.Node); !ok || !sameNoExecute(o.Spec.Taints, n.Spec.Taints) {
+	// A change of NoExecute taints concerns every pod of the node, and
+	// so does any change of a node whose pods leave by their policy
+	// alone: their clock starts with its unreachable NoSchedule taint.
+	c.mu.Lock()
+	policy := c.policyEvict[n.Name]
+	c.mu.Unlock()
+	if o, ok := oldObj.(*corev1.Node); !ok || !sameNoExecute(o.Spec.Taints, n.Spec.Taints) || policy {
 		c.forgetRemovedTaints(n)
 		c.enqueuePodsOf(n.Name)
 	}
@@ -294,6 +317,7 @@ func (c *Controller) nodeDeleted(obj any) {
 	defer c.mu.Unlock()
 	delete(c.lastSeen, n.Name)
 	delete(c.states, n.Name)
+	delete(c.policyEvict, n.Name)
 	for k := range c.taintSeen {
 		if k.node == n.Name {
 			delete(c.taintSeen, k)
@@ -361,8 +385,11 @@ func (c *Controller) podChanged(obj any) {
 	if err != nil {
 		return
 	}
+	c.mu.Lock()
+	policy := c.policyEvict[n.Name]
+	c.mu.Unlock()
 	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoExecute {
+		if t.Effect == corev1.TaintEffectNoExecute || (policy && t.Key == TaintUnreachable) {
 			c.evictQueue.Add(p.Namespace + "/" + p.Name)
 			return
 		}

@@ -4,22 +4,37 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // Condition reasons and messages the controller writes, as upstream's.
 const (
-	ReasonStatusUnknown        = "NodeStatusUnknown"
-	MessageStatusUnknown       = "Kubelet stopped posting node status."
-	ReasonStatusNeverUpdated   = "NodeStatusNeverUpdated"
-	MessageStatusNeverUpdated  = "Kubelet never posted node status."
-	TaintUnreachable           = corev1.TaintNodeUnreachable // node.kubernetes.io/unreachable
-	TaintNotReady              = corev1.TaintNodeNotReady    // node.kubernetes.io/not-ready
+	ReasonStatusUnknown       = "NodeStatusUnknown"
+	MessageStatusUnknown      = "Kubelet stopped posting node status."
+	ReasonStatusNeverUpdated  = "NodeStatusNeverUpdated"
+	MessageStatusNeverUpdated = "Kubelet never posted node status."
+	TaintUnreachable          = corev1.TaintNodeUnreachable // node.kubernetes.io/unreachable
+	TaintNotReady             = corev1.TaintNodeNotReady    // node.kubernetes.io/not-ready
+	// TaintDead is the NoExecute taint of a node its site peers agree is
+	// gone: few pods tolerate it, so its pods are replaced at once.
+	TaintDead = "node.tether.io/dead"
+	// ConditionLost is the pod condition of a pod whose node has been
+	// silent for its disconnect policy's lost-after and whose original is
+	// kept for reconciliation (keepOriginal, longestRunning).
+	ConditionLost = kit.PodConditionLost
+	// Ready condition messages of the states tether tells apart.
+	MessagePartitioned         = "Node is cut off from the hub; its site peers see it alive."
+	MessageDead                = "Site peers agree the node is gone."
+	MessageSiteDark            = "No node of the node's site is heard by the hub; the site's link is taken as down."
 	reasonDeletionByTaintMgr   = "DeletionByTaintManager"
 	messageDeletionByTaintMgr  = "Taint manager: deleting due to NoExecute taint"
 	eventReasonTaintEviction   = "TaintManagerEviction"
 	eventReasonNodeNotReady    = "NodeNotReady"
 	eventReasonRemovingTaints  = "RemovingNodeLifecycleTaints"
 	eventReasonNodeUnreachable = "NodeUnreachable"
+	eventReasonNodeDead        = "NodeDead"
+	eventReasonSiteDark        = "SiteDark"
 )
 
 // State is what the controller concludes about a node.
@@ -42,6 +57,13 @@ const (
 	// Recovering: heartbeats arrive again, but the node has not yet
 	// reported its status since the controller marked it Unknown.
 	Recovering
+	// Dead: the node's site peers agree it is gone and the hub has not
+	// heard it for DeadGrace: its pods are replaced at once.
+	Dead
+	// SiteDark: no node of the node's site is heard by the hub and there
+	// is no word from its peers: most likely the site's uplink is down.
+	// Its pods stay, except those whose tolerations say to replace them.
+	SiteDark
 )
 
 func (s State) String() string {
@@ -58,6 +80,10 @@ func (s State) String() string {
 		return "Partitioned"
 	case Recovering:
 		return "Recovering"
+	case Dead:
+		return "Dead"
+	case SiteDark:
+		return "SiteDark"
 	}
 	return "Invalid"
 }
@@ -77,6 +103,14 @@ type Evidence struct {
 	Ready *corev1.NodeCondition
 	// Peers is what the node's site peers say of it through site gossip.
 	Peers PeerView
+	// DeadGrace is how long heartbeats must be missing before the peers'
+	// word that the node is gone is believed. It is shorter than
+	// GracePeriod: the peers' agreement is the stronger evidence, and the
+	// hub's silence only guards against a stale or mistaken digest.
+	DeadGrace time.Duration
+	// SiteSilent says no node of the node's site (its zone) has sent a
+	// heartbeat within the grace period.
+	SiteSilent bool
 }
 
 // PeerView is what a node's site peers say of it.
@@ -120,6 +154,17 @@ type Decision struct {
 	// MarkPodsNotReady says the node's pods must read Ready=False, so
 	// they leave Service endpoints.
 	MarkPodsNotReady bool
+	// Immediate says the NoExecute taint is added at once: neither the
+	// zone's rate limit nor a frozen zone holds it back.
+	Immediate bool
+	// EvictByPolicy says that, without a NoExecute taint, the pods whose
+	// toleration of the unreachable NoExecute taint has tolerationSeconds
+	// still leave after it, counted from the unreachable NoSchedule
+	// taint: their disconnect policy asks to be replaced.
+	EvictByPolicy bool
+	// Message is the message of the node's conditions when MarkUnknown
+	// is set: which state and why.
+	Message string
 }
 
 // Decide turns evidence about a node into a decision. It is a pure
@@ -128,13 +173,24 @@ type Decision struct {
 func Decide(ev Evidence) Decision {
 	stale := ev.LeaseAge > ev.GracePeriod
 	switch {
+	case ev.Peers == PeersSeeDead && ev.LeaseAge > ev.DeadGrace:
+		// The peers saw it go and the hub hears nothing either: replace
+		// its pods now, whatever their tolerations of unreachable say.
+		return Decision{State: Dead, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintDead,
+			MarkPodsNotReady: true, Immediate: true, Message: MessageDead}
 	case stale && ev.Peers == PeersSeeAlive:
 		// Cut off from the hub but alive: no new pods, but the running
 		// ones stay, and stay in their Services, which the site's nodes
 		// serve from their local state.
-		return Decision{State: Partitioned, MarkUnknown: true, NoSchedule: TaintUnreachable}
+		return Decision{State: Partitioned, MarkUnknown: true, NoSchedule: TaintUnreachable, Message: MessagePartitioned}
+	case stale && ev.Peers == PeersUnknown && ev.SiteSilent:
+		// The whole site is dark: its uplink, most likely. Its pods stay
+		// and stay ready (the site serves itself), except those whose
+		// disconnect policy asks for a replacement after lost-after.
+		return Decision{State: SiteDark, MarkUnknown: true, NoSchedule: TaintUnreachable, EvictByPolicy: true, Message: MessageSiteDark}
 	case stale:
-		return Decision{State: Unreachable, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable, MarkPodsNotReady: true}
+		return Decision{State: Unreachable, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable,
+			MarkPodsNotReady: true, Message: MessageStatusUnknown}
 	case ev.Ready == nil:
 		return Decision{State: Pending}
 	}

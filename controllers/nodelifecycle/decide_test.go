@@ -12,7 +12,12 @@ func cond(status corev1.ConditionStatus, reason string) *corev1.NodeCondition {
 }
 
 func TestDecide(t *testing.T) {
-	const grace = 40 * time.Second
+	const grace, deadGrace = 40 * time.Second, 10 * time.Second
+	unreachable := Decision{State: Unreachable, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable, MarkPodsNotReady: true, Message: MessageStatusUnknown}
+	partitioned := Decision{State: Partitioned, MarkUnknown: true, NoSchedule: TaintUnreachable, Message: MessagePartitioned}
+	dead := Decision{State: Dead, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintDead, MarkPodsNotReady: true, Immediate: true, Message: MessageDead}
+	siteDark := Decision{State: SiteDark, MarkUnknown: true, NoSchedule: TaintUnreachable, EvictByPolicy: true, Message: MessageSiteDark}
+	ready := cond(corev1.ConditionTrue, "")
 	tests := []struct {
 		name string
 		ev   Evidence
@@ -23,11 +28,11 @@ func TestDecide(t *testing.T) {
 		{"at the grace period still healthy", Evidence{LeaseAge: grace, Ready: cond(corev1.ConditionTrue, "")},
 			Decision{State: Healthy}},
 		{"silent past the grace period", Evidence{LeaseAge: grace + time.Millisecond, Ready: cond(corev1.ConditionTrue, "")},
-			Decision{State: Unreachable, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable, MarkPodsNotReady: true}},
+			unreachable},
 		{"silent and never reported", Evidence{LeaseAge: time.Hour},
-			Decision{State: Unreachable, MarkUnknown: true, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable, MarkPodsNotReady: true}},
+			unreachable},
 		{"silent but peers see it alive", Evidence{LeaseAge: time.Hour, Ready: cond(corev1.ConditionTrue, ""), Peers: PeersSeeAlive},
-			Decision{State: Partitioned, MarkUnknown: true, NoSchedule: TaintUnreachable}},
+			partitioned},
 		{"peers' word does not matter while heartbeats arrive", Evidence{LeaseAge: time.Second, Ready: cond(corev1.ConditionFalse, ""), Peers: PeersSeeAlive},
 			Decision{State: NotReady, NoSchedule: TaintNotReady, NoExecute: TaintNotReady, MarkPodsNotReady: true}},
 		{"reports not ready", Evidence{LeaseAge: time.Second, Ready: cond(corev1.ConditionFalse, "KubeletNotReady")},
@@ -38,10 +43,29 @@ func TestDecide(t *testing.T) {
 			Decision{State: Unreachable, NoSchedule: TaintUnreachable, NoExecute: TaintUnreachable, MarkPodsNotReady: true}},
 		{"new node, nothing reported yet", Evidence{LeaseAge: time.Second},
 			Decision{State: Pending}},
+		{"peers see it dead and the hub has not heard it for the dead grace", Evidence{LeaseAge: deadGrace + time.Millisecond, Ready: ready, Peers: PeersSeeDead},
+			dead},
+		{"dead does not wait for the grace period", Evidence{LeaseAge: 15 * time.Second, Ready: ready, Peers: PeersSeeDead, SiteSilent: true},
+			dead},
+		{"peers see it dead but the hub heard it lately", Evidence{LeaseAge: deadGrace, Ready: ready, Peers: PeersSeeDead},
+			Decision{State: Healthy}},
+		{"peers see it dead, long silent", Evidence{LeaseAge: time.Hour, Ready: ready, Peers: PeersSeeDead},
+			dead},
+		{"whole site silent, no word from peers", Evidence{LeaseAge: time.Hour, Ready: ready, SiteSilent: true},
+			siteDark},
+		{"whole site silent, within the grace period", Evidence{LeaseAge: grace, Ready: ready, SiteSilent: true},
+			Decision{State: Healthy}},
+		{"whole site silent but peers see it alive", Evidence{LeaseAge: time.Hour, Ready: ready, Peers: PeersSeeAlive, SiteSilent: true},
+			partitioned},
+		{"silent, site connected, no word on this node", Evidence{LeaseAge: time.Hour, Ready: ready, SiteSilent: false},
+			unreachable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.ev.GracePeriod = grace
+			if tt.ev.DeadGrace == 0 {
+				tt.ev.DeadGrace = deadGrace
+			}
 			if got := Decide(tt.ev); got != tt.want {
 				t.Errorf("Decide = %+v, want %+v", got, tt.want)
 			}
@@ -50,7 +74,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestZoneState(t *testing.T) {
-	H, U, P := Healthy, Unreachable, Partitioned
+	H, U, P, D, S := Healthy, Unreachable, Partitioned, Dead, SiteDark
 	tests := []struct {
 		name   string
 		states []State
@@ -64,6 +88,8 @@ func TestZoneState(t *testing.T) {
 		{"three of five down", []State{U, U, U, H, H}, ZonePartialDisruption},
 		{"three of six is under 0.55", []State{U, U, U, H, H, H}, ZoneNormal},
 		{"single node down", []State{U}, ZoneFullDisruption},
+		{"dark site", []State{S, S, S}, ZoneFullDisruption},
+		{"dead nodes count as down", []State{D, D, D, H, H}, ZonePartialDisruption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,11 +8,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-edge/tether/controllers/internal/kit"
 )
 
 // syncPod deletes a pod whose node has a NoExecute taint it does not
 // tolerate, or tolerates for a time that has run out; otherwise it looks
-// again when that time comes.
+// again when that time comes. A pod whose disconnect policy keeps the
+// original for reconciliation is marked Lost instead when its toleration
+// of the unreachable taint runs out.
 func (c *Controller) syncPod(ctx context.Context, key string) error {
 	obj, ok, err := c.pods.GetByKey(key)
 	if err != nil || !ok {
@@ -27,19 +31,101 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	if err != nil {
 		return nil // gone nodes' pods are the garbage collector's
 	}
-	ev := EvictionFor(node.Spec.Taints, pod.Spec.Tolerations, func(t corev1.Taint) time.Time {
-		return c.taintSince(node.Name, t)
-	})
+	since := func(t corev1.Taint) time.Time { return c.taintSince(node.Name, t) }
+	var unreach, other []corev1.Taint
+	for _, t := range node.Spec.Taints {
+		switch {
+		case t.Effect != corev1.TaintEffectNoExecute:
+		case t.Key == TaintUnreachable:
+			unreach = append(unreach, t)
+		default:
+			other = append(other, t)
+		}
+	}
+	evict := EvictionFor(other, pod.Spec.Tolerations, since)
+	lost := EvictionFor(unreach, pod.Spec.Tolerations, since)
+	if len(unreach) == 0 {
+		lost = c.policyEviction(node, pod)
+	}
+	if !takesLostPath(pod) {
+		evict, lost = earliest(evict, lost), Eviction{}
+	}
 	now := c.cfg.Clock.Now()
+	var wait time.Duration
+	if d, due := lost.in(now); due {
+		if !kit.IsPodLost(pod) {
+			if err := c.markLost(ctx, pod, node); err != nil {
+				return err
+			}
+		}
+	} else {
+		wait = d
+	}
+	d, due := evict.in(now)
+	if due {
+		return c.evict(ctx, pod, node)
+	}
+	if d > 0 && (wait == 0 || d < wait) {
+		wait = d
+	}
+	if wait > 0 {
+		c.evictQueue.AddAfter(key, wait)
+	}
+	return nil
+}
+
+// in returns whether the eviction is due at now, or else how long until
+// it is (zero for never).
+func (ev Eviction) in(now time.Time) (time.Duration, bool) {
 	switch {
 	case ev.Now:
+		return 0, true
 	case ev.At.IsZero():
-		return nil
+		return 0, false
 	case now.Before(ev.At):
-		c.evictQueue.AddAfter(key, ev.At.Sub(now))
-		return nil
+		return ev.At.Sub(now), false
 	}
-	return c.evict(ctx, pod, node)
+	return 0, true
+}
+
+// earliest returns the eviction that comes first.
+func earliest(a, b Eviction) Eviction {
+	switch {
+	case a.Now || b.At.IsZero():
+		return a
+	case b.Now || a.At.IsZero():
+		return b
+	case b.At.Before(a.At):
+		return b
+	}
+	return a
+}
+
+// policyEviction is when a pod must leave a node whose pods leave by
+// their disconnect policy without a NoExecute taint (a dark site): as if
+// the node had the unreachable NoExecute taint since its unreachable
+// NoSchedule taint, but only for pods whose toleration of it has
+// tolerationSeconds. The others stay: the hub gives every pod such a
+// toleration, so a pod without one asked for nothing.
+func (c *Controller) policyEviction(node *corev1.Node, pod *corev1.Pod) Eviction {
+	c.mu.Lock()
+	on := c.policyEvict[node.Name]
+	c.mu.Unlock()
+	if !on {
+		return Eviction{}
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key != TaintUnreachable || t.Effect != corev1.TaintEffectNoSchedule {
+			continue
+		}
+		virtual := []corev1.Taint{{Key: TaintUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: t.TimeAdded}}
+		ev := EvictionFor(virtual, pod.Spec.Tolerations, func(corev1.Taint) time.Time { return c.taintSince(node.Name, t) })
+		if ev.Now {
+			return Eviction{}
+		}
+		return ev
+	}
+	return Eviction{}
 }
 
 // evict marks the pod as disrupted and deletes it.

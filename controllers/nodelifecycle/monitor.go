@@ -40,17 +40,34 @@ func (c *Controller) monitor(ctx context.Context) {
 		return 0
 	})
 	now := c.cfg.Clock.Now()
+	ages := make([]time.Duration, len(nodes))
+	// A site is silent when none of its nodes sent a heartbeat within the
+	// grace period.
+	silent := map[string]bool{}
+	for i, n := range nodes {
+		ages[i] = c.heartbeatAge(n.Name, now)
+		z := zoneOf(n)
+		if _, ok := silent[z]; !ok {
+			silent[z] = true
+		}
+		if ages[i] <= c.cfg.GracePeriod {
+			silent[z] = false
+		}
+	}
 	decisions := make([]Decision, len(nodes))
 	zoneStates := map[string][]State{}
 	for i, n := range nodes {
+		z := zoneOf(n)
 		ev := Evidence{
-			LeaseAge:    c.heartbeatAge(n.Name, now),
+			LeaseAge:    ages[i],
 			GracePeriod: c.cfg.GracePeriod,
 			Ready:       readyCondition(n),
 			Peers:       c.cfg.Peers(n.Name),
+			DeadGrace:   c.cfg.DeadGrace,
+			// Upstream's behaviour for dark zones has no SiteDark.
+			SiteSilent: silent[z] && !c.cfg.EvictFullyDisruptedZones,
 		}
 		decisions[i] = Decide(ev)
-		z := zoneOf(n)
 		zoneStates[z] = append(zoneStates[z], decisions[i].State)
 	}
 	health := map[string]ZoneHealth{}
@@ -71,33 +88,53 @@ func (c *Controller) monitor(ctx context.Context) {
 		// A zone frozen for a full disruption (or every zone down)
 		// also withdraws the NoExecute taints it gave before the last
 		// nodes went, so nothing there is evicted.
-		frozen := allDown || (health[z] == ZoneFullDisruption && rate == 0)
-		if err := c.apply(ctx, n, decisions[i], z, rate, frozen, now); err != nil {
+		zc := zoneContext{
+			zone: z, rate: rate, allDown: allDown,
+			frozen: allDown || (health[z] == ZoneFullDisruption && rate == 0),
+		}
+		if err := c.apply(ctx, n, decisions[i], zc, now); err != nil {
 			c.log.Info("update node; retrying at the next pass", "node", n.Name, "err", err)
 		}
 	}
 }
 
+// zoneContext is what applying a node's decision needs to know of its
+// zone.
+type zoneContext struct {
+	zone string
+	// rate is how many nodes per second of the zone may get a NoExecute
+	// taint.
+	rate float64
+	// frozen says the zone evicts nothing for unreachable nodes.
+	frozen bool
+	// allDown says every zone is down: the hub's own link, most likely.
+	allDown bool
+}
+
 // apply makes one node's decision true.
-func (c *Controller) apply(ctx context.Context, n *corev1.Node, d Decision, zone string, rate float64, frozen bool, now time.Time) error {
+func (c *Controller) apply(ctx context.Context, n *corev1.Node, d Decision, zc zoneContext, now time.Time) error {
+	// Every zone down stops even the evictions a dark site's pods ask
+	// for: the hub cannot tell anything then.
+	policyEvict := d.EvictByPolicy && !zc.allDown
 	c.mu.Lock()
 	prev := c.states[n.Name]
 	c.states[n.Name] = d.State
+	policyChanged := c.policyEvict[n.Name] != policyEvict
+	if policyEvict {
+		c.policyEvict[n.Name] = true
+	} else {
+		delete(c.policyEvict, n.Name)
+	}
 	c.mu.Unlock()
 	if prev != d.State {
 		c.log.Info("node state", "node", n.Name, "from", prev, "to", d.State)
-		switch d.State {
-		case Unreachable, NotReady:
-			c.events.Eventf(nodeRef(n), corev1.EventTypeNormal, eventReasonNodeNotReady, "Node %s status is now: NodeNotReady", n.Name)
-		case Partitioned:
-			c.events.Eventf(nodeRef(n), corev1.EventTypeNormal, eventReasonNodeUnreachable, "Node %s is cut off from the hub but its site peers see it alive; its pods stay", n.Name)
-		}
+		c.stateEvent(n, d.State)
 	}
 
 	var errs []error
 	cur := n
 	if d.MarkUnknown {
-		if u, changed := markUnknown(n, now); changed {
+		if u, changed := markUnknown(n, d.Message, now); changed {
 			got, err := c.cfg.Client.CoreV1().Nodes().UpdateStatus(ctx, u, metav1.UpdateOptions{})
 			if err != nil {
 				return fmt.Errorf("mark node conditions unknown: %w", err)
@@ -106,7 +143,7 @@ func (c *Controller) apply(ctx context.Context, n *corev1.Node, d Decision, zone
 		}
 	}
 
-	taints, changed := c.lifecycleTaints(cur, d, zone, rate, frozen, now)
+	taints, changed := c.lifecycleTaints(cur, d, zc, now)
 	if changed {
 		u := cur.DeepCopy()
 		u.Spec.Taints = taints
@@ -114,11 +151,37 @@ func (c *Controller) apply(ctx context.Context, n *corev1.Node, d Decision, zone
 			errs = append(errs, fmt.Errorf("update node taints: %w", err))
 		}
 	}
+	if policyChanged {
+		c.enqueuePodsOf(n.Name)
+	}
 
 	if d.MarkPodsNotReady {
 		errs = append(errs, c.markPodsNotReady(ctx, n.Name, now))
 	}
+	if heard(d.State) {
+		errs = append(errs, c.resolveLost(ctx, n.Name))
+	}
 	return errors.Join(errs...)
+}
+
+// heard says whether the hub hears a node in state s: its heartbeats
+// arrive.
+func heard(s State) bool {
+	return s == Healthy || s == Pending || s == NotReady || s == Recovering
+}
+
+// stateEvent records the event of a node entering state s.
+func (c *Controller) stateEvent(n *corev1.Node, s State) {
+	switch s {
+	case Unreachable, NotReady:
+		c.events.Eventf(nodeRef(n), corev1.EventTypeNormal, eventReasonNodeNotReady, "Node %s status is now: NodeNotReady", n.Name)
+	case Partitioned:
+		c.events.Eventf(nodeRef(n), corev1.EventTypeNormal, eventReasonNodeUnreachable, "Node %s is cut off from the hub but its site peers see it alive; its pods stay", n.Name)
+	case Dead:
+		c.events.Eventf(nodeRef(n), corev1.EventTypeWarning, eventReasonNodeDead, "Node %s is gone: its site peers agree and the hub hears nothing; its pods are replaced now", n.Name)
+	case SiteDark:
+		c.events.Eventf(nodeRef(n), corev1.EventTypeNormal, eventReasonSiteDark, "Node %s: no node of its site is heard by the hub; its pods stay unless their disconnect policy asks for a replacement", n.Name)
+	}
 }
 
 func nodeRef(n *corev1.Node) *corev1.ObjectReference {
@@ -131,10 +194,13 @@ var conditionsMarked = []corev1.NodeConditionType{
 	corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure,
 }
 
-// markUnknown returns a copy of n whose conditions read Unknown, and
-// whether anything changed. lastHeartbeatTime is kept: it says when the
-// node last spoke.
-func markUnknown(n *corev1.Node, now time.Time) (*corev1.Node, bool) {
+// markUnknown returns a copy of n whose conditions read Unknown with msg
+// (the upstream message when empty), and whether anything changed.
+// lastHeartbeatTime is kept: it says when the node last spoke.
+func markUnknown(n *corev1.Node, msg string, now time.Time) (*corev1.Node, bool) {
+	if msg == "" {
+		msg = MessageStatusUnknown
+	}
 	u := n.DeepCopy()
 	changed := false
 	for _, t := range conditionsMarked {
@@ -145,11 +211,16 @@ func markUnknown(n *corev1.Node, now time.Time) (*corev1.Node, bool) {
 				continue
 			}
 			found = true
-			if c.Status != corev1.ConditionUnknown {
+			switch {
+			case c.Status != corev1.ConditionUnknown:
 				c.Status = corev1.ConditionUnknown
 				c.Reason = ReasonStatusUnknown
-				c.Message = MessageStatusUnknown
+				c.Message = msg
 				c.LastTransitionTime = metav1.NewTime(now)
+				changed = true
+			case c.Reason == ReasonStatusUnknown && c.Message != msg:
+				// Still Unknown, for another reason.
+				c.Message = msg
 				changed = true
 			}
 		}
@@ -166,15 +237,17 @@ func markUnknown(n *corev1.Node, now time.Time) (*corev1.Node, bool) {
 }
 
 func isLifecycleTaint(t corev1.Taint) bool {
-	return (t.Key == TaintUnreachable || t.Key == TaintNotReady) &&
-		(t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute)
+	return ((t.Key == TaintUnreachable || t.Key == TaintNotReady) &&
+		(t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute)) ||
+		(t.Key == TaintDead && t.Effect == corev1.TaintEffectNoExecute)
 }
 
 // lifecycleTaints returns the node's taints with the lifecycle ones as
 // the decision wants them, and whether they changed. A NoExecute taint is
-// added only when the zone's rate allows one now; otherwise the next pass
-// tries again.
-func (c *Controller) lifecycleTaints(n *corev1.Node, d Decision, zone string, rate float64, frozen bool, now time.Time) ([]corev1.Taint, bool) {
+// added only when the zone's rate allows one now, unless the decision
+// says at once; otherwise the next pass tries again.
+func (c *Controller) lifecycleTaints(n *corev1.Node, d Decision, zc zoneContext, now time.Time) ([]corev1.Taint, bool) {
+	frozen := zc.frozen && !d.Immediate
 	var out []corev1.Taint
 	has := func(key string, effect corev1.TaintEffect) *corev1.Taint {
 		for i := range n.Spec.Taints {
@@ -202,7 +275,7 @@ func (c *Controller) lifecycleTaints(n *corev1.Node, d Decision, zone string, ra
 		out = append(out, corev1.Taint{Key: d.NoSchedule, Effect: corev1.TaintEffectNoSchedule, TimeAdded: ptrTime(now)})
 		changed = true
 	}
-	if d.NoExecute != "" && !frozen && has(d.NoExecute, corev1.TaintEffectNoExecute) == nil && c.takeToken(zone, rate, now) {
+	if d.NoExecute != "" && !frozen && has(d.NoExecute, corev1.TaintEffectNoExecute) == nil && (d.Immediate || c.takeToken(zc.zone, zc.rate, now)) {
 		out = append(out, corev1.Taint{Key: d.NoExecute, Effect: corev1.TaintEffectNoExecute, TimeAdded: ptrTime(now)})
 		changed = true
 	}

@@ -81,7 +81,9 @@ func Controllers() []Controller {
 		{"nodelifecycle", "node-controller", append(eventRules(),
 			rule("get list watch update patch delete", "core", "nodes"),
 			rule("update patch", "core", "nodes/status"),
-			rule("get list watch delete", "core", "pods"),
+			// patch: the deletion cost of the pod that loses when a
+			// Lost pod's node is heard again (tether's disconnect policy).
+			rule("get list watch patch delete", "core", "pods"),
 			rule("update patch", "core", "pods/status"),
 			rule("get list watch", "coordination.k8s.io", "leases"),
 		)},
