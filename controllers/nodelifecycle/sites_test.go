@@ -49,15 +49,12 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	e := &fakeEnv{t: t, client: fake.NewSimpleClientset(), clk: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)), peers: map[string]PeerView{}}
 	var rv, seq atomic.Int64
 	e.client.PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		var obj runtime.Object
-		switch a := a.(type) {
-		case clienttesting.CreateAction:
-			obj = a.GetObject()
-		case clienttesting.UpdateAction:
-			obj = a.GetObject()
-		default:
+		// Create and update actions both carry the object to store.
+		oa, ok := a.(interface{ GetObject() runtime.Object })
+		if !ok || (a.GetVerb() != "create" && a.GetVerb() != "update") {
 			return false, nil, nil
 		}
+		obj := oa.GetObject()
 		m, err := metaOf(obj)
 		if err != nil {
 			return false, nil, nil
@@ -83,8 +80,6 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	c, err := New(Config{
 		Client: e.client, Informers: e.f, Workers: 2, Logger: log, Clock: e.clk,
 		GracePeriod: 40 * time.Second, DeadGrace: 10 * time.Second,
-		// The test runs the monitor passes.
-		MonitorPeriod: 24 * time.Hour,
 		Peers: func(n string) PeerView {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -113,8 +108,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// start runs the informers and the controller; other controllers sharing
-// the factory must be created before.
+// start runs the informers, the controller's workers (not its monitor
+// loop: the test runs the passes) and others, which must have been
+// created on the factory before.
 func (e *fakeEnv) start(others ...interface{ Run(context.Context) error }) {
 	var wg sync.WaitGroup
 	e.t.Cleanup(func() {
@@ -122,10 +118,13 @@ func (e *fakeEnv) start(others ...interface{ Run(context.Context) error }) {
 		wg.Wait()
 	})
 	e.f.Start(e.ctx.Done())
-	for _, r := range append(others, e.c) {
+	e.f.WaitForCacheSync(e.ctx.Done())
+	for _, r := range others {
 		wg.Go(func() { _ = r.Run(e.ctx) })
 	}
-	e.f.WaitForCacheSync(e.ctx.Done())
+	e.c.events.Start(e.ctx)
+	wg.Go(func() { e.c.evictQueue.Run(e.ctx, e.c.cfg.Workers, e.c.log, e.c.syncPod) })
+	wg.Go(func() { e.c.nodeQueue.Run(e.ctx, 1, e.c.log, e.c.syncUnschedulable) })
 }
 
 func (e *fakeEnv) setPeers(node string, v PeerView) {
@@ -212,10 +211,29 @@ func (e *fakeEnv) pass() {
 	})
 }
 
+// settle has every pod looked at again and gives the controller a moment,
+// before a test checks that nothing happened.
+func (e *fakeEnv) settle() {
+	for _, k := range e.c.pods.ListKeys() {
+		e.c.evictQueue.Add(k)
+	}
+	e.clk.Step(0)
+	time.Sleep(100 * time.Millisecond)
+}
+
+// state is the controller's last decision on a node.
+func (e *fakeEnv) state(node string) State {
+	e.c.mu.Lock()
+	defer e.c.mu.Unlock()
+	return e.c.states[node]
+}
+
 // step moves the fake clock on.
 func (e *fakeEnv) step(d time.Duration) { e.clk.Step(d) }
 
-// wait polls cond in real time, letting the fake clock's due timers fire.
+// wait polls cond in real time. Between polls it looks at every pod
+// again: a delayed requeue may miss a step of the fake clock that lands
+// between the queue reading the clock and setting its timer.
 func (e *fakeEnv) wait(what string, cond func() (bool, error)) {
 	e.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -226,6 +244,9 @@ func (e *fakeEnv) wait(what string, cond func() (bool, error)) {
 			return
 		}
 		e.clk.Step(0)
+		for _, k := range e.c.pods.ListKeys() {
+			e.c.evictQueue.Add(k)
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	e.t.Fatalf("timed out waiting for %s: %v", what, err)
@@ -400,7 +421,7 @@ func TestSiteDarkEvictsByPolicyOnly(t *testing.T) {
 	e.step(time.Hour - 2*time.Minute)
 	e.renew("a1")
 	e.pass()
-	time.Sleep(50 * time.Millisecond)
+	e.settle()
 	for _, name := range []string{"forever", "none"} {
 		if _, ok := e.getPod(name); !ok {
 			t.Errorf("pod %s evicted from a dark site", name)
@@ -420,9 +441,7 @@ func TestEveryZoneDownEvictsNothing(t *testing.T) {
 	e.pass()
 	e.step(2 * time.Minute)
 	e.pass()
-	time.Sleep(50 * time.Millisecond)
-	e.clk.Step(0)
-	time.Sleep(50 * time.Millisecond)
+	e.settle()
 	if _, ok := e.getPod("t60"); !ok {
 		t.Errorf("pod evicted while every zone is down")
 	}
@@ -455,7 +474,7 @@ func TestPartitionedKeepsPods(t *testing.T) {
 	e.step(time.Hour)
 	e.renew("a2")
 	e.pass()
-	time.Sleep(50 * time.Millisecond)
+	e.settle()
 	for _, name := range []string{"short", "none"} {
 		p, ok := e.getPod(name)
 		if !ok || !podReady(p) {
