@@ -93,15 +93,16 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 		return ready == 5, fmt.Errorf("%d of 5 ready", ready)
 	})
 
-	// The hub's admission gives pods without one the 300s toleration.
+	// The hub's admission gives pods without one the toleration of the
+	// default disconnect policy: an unreachable node's pods stay.
 	hasDefault := false
 	for _, tol := range dflt.Spec.Tolerations {
-		if tol.Key == TaintUnreachable && tol.TolerationSeconds != nil && *tol.TolerationSeconds == 300 {
+		if tol.Key == TaintUnreachable && tol.Effect == corev1.TaintEffectNoExecute && tol.TolerationSeconds == nil {
 			hasDefault = true
 		}
 	}
 	if !hasDefault {
-		t.Errorf("pod without tolerations did not get the default 300s unreachable toleration: %+v", dflt.Spec.Tolerations)
+		t.Errorf("pod without tolerations did not get the default policy's unreachable toleration: %+v", dflt.Spec.Tolerations)
 	}
 
 	// Healthy nodes stay untouched well past the grace period.
