@@ -92,6 +92,8 @@ type run struct {
 	// buildAPI
 	authz  *nodes.Authorizer
 	leases *nodes.Leases
+	zones  *nodes.Zones
+	sites  *nodes.Sites
 	edges  *tunnel.Server
 	relay  *streamDemux
 	api    *apiserver.Server
@@ -217,7 +219,9 @@ func (r *run) buildAPI() error {
 	r.authz.Next = r.rbac // nodes are the node authorizer's, everyone else RBAC's
 	r.csrAdm.SetAuthorizer(r.authz)
 	r.leases = nodes.NewLeases(nodeCfg)
-	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, cfg.Logger.With("component", "tunnel")); err != nil {
+	r.zones = nodes.NewZones(nodeCfg)
+	r.sites = nodes.NewSites(nodes.SitesConfig{Zones: r.zones, Live: r.leases.Alive, Logger: cfg.Logger.With("component", "sites")})
+	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, r.sites, cfg.Logger.With("component", "tunnel")); err != nil {
 		return err
 	}
 	r.onClose(func() error { _ = r.edges.Close(); return nil })
@@ -240,7 +244,7 @@ func (r *run) buildAPI() error {
 		DialNode:             dialNode(r.edges),
 		DialPod:              dialPod(r.edges),
 		ServiceAccountTokens: saTokens,
-		ExtraMetrics:         tunnelMetrics(r.edges, r.relay),
+		ExtraMetrics:         tunnelMetrics(r.edges, r.relay, r.sites),
 		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,
@@ -318,6 +322,7 @@ func (r *run) serve(ctx context.Context) error {
 	go r.authz.Run(bgCtx)
 	go r.rbac.Run(bgCtx)
 	go r.leases.Run(bgCtx)
+	go r.zones.Run(bgCtx)
 	go r.adm.Run(bgCtx)
 	go r.crds.Run(bgCtx)
 	go r.objs.KeepBootstrapped(bgCtx, r.bootCfg, 0)
@@ -408,6 +413,7 @@ func (r *run) startClients(ctx context.Context) error {
 		Controllers:   r.cfg.Controllers,
 		RootCA:        r.authority.CAPEM(),
 		LocalPathRoot: r.cfg.LocalPathRoot,
+		SitePeers:     r.sites.Peers,
 		// Custom resources are watched (garbage collection, namespace
 		// deletion) as soon as they are served.
 		ResourcesChanged: r.reg.Changed,

@@ -20,8 +20,8 @@ import (
 
 // newTunnelServer builds the server end of the edge tunnels: node
 // certificates only, heartbeats and connection changes fed to the Lease
-// keeper.
-func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases, log *slog.Logger) (*tunnel.Server, error) {
+// keeper, site digests to sites.
+func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases, sites *nodes.Sites, log *slog.Logger) (*tunnel.Server, error) {
 	resetKey, err := loadOrCreateResetKey(filepath.Join(cfg.DataDir, "pki", "tunnel-reset.key"))
 	if err != nil {
 		return nil, err
@@ -40,12 +40,14 @@ func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases,
 		OnConnect:    func(s *tunnel.Session) { leases.Connected(s.Node()) },
 		OnDisconnect: func(s *tunnel.Session, _ error) { leases.Disconnected(s.Node()) },
 		OnHeartbeat:  func(s *tunnel.Session) { leases.Heartbeat(s.Node()) },
+		OnReport:     func(s *tunnel.Session, p []byte) { sites.Report(s.Node(), p) },
 		Logger:       log,
 	})
 }
 
-// tunnelMetrics writes the tunnel server's counters for /metrics.
-func tunnelMetrics(edges *tunnel.Server, relay *streamDemux) func(io.Writer) {
+// tunnelMetrics writes the tunnel server's counters, and those of the
+// site digests it carries, for /metrics.
+func tunnelMetrics(edges *tunnel.Server, relay *streamDemux, sites *nodes.Sites) func(io.Writer) {
 	return func(w io.Writer) {
 		st := edges.Stats()
 		for _, m := range []struct {
@@ -63,6 +65,7 @@ func tunnelMetrics(edges *tunnel.Server, relay *streamDemux) func(io.Writer) {
 		} {
 			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", m.name, m.help, m.name, m.typ, m.name, m.v)
 		}
+		sites.WriteMetrics(w)
 	}
 }
 

@@ -1,0 +1,225 @@
+package nodes
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tether-edge/tether/controllers/nodelifecycle"
+	"github.com/tether-edge/tether/internal/sitedigest"
+)
+
+// SitesConfig configures Sites.
+type SitesConfig struct {
+	// Zones tells each Node's site. Required; it must be running.
+	Zones *Zones
+	// Live reports whether node's tunnel is up and its heartbeats arrive
+	// (Leases.Alive). Required.
+	Live func(node string) bool
+	// Logger receives logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Sites holds each site's latest view of its members, gathered from the
+// digests (sitedigest) that the sites' agents report over their tunnels,
+// and answers the node lifecycle controller's question: what do a node's
+// site peers say of it? Everything is in memory: a digest costs no store
+// write, and a restarted hub learns the views again as the edges
+// reconnect, since their tunnel clients send their latest report at every
+// connect.
+//
+// A digest is taken only from a node of its site (the reporter's Node
+// carries the site as its topology.kubernetes.io/zone label), and only
+// about nodes of that site. Views merge member by member with
+// sitedigest.Newer, so a reporter with an older view cannot bring back a
+// node its site already saw dead, while a node that came back (a higher
+// incarnation) is alive again.
+type Sites struct {
+	cfg SitesConfig
+	log *slog.Logger
+
+	mu sync.Mutex
+	// views maps a site to its members' latest states.
+	views map[string]map[string]sitedigest.Member
+	// last is the hash of the last payload of each reporter: a digest
+	// identical to it is dropped unread.
+	last map[string][sha256.Size]byte
+	// held keeps the last digest refused because its reporter was not (or
+	// not yet) a node of the digest's site; it is tried again when the
+	// reporter's Node appears or changes zone, since an agent reports as
+	// soon as it connects, which may be before its Node is registered.
+	held map[string][]byte
+	// digests keeps each site's last accepted digest, so that a member
+	// whose Node registers after the digest came is taken in then.
+	digests map[string]sitedigest.Digest
+
+	accepted, duplicate, rejected, ignored atomic.Uint64
+}
+
+// NewSites returns an empty Sites and subscribes it to cfg.Zones.
+func NewSites(cfg SitesConfig) *Sites {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Sites{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		views: map[string]map[string]sitedigest.Member{},
+		last:  map[string][sha256.Size]byte{},
+		held:  map[string][]byte{},
+
+		digests: map[string]sitedigest.Digest{},
+	}
+	cfg.Zones.OnChange(s.nodeChanged)
+	return s
+}
+
+// Report takes a digest payload reported by node (the tunnel's
+// authenticated node). It does not block.
+func (s *Sites) Report(reporter string, payload []byte) {
+	sum := sha256.Sum256(payload)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, ok := s.last[reporter]; ok && prev == sum {
+		s.duplicate.Add(1)
+		return
+	}
+	s.last[reporter] = sum
+	delete(s.held, reporter)
+	s.applyLocked(reporter, payload)
+}
+
+// applyLocked decodes, checks and merges one digest.
+func (s *Sites) applyLocked(reporter string, payload []byte) {
+	d, err := sitedigest.Unmarshal(payload)
+	if err != nil {
+		s.rejected.Add(1)
+		s.log.Info("site digest refused", "node", reporter, "err", err)
+		return
+	}
+	zone, known := s.cfg.Zones.Zone(reporter)
+	if !known || zone != d.Site {
+		s.rejected.Add(1)
+		s.held[reporter] = payload
+		why := fmt.Sprintf("node %s is in site %q", reporter, zone)
+		if !known {
+			why = fmt.Sprintf("node %s is not registered", reporter)
+		}
+		s.log.Info("site digest refused", "node", reporter, "site", d.Site, "err", why)
+		return
+	}
+	for _, m := range d.Members {
+		if z, ok := s.cfg.Zones.Zone(m.Node); !ok || z != d.Site {
+			s.ignored.Add(1)
+			continue
+		}
+		s.mergeLocked(d.Site, m)
+	}
+	s.digests[d.Site] = d
+	s.accepted.Add(1)
+}
+
+// mergeLocked takes m into site's view unless the view knows better.
+func (s *Sites) mergeLocked(site string, m sitedigest.Member) {
+	view := s.views[site]
+	if view == nil {
+		view = map[string]sitedigest.Member{}
+		s.views[site] = view
+	}
+	if cur, ok := view[m.Node]; ok && !sitedigest.Newer(m, cur) {
+		return
+	}
+	view[m.Node] = m
+}
+
+// nodeChanged follows Zones: a node that left a site leaves its view, and
+// a held digest of the node is tried again.
+func (s *Sites) nodeChanged(node, from, to string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if from != to {
+		if v := s.views[from]; v != nil && from != "" {
+			delete(v, node)
+			if len(v) == 0 {
+				delete(s.views, from)
+			}
+		}
+	}
+	if _, known := s.cfg.Zones.Zone(node); !known {
+		delete(s.last, node)
+		delete(s.held, node)
+		return
+	}
+	if d, ok := s.digests[to]; ok && to != "" {
+		if i, found := slices.BinarySearchFunc(d.Members, node, func(m sitedigest.Member, n string) int {
+			return strings.Compare(m.Node, n)
+		}); found {
+			s.mergeLocked(to, d.Members[i])
+		}
+	}
+	if p, ok := s.held[node]; ok {
+		delete(s.held, node)
+		s.applyLocked(node, p)
+	}
+}
+
+// Peers reports what node's site says of it: PeersSeeAlive or
+// PeersSeeDead from the site's view; PeersUnknown when the node has no
+// site, the site has sent no view or none that names the node, no member
+// of the site is heard by the hub now (a view from a site that went dark
+// is no evidence of anything), or the view has the node suspect or gone
+// cleanly (left: its agent stopped, which says nothing of its
+// containers). It does not block.
+func (s *Sites) Peers(node string) nodelifecycle.PeerView {
+	zone, known := s.cfg.Zones.Zone(node)
+	if !known || zone == "" {
+		return nodelifecycle.PeersUnknown
+	}
+	s.mu.Lock()
+	m, ok := s.views[zone][node]
+	s.mu.Unlock()
+	if !ok || !s.cfg.Zones.AnyMember(zone, s.cfg.Live) {
+		return nodelifecycle.PeersUnknown
+	}
+	switch m.State {
+	case sitedigest.Alive:
+		return nodelifecycle.PeersSeeAlive
+	case sitedigest.Dead:
+		return nodelifecycle.PeersSeeDead
+	}
+	return nodelifecycle.PeersUnknown
+}
+
+// SiteDigestStats are Sites' counters.
+type SiteDigestStats struct {
+	Accepted, Duplicate, Rejected uint64
+	// IgnoredMembers counts members of accepted digests that were not
+	// nodes of the digest's site.
+	IgnoredMembers uint64
+}
+
+// Stats returns the counters.
+func (s *Sites) Stats() SiteDigestStats {
+	return SiteDigestStats{Accepted: s.accepted.Load(), Duplicate: s.duplicate.Load(),
+		Rejected: s.rejected.Load(), IgnoredMembers: s.ignored.Load()}
+}
+
+// WriteMetrics writes the counters for /metrics.
+func (s *Sites) WriteMetrics(w io.Writer) {
+	st := s.Stats()
+	fmt.Fprintf(w, "# HELP tether_site_digests_total Site digests reported by edges, by result: accepted, duplicate (identical to the reporter's previous one, dropped unread) or rejected (undecodable, or the reporter is not a node of the digest's site).\n")
+	fmt.Fprintf(w, "# TYPE tether_site_digests_total counter\n")
+	for _, r := range []struct {
+		result string
+		v      uint64
+	}{{"accepted", st.Accepted}, {"duplicate", st.Duplicate}, {"rejected", st.Rejected}} {
+		fmt.Fprintf(w, "tether_site_digests_total{result=%q} %d\n", r.result, r.v)
+	}
+	fmt.Fprintf(w, "# HELP tether_site_digest_members_ignored_total Members of accepted site digests that are not nodes of the digest's site.\n")
+	fmt.Fprintf(w, "# TYPE tether_site_digest_members_ignored_total counter\ntether_site_digest_members_ignored_total %d\n", st.IgnoredMembers)
+}

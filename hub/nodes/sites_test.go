@@ -1,0 +1,164 @@
+package nodes
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/tether-edge/tether/controllers/nodelifecycle"
+	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/internal/sitedigest"
+)
+
+// eventually polls cond for up to five seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func zoneNode(name, zone string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if zone != "" {
+		n.Labels = map[string]string{corev1.LabelTopologyZone: zone}
+	}
+	return n
+}
+
+func digest(t *testing.T, site string, members ...sitedigest.Member) []byte {
+	t.Helper()
+	d := sitedigest.Digest{Site: site, Members: members}
+	d.Normalize()
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func member(node string, st sitedigest.State, inc uint32) sitedigest.Member {
+	return sitedigest.Member{Node: node, State: st, Incarnation: inc}
+}
+
+// TestSitesPeers: digests of a site's members make Peers tell Alive and
+// Dead while a member of the site is heard; a digest from a node of
+// another site is rejected and counted; stale reporters cannot bring a
+// dead node back, a node back at a higher incarnation is alive; members
+// that are not nodes of the site are ignored.
+func TestSitesPeers(t *testing.T) {
+	st := newStorage(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := time.Now()
+	cfg := Config{Storage: st, Logger: quiet, Now: func() time.Time { return now }}
+	nodesKind := mustKindT(t, "nodes")
+	for _, n := range []*corev1.Node{zoneNode("a1", "A"), zoneNode("a2", "A"), zoneNode("a3", "A"), zoneNode("b1", "B"), zoneNode("c1", "")} {
+		if _, err := st.Create(ctx, nodesKind, "", n, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zones := NewZones(cfg)
+	leases := NewLeases(cfg)
+	sites := NewSites(SitesConfig{Zones: zones, Live: leases.Alive, Logger: quiet})
+	go zones.Run(ctx)
+	if !zones.WaitSynced(ctx) {
+		t.Fatal("zones not synced")
+	}
+	peers := func(want map[string]nodelifecycle.PeerView) {
+		t.Helper()
+		for n, w := range want {
+			if got := sites.Peers(n); got != w {
+				t.Errorf("Peers(%s) = %v, want %v", n, got, w)
+			}
+		}
+	}
+	stats := func(want SiteDigestStats) {
+		t.Helper()
+		if got := sites.Stats(); got != want {
+			t.Fatalf("stats %+v, want %+v", got, want)
+		}
+	}
+	const U, Alive, Dead = nodelifecycle.PeersUnknown, nodelifecycle.PeersSeeAlive, nodelifecycle.PeersSeeDead
+
+	peers(map[string]nodelifecycle.PeerView{"a1": U, "a2": U, "c1": U, "nope": U})
+	view := digest(t, "A", member("a1", sitedigest.Alive, 1), member("a2", sitedigest.Dead, 3),
+		member("a3", sitedigest.Alive, 2), member("b1", sitedigest.Alive, 1), member("x9", sitedigest.Alive, 1))
+	sites.Report("a1", view)
+	stats(SiteDigestStats{Accepted: 1, IgnoredMembers: 2})
+	// No member of A is heard by the hub: the view is no evidence.
+	peers(map[string]nodelifecycle.PeerView{"a2": U, "a3": U})
+	leases.Connected("a1")
+	peers(map[string]nodelifecycle.PeerView{"a1": Alive, "a2": Dead, "a3": Alive, "b1": U, "c1": U, "x9": U})
+
+	sites.Report("a1", view)
+	stats(SiteDigestStats{Accepted: 1, Duplicate: 1, IgnoredMembers: 2})
+
+	// b1 is in site B: its word on A is refused.
+	sites.Report("b1", digest(t, "A", member("a2", sitedigest.Alive, 9)))
+	sites.Report("a1", []byte("not a digest"))
+	stats(SiteDigestStats{Accepted: 1, Duplicate: 1, Rejected: 2, IgnoredMembers: 2})
+	peers(map[string]nodelifecycle.PeerView{"a2": Dead})
+
+	// a3 has an older view of a2: alive at the incarnation its death was
+	// seen at. It does not bring a2 back; a2 rejoining does.
+	sites.Report("a3", digest(t, "A", member("a2", sitedigest.Alive, 3), member("a3", sitedigest.Suspect, 2)))
+	peers(map[string]nodelifecycle.PeerView{"a2": Dead, "a3": U})
+	sites.Report("a3", digest(t, "A", member("a2", sitedigest.Alive, 4), member("a3", sitedigest.Left, 2)))
+	peers(map[string]nodelifecycle.PeerView{"a2": Alive, "a3": U})
+	stats(SiteDigestStats{Accepted: 3, Duplicate: 1, Rejected: 2, IgnoredMembers: 2})
+
+	// The site goes dark: no evidence.
+	leases.Disconnected("a1")
+	peers(map[string]nodelifecycle.PeerView{"a1": U, "a2": U})
+	leases.Connected("a3")
+	peers(map[string]nodelifecycle.PeerView{"a1": Alive, "a2": Alive})
+
+	// A node reporting before its Node is registered is refused, and
+	// taken in once it is; so is a member the digest named early.
+	early := digest(t, "A", member("a4", sitedigest.Alive, 1), member("a5", sitedigest.Dead, 1), member("a1", sitedigest.Dead, 7))
+	sites.Report("a4", early)
+	stats(SiteDigestStats{Accepted: 3, Duplicate: 1, Rejected: 3, IgnoredMembers: 2})
+	peers(map[string]nodelifecycle.PeerView{"a1": Alive})
+	if _, err := st.Create(ctx, nodesKind, "", zoneNode("a4", "A"), storage.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the held digest taken in", func() bool { return sites.Peers("a1") == Dead })
+	stats(SiteDigestStats{Accepted: 4, Duplicate: 1, Rejected: 3, IgnoredMembers: 3})
+	if _, err := st.Create(ctx, nodesKind, "", zoneNode("a5", "A"), storage.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a member registered late", func() bool { return sites.Peers("a5") == Dead })
+
+	// A node moving to another site leaves its old site's view.
+	if _, err := st.GuaranteedUpdate(ctx, nodesKind, "", "a2", storage.Options{}, func(cur runtime.Object) (runtime.Object, error) {
+		n := cur.(*corev1.Node)
+		n.Labels[corev1.LabelTopologyZone] = "B"
+		return n, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a2 in site B", func() bool { z, _ := zones.Zone("a2"); return z == "B" })
+	peers(map[string]nodelifecycle.PeerView{"a2": U})
+
+	var m strings.Builder
+	sites.WriteMetrics(&m)
+	for _, want := range []string{
+		`tether_site_digests_total{result="accepted"} 4`,
+		`tether_site_digests_total{result="duplicate"} 1`,
+		`tether_site_digests_total{result="rejected"} 3`,
+	} {
+		if !strings.Contains(m.String(), want+"\n") {
+			t.Errorf("metrics lack %s:\n%s", want, m.String())
+		}
+	}
+}
