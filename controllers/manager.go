@@ -56,6 +56,9 @@ type Config struct {
 	// (site gossip, gathered by the hub from the sites' digests); the
 	// node lifecycle controller decides with it. It must not block.
 	SitePeers func(node string) nodelifecycle.PeerView
+	// SiteKeyRotation is how often the sitekeys controller rotates each
+	// site's gossip keys; zero means a day.
+	SiteKeyRotation time.Duration
 	// LocalPathRoot is the directory on nodes under which local-path
 	// volumes are provisioned; empty means /var/lib/tether/storage.
 	LocalPathRoot string

@@ -20,6 +20,7 @@ import (
 	"github.com/tether-edge/tether/controllers/podgc"
 	"github.com/tether-edge/tether/controllers/replicaset"
 	"github.com/tether-edge/tether/controllers/serviceaccount"
+	"github.com/tether-edge/tether/controllers/sitekeys"
 	"github.com/tether-edge/tether/controllers/statefulset"
 	"github.com/tether-edge/tether/controllers/volume"
 )
@@ -85,6 +86,10 @@ var builtins = []builtin{
 	// The default ServiceAccount and kube-root-ca.crt of every namespace.
 	{"serviceaccount", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
 		return serviceaccount.New(serviceaccount.Config{Client: k, Informers: inf, Workers: w, Logger: l, RootCA: c.RootCA})
+	}},
+	// The gossip keys of every site (zone), rotated.
+	{"sitekeys", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
+		return sitekeys.New(sitekeys.Config{Client: k, Informers: inf, Logger: l, Rotation: c.SiteKeyRotation})
 	}},
 	// The rules of aggregated ClusterRoles (admin, edit, view, ...).
 	{"clusterrole-aggregation", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, _ *Config) (runner, error) {

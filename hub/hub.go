@@ -91,6 +91,9 @@ type Config struct {
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.
 	Controllers []string
+	// SiteKeyRotation is how often each site's gossip keys are rotated;
+	// zero means a day.
+	SiteKeyRotation time.Duration
 	// LocalPathRoot is the directory of nodes under which the local-path
 	// provisioner makes volumes; empty means /var/lib/tether/storage. Agents
 	// must use the same (tether edge --local-path-root).

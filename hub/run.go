@@ -417,6 +417,7 @@ func (r *run) startClients(ctx context.Context) error {
 		// Custom resources are watched (garbage collection, namespace
 		// deletion) as soon as they are served.
 		ResourcesChanged: r.reg.Changed,
+		SiteKeyRotation:  r.cfg.SiteKeyRotation,
 	})
 	if err != nil {
 		return err

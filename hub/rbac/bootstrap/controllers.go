@@ -122,6 +122,11 @@ func Controllers() []Controller {
 			rule("update", "core", "namespaces/finalize namespaces/status"),
 			rule("get list delete deletecollection", "*", "*"),
 		)},
+		// tether's own: the gossip key Secret of every site (zone).
+		{"sitekeys", "site-keys-controller", append(eventRules(),
+			rule("get list watch", "core", "nodes"),
+			rule("get list watch create update", "core", "secrets"),
+		)},
 		{"clusterrole-aggregation", "clusterrole-aggregation-controller", append(eventRules(),
 			rule("escalate get list watch update patch", "rbac.authorization.k8s.io", "clusterroles"),
 		)},
