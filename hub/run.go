@@ -220,6 +220,7 @@ func (r *run) buildAPI() error {
 	r.csrAdm.SetAuthorizer(r.authz)
 	r.leases = nodes.NewLeases(nodeCfg)
 	r.zones = nodes.NewZones(nodeCfg)
+	r.authz.Zones = r.zones // a node reads its site's gossip keys
 	r.sites = nodes.NewSites(nodes.SitesConfig{Zones: r.zones, Live: r.leases.Alive, Logger: cfg.Logger.With("component", "sites")})
 	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, r.sites, cfg.Logger.With("component", "tunnel")); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-edge/tether/hub/hubtest"
@@ -85,4 +86,32 @@ func TestSiteDigestsOverTunnel(t *testing.T) {
 		got = metric()
 		return strings.Contains(got, `duplicate"} 1`) && strings.Contains(got, `rejected"} 2`)
 	})
+}
+
+// TestSiteKeySecrets: the hub gives every site a gossip key Secret, and a
+// node reads its own site's and not another's.
+func TestSiteKeySecrets(t *testing.T) {
+	h := hubtest.Start(t, "--disable-scheduler")
+	admin := clientFor(t, h)
+	ctx := t.Context()
+	for name, zone := range map[string]string{"a1": "site-a", "b1": "site-b"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone}}}
+		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secrets := admin.CoreV1().Secrets(sitedigest.KeySecretNamespace)
+	for _, site := range []string{"site-a", "site-b"} {
+		waitFor(t, site+"'s key secret", func() bool {
+			s, err := secrets.Get(ctx, sitedigest.KeySecretName(site), metav1.GetOptions{})
+			return err == nil && s.Type == sitedigest.KeySecretType && len(s.Data[sitedigest.KeySecretKey]) == 32
+		})
+	}
+	a1 := joinNode(t, h, "a1").client(t, h).CoreV1().Secrets(sitedigest.KeySecretNamespace)
+	if _, err := a1.Get(ctx, sitedigest.KeySecretName("site-a"), metav1.GetOptions{}); err != nil {
+		t.Errorf("a1 reads its site's keys: %v", err)
+	}
+	if _, err := a1.Get(ctx, sitedigest.KeySecretName("site-b"), metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a1 reads site-b's keys: %v, want 403", err)
+	}
 }

@@ -19,12 +19,14 @@ import (
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/internal/sitedigest"
 	"github.com/tether-edge/tether/join"
 )
 
 // Authorizer is the node authorizer: a node's credentials may read its own
 // Node and the pods bound to it, the secrets, config maps and claims those
-// pods reference and the PersistentVolumes bound to those claims, Services
+// pods reference and the PersistentVolumes bound to those claims, its
+// site's gossip key Secret (tether's own rule, see siteKey), Services
 // and EndpointSlices; write its own Node and its status, its Lease, its
 // pods' status, and events; create the mirror pods of its static pods;
 // request tokens of its pods' service accounts, bound to those pods (see
@@ -41,6 +43,9 @@ import (
 type Authorizer struct {
 	cfg   Config
 	graph *graph
+	// Zones tells each node's site; a node may read its site's gossip
+	// key Secret (see siteKey). Nil: no node reads any.
+	Zones *Zones
 	// Next decides for users that are not nodes; nil is
 	// apiserver.AllowAuthenticated.
 	Next apiserver.Authorizer
@@ -267,7 +272,7 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 			}
 			name = n
 		}
-		if a.needs(node, ref{at.Kind, at.Namespace, name}) {
+		if a.needs(node, ref{at.Kind, at.Namespace, name}) || at.Kind == "secrets" && a.siteKey(node, at.Namespace, name) {
 			return ""
 		}
 		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
@@ -346,6 +351,28 @@ func (a *Authorizer) podOn(node, ns, name string) bool {
 		return false
 	}
 	return obj.(*corev1.Pod).Spec.NodeName == node
+}
+
+// siteKey reports whether secret ns/name is the gossip key Secret of
+// node's site (its Node's topology.kubernetes.io/zone label), which the
+// node's agent reads to join its site's gossip.
+func (a *Authorizer) siteKey(node, ns, name string) bool {
+	if a.Zones == nil || ns != sitedigest.KeySecretNamespace {
+		return false
+	}
+	zone, known := a.Zones.Zone(node)
+	if !known {
+		// A Node registered a moment ago may not have reached Zones
+		// yet: read it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		obj, err := a.cfg.Storage.Get(ctx, nodesKind, "", node)
+		if err != nil {
+			return false
+		}
+		zone = obj.(*corev1.Node).Labels[corev1.LabelTopologyZone]
+	}
+	return zone != "" && name == sitedigest.KeySecretName(zone)
 }
 
 // accountOnNode reports whether a pod bound to node runs as service

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
+	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/internal/sitedigest"
 )
@@ -160,5 +162,74 @@ func TestSitesPeers(t *testing.T) {
 		if !strings.Contains(m.String(), want+"\n") {
 			t.Errorf("metrics lack %s:\n%s", want, m.String())
 		}
+	}
+}
+
+// TestSiteKeyAuthorizer: a node reads (get, and list or watch by name)
+// its own site's gossip key Secret, and no other site's; it writes none.
+func TestSiteKeyAuthorizer(t *testing.T) {
+	st := newStorage(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := Config{Storage: st, Logger: quiet}
+	nodesKind := mustKindT(t, "nodes")
+	for _, n := range []*corev1.Node{zoneNode("a1", "site-a"), zoneNode("b1", "Site_B"), zoneNode("c1", "")} {
+		if _, err := st.Create(ctx, nodesKind, "", n, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zones := NewZones(cfg)
+	go zones.Run(ctx)
+	a := NewAuthorizer(cfg)
+	a.Zones = zones
+	go a.Run(ctx)
+	keyA, keyB := sitedigest.KeySecretName("site-a"), sitedigest.KeySecretName("Site_B")
+	res := func(verb, ns, name, fieldSel string) apiserver.Attributes {
+		return apiserver.Attributes{Verb: verb, Resource: true, Version: "v1", Kind: "secrets", Namespace: ns, Name: name, FieldSelector: fieldSel}
+	}
+	ns := sitedigest.KeySecretNamespace
+	for _, c := range []struct {
+		node string
+		at   apiserver.Attributes
+		ok   bool
+	}{
+		{"a1", res("get", ns, keyA, ""), true},
+		{"a1", res("list", ns, "", "metadata.name="+keyA), true},
+		{"a1", res("watch", ns, "", "metadata.name="+keyA), true},
+		{"b1", res("get", ns, keyB, ""), true},
+		{"a1", res("get", ns, keyB, ""), false},
+		{"b1", res("get", ns, keyA, ""), false},
+		{"b1", res("watch", ns, "", "metadata.name="+keyA), false},
+		{"a1", res("list", ns, "", ""), false},
+		{"a1", res("update", ns, keyA, ""), false},
+		{"a1", res("delete", ns, keyA, ""), false},
+		{"a1", res("get", "default", keyA, ""), false},
+		{"c1", res("get", ns, sitedigest.KeySecretName(""), ""), false},
+		// A node that registered a moment ago (the store is read).
+		{"a9", res("get", ns, keyA, ""), false},
+	} {
+		err := a.Authorize(nodeUser(c.node), c.at)
+		if c.ok && err != nil {
+			t.Errorf("%s: %s %s/%s (%s) refused: %v", c.node, c.at.Verb, c.at.Namespace, c.at.Name, c.at.FieldSelector, err)
+		}
+		if !c.ok {
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s: %s %s/%s (%s) = %v, want 403", c.node, c.at.Verb, c.at.Namespace, c.at.Name, c.at.FieldSelector, err)
+				continue
+			}
+			if c.at.Verb == "get" && !strings.Contains(err.Error(), "no relationship found between node '"+c.node+"' and this object") {
+				t.Errorf("%s: message %q", c.node, err)
+			}
+		}
+	}
+	want := `secrets "` + keyB + `" is forbidden: User "system:node:a1" cannot get resource "secrets" in API group "" in the namespace "kube-system": no relationship found between node 'a1' and this object`
+	if err := a.Authorize(nodeUser("a1"), res("get", ns, keyB, "")); err == nil || err.Error() != want {
+		t.Errorf("message:\n got %v\nwant %s", err, want)
+	}
+	if _, err := st.Create(ctx, nodesKind, "", zoneNode("a9", "site-a"), storage.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Authorize(nodeUser("a9"), res("get", ns, keyA, "")); err != nil {
+		t.Errorf("new node of site-a refused its site's keys: %v", err)
 	}
 }
