@@ -239,13 +239,13 @@ func (r *run) buildAPI() error {
 	}
 	r.api, err = apiserver.New(apiserver.Config{
 		Audit:                auditLog,
-		Storage:              r.objs,
+		Storage:              r.leases.Serve(r.objs),
 		Registry:             r.reg,
 		Authorizer:           r.authz,
 		DialNode:             dialNode(r.edges),
 		DialPod:              dialPod(r.edges),
 		ServiceAccountTokens: saTokens,
-		ExtraMetrics:         tunnelMetrics(r.edges, r.relay, r.sites),
+		ExtraMetrics:         r.extraMetrics(),
 		Profiling:            cfg.Profiling,
 		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
 		Authenticator:        authn,

@@ -117,3 +117,13 @@ func loadOrCreateResetKey(path string) (*[32]byte, error) {
 	}
 	return &key, nil
 }
+
+// extraMetrics writes the tunnel server's and the node Lease keeper's
+// counters for /metrics.
+func (r *run) extraMetrics() func(io.Writer) {
+	tm := tunnelMetrics(r.edges, r.relay, r.sites)
+	return func(w io.Writer) {
+		tm(w)
+		r.leases.WriteMetrics(w)
+	}
+}

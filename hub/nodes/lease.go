@@ -3,7 +3,10 @@ package nodes
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -22,12 +25,28 @@ import (
 // every ten seconds, which is most of an idle node's uplink traffic with
 // upstream's kubelet; the hub turns them into the same Lease renewals, so
 // the node lifecycle controller and kubectl see what they expect.
+//
+// Renewals are kept in memory and served by the storage that Serve
+// returns (see the package documentation, "Node Leases"); the store is
+// written only when a Lease must be created or its holder or duration
+// set, and once per tunnel session.
 type Leases struct {
 	cfg Config
 
 	mu    sync.Mutex
 	nodes map[string]*leaseState
 	kick  chan struct{}
+
+	// What Serve answers with, guarded by mu: the stored Leases of
+	// kube-node-lease as the hub's own watch last saw them, the renewals
+	// made since in memory, and the watches to tell of new renewals.
+	stored   map[string]*coordinationv1.Lease
+	synced   bool
+	renewals map[string]renewal
+	watches  map[*leaseWatch]struct{}
+
+	memoryRenewals atomic.Int64
+	storeRenewals  atomic.Int64
 }
 
 type leaseState struct {
@@ -35,24 +54,40 @@ type leaseState struct {
 	// new session may open before the old one is closed.
 	conns         int
 	lastHeartbeat time.Time
-	renewed       time.Time // when the hub last wrote renewTime
-	writing       bool
+	renewed       time.Time // when the hub last renewed the Lease
+	// persist asks the next renewal to go to the store: the first one of
+	// every tunnel session does.
+	persist bool
+	writing bool
 }
 
-// NewLeases returns a Lease keeper; Run does the writing.
+// renewal is a renewal of a stored Lease made in memory.
+type renewal struct {
+	renewTime metav1.MicroTime
+	// base is the resourceVersion of the stored Lease it renews: a write
+	// to the Lease makes the renewal void.
+	base int64
+	// at is the store revision when it was made, or later: a watch that
+	// resumes from a revision not newer than at may not have seen it.
+	at int64
+}
+
+// NewLeases returns a Lease keeper; Run does the renewing.
 func NewLeases(cfg Config) *Leases {
 	cfg.setDefaults()
-	return &Leases{cfg: cfg, nodes: map[string]*leaseState{}, kick: make(chan struct{}, 1)}
+	return &Leases{cfg: cfg, nodes: map[string]*leaseState{}, kick: make(chan struct{}, 1),
+		stored: map[string]*coordinationv1.Lease{}, renewals: map[string]renewal{}, watches: map[*leaseWatch]struct{}{}}
 }
 
 // Connected records that node's tunnel came up; its Lease is renewed at
-// once.
+// once, in the store.
 func (l *Leases) Connected(node string) {
 	l.mu.Lock()
 	st := l.state(node)
 	st.conns++
 	st.lastHeartbeat = l.cfg.Now()
 	st.renewed = time.Time{}
+	st.persist = true
 	l.mu.Unlock()
 	l.poke()
 }
@@ -92,9 +127,10 @@ func (l *Leases) poke() {
 }
 
 // Run renews Leases until ctx ends. Renewals are spread: each node's
-// Lease is written when it reaches LeaseRenew of age, so nodes that
+// Lease is renewed when it reaches LeaseRenew of age, so nodes that
 // connected at different times never renew together.
 func (l *Leases) Run(ctx context.Context) {
+	go l.watchStored(ctx)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	sem := make(chan struct{}, 16)
@@ -118,6 +154,10 @@ func (l *Leases) Run(ctx context.Context) {
 			if st.writing || now.Sub(st.lastHeartbeat) > l.cfg.HeartbeatTimeout || now.Sub(st.renewed) < l.cfg.LeaseRenew {
 				continue
 			}
+			if !st.persist && l.renewLocked(name, now) {
+				st.renewed = now
+				continue
+			}
 			st.writing = true
 			due = append(due, name)
 		}
@@ -137,15 +177,43 @@ func (l *Leases) Run(ctx context.Context) {
 					st.writing = false
 					if err == nil {
 						st.renewed = at
+						st.persist = false
 					}
 				}
 				l.mu.Unlock()
+				if err == nil {
+					l.storeRenewals.Add(1)
+				}
 				if err != nil && err != errNotRegistered && ctx.Err() == nil {
 					l.cfg.Logger.Warn("renew node lease", "node", name, "err", err)
 				}
 			}(name)
 		}
 	}
+}
+
+// renewLocked renews node's Lease in memory if its stored state allows:
+// the Lease exists, names node as its holder and has the configured
+// duration. Called with mu held.
+func (l *Leases) renewLocked(node string, at time.Time) bool {
+	cur := l.stored[node]
+	if !l.synced || cur == nil || cur.DeletionTimestamp != nil ||
+		cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != node ||
+		cur.Spec.LeaseDurationSeconds == nil || *cur.Spec.LeaseDurationSeconds != int32(l.cfg.LeaseDuration/time.Second) {
+		return false
+	}
+	base, err := parseRV(cur.ResourceVersion)
+	if err != nil {
+		return false
+	}
+	for w := range l.watches {
+		w.notify(node)
+	}
+	// at is read after the watches were told: a watch that resumes from
+	// a revision above it started after they were.
+	l.renewals[node] = renewal{renewTime: metav1.NewMicroTime(at), base: base, at: l.revision()}
+	l.memoryRenewals.Add(1)
+	return true
 }
 
 var errNotRegistered = errors.New("node not registered")
@@ -195,4 +263,26 @@ func (l *Leases) Alive(node string) bool {
 	defer l.mu.Unlock()
 	st := l.nodes[node]
 	return st != nil && st.conns > 0 && l.cfg.Now().Sub(st.lastHeartbeat) <= l.cfg.HeartbeatTimeout
+}
+
+// LeaseStats counts node Lease renewals since the hub started.
+type LeaseStats struct {
+	// Memory counts renewals kept in memory only.
+	Memory int64
+	// Store counts renewals written to the store (creations, the first
+	// renewal of a tunnel session, repairs of holder or duration).
+	Store int64
+}
+
+// Stats returns the renewal counters.
+func (l *Leases) Stats() LeaseStats {
+	return LeaseStats{Memory: l.memoryRenewals.Load(), Store: l.storeRenewals.Load()}
+}
+
+// WriteMetrics writes the renewal counters for /metrics.
+func (l *Leases) WriteMetrics(w io.Writer) {
+	s := l.Stats()
+	const name = "tether_node_lease_renewals_total"
+	fmt.Fprintf(w, "# HELP %s Node Lease renewals made from edge heartbeats, by where they were kept.\n# TYPE %s counter\n", name, name)
+	fmt.Fprintf(w, "%s{kept=\"memory\"} %d\n%s{kept=\"store\"} %d\n", name, s.Memory, name, s.Store)
 }

@@ -2,6 +2,52 @@
 // tokens, node certificates, renewal and re-attestation), authorizes what a
 // node's credentials may do (the node authorizer), and keeps the Lease of
 // every node whose tunnel is up.
+//
+// # Node Leases
+//
+// Edges do not write their Leases: the hub renews the Lease of every node
+// whose tunnel is up and whose heartbeats arrive ([Leases]), every
+// LeaseRenew. A renewal moves only spec.renewTime, and only in memory;
+// the store is written when a Lease is created, when the stored holder or
+// duration is not the node's (a client changed them), and at the first
+// renewal of each tunnel session. renewTime is not persisted otherwise,
+// not even at shutdown: after a restart the node lifecycle controller
+// starts every node's grace period afresh from what it observes, and each
+// reconnecting node's first renewal is a store write anyway. So the store
+// sees a write per node connection, not per heartbeat.
+//
+// [Leases.Serve] wraps the storage the API server uses; only leases in
+// kube-node-lease (or in all namespaces) take the detour:
+//
+//   - GET and LIST return the stored Lease with the renewTime of the
+//     renewal in memory, if one was made on the stored state (same
+//     resourceVersion) and is newer. The object keeps the stored
+//     resourceVersion, so a read-modify-write works as ever; a list keeps
+//     the store revision it reflects.
+//   - A renewal belongs to no store revision. A watch sends it as MODIFIED
+//     with the resourceVersion of the last event the watch delivered (or
+//     the one it started from), so resourceVersions never go down in a
+//     watch, and sends it only once the watch has delivered the stored
+//     state it renews: a stored change still on its way can never come
+//     after a renewal with a higher resourceVersion, so resuming from any
+//     resourceVersion a client saw skips no stored change and replays from
+//     the change log like any other watch (410 only below its window).
+//   - Renewals are not in the change log. Each remembers the store revision
+//     current when it was made (read after every open watch was told of
+//     it); a watch resuming from resourceVersion N sends again every
+//     renewal remembered at N or later, which covers every renewal the
+//     client cannot have seen (it may see a few twice; informers take an
+//     identical update as a no-op). A watch with initial events starts
+//     from a list with renewals applied, then stored changes from the
+//     list's revision; its initial-events-end bookmark carries that
+//     revision. Bookmarks carry the watch's last resourceVersion.
+//   - Writes from clients win: they go to the store as they come. A
+//     resourceVersion from a renewal event (not older than the stored
+//     Lease, not newer than the store) is taken as the stored one, and a
+//     patch applies to the Lease as read, renewal included. A write voids
+//     the renewal in memory; the next one renews the Lease as written (if
+//     it still names the node as holder with its duration; else the hub
+//     writes those back, as a kubelet re-acquiring its Lease would).
 package nodes
 
 import (

@@ -28,6 +28,7 @@ import (
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/join"
+	"github.com/tether-edge/tether/store"
 	"github.com/tether-edge/tether/store/sqlite"
 )
 
@@ -40,17 +41,25 @@ func newStorage(t *testing.T) *storage.Storage {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	stg, err := storage.New(storage.Config{Store: st, Kinds: registry.All(), Logger: quiet})
+	return newStorageOn(t, st, storage.Config{})
+}
+
+// newStorageOn returns a Storage of st (cfg gives further settings) with
+// the namespaces the tests use.
+func newStorageOn(t *testing.T, st store.Store, cfg storage.Config) *storage.Storage {
+	t.Helper()
+	cfg.Store, cfg.Kinds, cfg.Logger = st, registry.All(), quiet
+	stg, err := storage.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{"default", "kube-system", "kube-node-lease", "shop"} {
-		if _, err := stg.Create(context.Background(), mustKindT(t, "namespaces"), "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, storage.Options{}); err != nil {
+		if _, err := stg.Create(context.Background(), mustKindT(t, "namespaces"), "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, storage.Options{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 		// Pods need their service account, which the serviceaccount
 		// controller would create.
-		if _, err := stg.Create(context.Background(), mustKindT(t, "serviceaccounts"), ns, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, storage.Options{}); err != nil {
+		if _, err := stg.Create(context.Background(), mustKindT(t, "serviceaccounts"), ns, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, storage.Options{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
@@ -464,12 +473,13 @@ func TestJoinerAndLeases(t *testing.T) {
 	// its Node.
 	l := NewLeases(Config{Storage: st, Logger: quiet, LeaseRenew: 100 * time.Millisecond})
 	go l.Run(ctx)
+	api := l.Serve(st)
 	l.Connected("n1")
 	leasesK := mustKindT(t, "leases")
 	var first *coordinationv1.Lease
 	deadline := time.Now().Add(5 * time.Second)
 	for first == nil {
-		if obj, err := st.Get(ctx, leasesK, "kube-node-lease", "n1"); err == nil {
+		if obj, err := api.Get(ctx, leasesK, "kube-node-lease", "n1"); err == nil {
 			first = obj.(*coordinationv1.Lease)
 		} else if time.Now().After(deadline) {
 			t.Fatalf("no lease after 5s: %v", err)
@@ -483,17 +493,17 @@ func TestJoinerAndLeases(t *testing.T) {
 		l.Heartbeat("n1")
 		time.Sleep(100 * time.Millisecond)
 	}
-	obj, _ := st.Get(ctx, leasesK, "kube-node-lease", "n1")
+	obj, _ := api.Get(ctx, leasesK, "kube-node-lease", "n1")
 	renewed := obj.(*coordinationv1.Lease)
 	if !renewed.Spec.RenewTime.After(first.Spec.RenewTime.Time) {
 		t.Errorf("lease not renewed: %v then %v", first.Spec.RenewTime, renewed.Spec.RenewTime)
 	}
 	l.Disconnected("n1")
 	time.Sleep(300 * time.Millisecond)
-	obj, _ = st.Get(ctx, leasesK, "kube-node-lease", "n1")
+	obj, _ = api.Get(ctx, leasesK, "kube-node-lease", "n1")
 	stopped := obj.(*coordinationv1.Lease)
 	time.Sleep(400 * time.Millisecond)
-	obj, _ = st.Get(ctx, leasesK, "kube-node-lease", "n1")
+	obj, _ = api.Get(ctx, leasesK, "kube-node-lease", "n1")
 	if obj.(*coordinationv1.Lease).Spec.RenewTime.After(stopped.Spec.RenewTime.Time) {
 		t.Error("lease of a disconnected node still renewed")
 	}

@@ -357,6 +357,10 @@ func (s *Storage) newList(k *registry.Kind) (runtime.Object, error) {
 	return s.newObject(lgvk)
 }
 
+// Revision returns the store's current revision: the resourceVersion a
+// list made now would carry.
+func (s *Storage) Revision() int64 { return s.st.Revision() }
+
 // Get implements API.
 func (s *Storage) Get(ctx context.Context, k *registry.Kind, namespace, name string) (runtime.Object, error) {
 	k, err := s.served(k)
