@@ -44,6 +44,11 @@ type Leases struct {
 	synced   bool
 	renewals map[string]renewal
 	watches  map[*leaseWatch]struct{}
+	// writes counts clients' writes under way per node Lease; written
+	// holds the resourceVersion of a client's last write until the
+	// stored Leases show it.
+	writes  map[string]int
+	written map[string]writtenMark
 
 	memoryRenewals atomic.Int64
 	storeRenewals  atomic.Int64
@@ -61,6 +66,13 @@ type leaseState struct {
 	writing bool
 }
 
+// writtenMark is a client's write of a Lease the stored Leases do not
+// show yet.
+type writtenMark struct {
+	rv int64
+	at time.Time
+}
+
 // renewal is a renewal of a stored Lease made in memory.
 type renewal struct {
 	renewTime metav1.MicroTime
@@ -76,7 +88,8 @@ type renewal struct {
 func NewLeases(cfg Config) *Leases {
 	cfg.setDefaults()
 	return &Leases{cfg: cfg, nodes: map[string]*leaseState{}, kick: make(chan struct{}, 1),
-		stored: map[string]*coordinationv1.Lease{}, renewals: map[string]renewal{}, watches: map[*leaseWatch]struct{}{}}
+		stored: map[string]*coordinationv1.Lease{}, renewals: map[string]renewal{}, watches: map[*leaseWatch]struct{}{},
+		writes: map[string]int{}, written: map[string]writtenMark{}}
 }
 
 // Connected records that node's tunnel came up; its Lease is renewed at
@@ -154,6 +167,9 @@ func (l *Leases) Run(ctx context.Context) {
 			if st.writing || now.Sub(st.lastHeartbeat) > l.cfg.HeartbeatTimeout || now.Sub(st.renewed) < l.cfg.LeaseRenew {
 				continue
 			}
+			if l.heldLocked(name) {
+				continue // renewed once the client's write is seen
+			}
 			if !st.persist && l.renewLocked(name, now) {
 				st.renewed = now
 				continue
@@ -211,7 +227,8 @@ func (l *Leases) renewLocked(node string, at time.Time) bool {
 	}
 	// at is read after the watches were told: a watch that resumes from
 	// a revision above it started after they were.
-	l.renewals[node] = renewal{renewTime: metav1.NewMicroTime(at), base: base, at: l.revision()}
+	// Microseconds, as stored and sent: a client's copy compares equal.
+	l.renewals[node] = renewal{renewTime: metav1.NewMicroTime(at.Truncate(time.Microsecond)), base: base, at: l.revision()}
 	l.memoryRenewals.Add(1)
 	return true
 }

@@ -97,6 +97,9 @@ func startLeaseHub(t *testing.T, path string, cfg Config) *leaseHub {
 	h.stop = func() {
 		once.Do(func() {
 			cancel()
+			// No new connections (an informer's next watch), then
+			// none open: Close waits for active ones.
+			srv.Listener.Close()
 			srv.CloseClientConnections()
 			srv.Close()
 			sq.Close()
@@ -292,7 +295,8 @@ func TestNodeLeasesFromMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopInf := make(chan struct{})
-	defer close(stopInf)
+	stopInformer := sync.OnceFunc(func() { close(stopInf); factory.Shutdown() })
+	defer stopInformer()
 	factory.Start(stopInf)
 	raw.check("renewals on the raw watch", nodes, 3)
 	waitUntil(t, "renewals in the informer", func() bool {
@@ -332,11 +336,18 @@ func TestNodeLeasesFromMemory(t *testing.T) {
 
 	// A client's update with the resourceVersion of a renewal event is
 	// stored as written; the watch and the next renewals show it.
-	seen, lastRV := raw.latest("n1")
-	seen.Labels = map[string]string{"checked": "yes"}
-	updated, err := leasesOf.Update(ctx, seen, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatalf("update with a renewal's resourceVersion: %v", err)
+	// One read before a later renewal conflicts, as it would have after
+	// a stored renewal: the client reads again.
+	var updated *coordinationv1.Lease
+	var lastRV int64
+	for try := 0; updated == nil || err != nil; try++ {
+		var seen *coordinationv1.Lease
+		seen, lastRV = raw.latest("n1")
+		seen.Labels = map[string]string{"checked": "yes"}
+		updated, err = leasesOf.Update(ctx, seen, metav1.UpdateOptions{})
+		if err != nil && (!apierrors.IsConflict(err) || try == 20) {
+			t.Fatalf("update with a renewal's resourceVersion: %v", err)
+		}
 	}
 	if rvOf(t, updated) <= lastRV {
 		t.Errorf("update stored at %s, not after %d", updated.ResourceVersion, lastRV)
@@ -354,7 +365,7 @@ func TestNodeLeasesFromMemory(t *testing.T) {
 		t.Errorf("update of n1 with a resourceVersion from before a write: %v, want a conflict", err)
 	}
 	// A patch that pins a renewal's resourceVersion applies too.
-	seen, _ = raw.latest("n2")
+	seen, _ := raw.latest("n2")
 	patch := []byte(`{"metadata":{"resourceVersion":"` + seen.ResourceVersion + `","labels":{"patched":"yes"}}}`)
 	if _, err := leasesOf.Patch(ctx, "n2", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Errorf("patch pinning a renewal's resourceVersion: %v", err)
@@ -427,8 +438,28 @@ func TestNodeLeasesFromMemory(t *testing.T) {
 		t.Errorf("%d Lease writes reached the store, want the 2 clients' writes", got-writes)
 	}
 
+	// A watch from below the change log ends with 410 Expired, and
+	// nothing before it.
+	if err := h.st.Store.(*sqlite.Store).Compact(ctx, h.st.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	w5, err := leasesOf.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w5.Stop()
+	select {
+	case ev := <-w5.ResultChan():
+		if ev.Type != watch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(ev.Object)) {
+			t.Errorf("watch from a compacted revision: %s %v, want 410 Expired", ev.Type, ev.Object)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("watch from a compacted revision: no event")
+	}
+
 	// A restart keeps the Leases, holder and duration, with the renewTime
 	// last stored.
+	stopInformer()
 	h.stop()
 	h2 := startLeaseHub(t, path, Config{LeaseRenew: 100 * time.Millisecond})
 	for _, n := range nodes {

@@ -2,10 +2,12 @@ package nodes
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -83,17 +85,43 @@ func (a *leaseAPI) ListJSON(ctx context.Context, k *registry.Kind, namespace str
 }
 
 // Update implements storage.API. A resourceVersion a renewal's read or
-// watch event carried is taken as the stored one it renewed.
+// watch event carried is taken as the stored one it renewed; a Lease whose
+// renewTime is older than the renewal in memory was read before it and
+// conflicts, as it would have after a stored renewal.
 func (a *leaseAPI) Update(ctx context.Context, k *registry.Kind, namespace, name string, obj runtime.Object, opts storage.Options) (runtime.Object, error) {
-	if namespace == corev1.NamespaceNodeLease && covers(k, namespace) {
-		if m, err := meta.Accessor(obj); err == nil && m.GetResourceVersion() != "" {
-			if cur, err := a.API.Get(ctx, k, namespace, name); err == nil {
-				if cm, err := meta.Accessor(cur); err == nil {
-					m.SetResourceVersion(a.l.precondition(m.GetResourceVersion(), cm.GetResourceVersion()))
-				}
-			}
+	if namespace != corev1.NamespaceNodeLease || !covers(k, namespace) {
+		return a.API.Update(ctx, k, namespace, name, obj, opts)
+	}
+	if opts.DryRun {
+		return a.update(ctx, k, namespace, name, obj, opts)
+	}
+	done := a.l.clientWrite(name)
+	out, err := a.update(ctx, k, namespace, name, obj, opts)
+	done(out)
+	return out, err
+}
+
+func (a *leaseAPI) update(ctx context.Context, k *registry.Kind, namespace, name string, obj runtime.Object, opts storage.Options) (runtime.Object, error) {
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok || lease.ResourceVersion == "" {
+		return a.API.Update(ctx, k, namespace, name, obj, opts)
+	}
+	cur, err := a.API.Get(ctx, k, namespace, name)
+	if err != nil {
+		return a.API.Update(ctx, k, namespace, name, obj, opts)
+	}
+	stored := cur.(*coordinationv1.Lease)
+	rv := a.l.precondition(lease.ResourceVersion, stored.ResourceVersion)
+	if rv == stored.ResourceVersion {
+		a.l.mu.Lock()
+		renewed, ok := a.l.renewedLocked(stored)
+		a.l.mu.Unlock()
+		if ok && (lease.Spec.RenewTime == nil || lease.Spec.RenewTime.Before(renewed.Spec.RenewTime)) {
+			return nil, apierrors.NewConflict(leasesKind.GroupResource(), name,
+				errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 		}
 	}
+	lease.ResourceVersion = rv
 	return a.API.Update(ctx, k, namespace, name, obj, opts)
 }
 
@@ -104,7 +132,11 @@ func (a *leaseAPI) GuaranteedUpdate(ctx context.Context, k *registry.Kind, names
 	if namespace != corev1.NamespaceNodeLease || !covers(k, namespace) {
 		return a.API.GuaranteedUpdate(ctx, k, namespace, name, opts, tryUpdate)
 	}
-	return a.API.GuaranteedUpdate(ctx, k, namespace, name, opts, func(cur runtime.Object) (runtime.Object, error) {
+	done := func(runtime.Object) {}
+	if !opts.DryRun {
+		done = a.l.clientWrite(name)
+	}
+	out, err := a.API.GuaranteedUpdate(ctx, k, namespace, name, opts, func(cur runtime.Object) (runtime.Object, error) {
 		stored := ""
 		if lease, ok := cur.(*coordinationv1.Lease); ok {
 			stored = lease.ResourceVersion
@@ -123,6 +155,76 @@ func (a *leaseAPI) GuaranteedUpdate(ctx context.Context, k *registry.Kind, names
 		}
 		return obj, nil
 	})
+	done(out)
+	return out, err
+}
+
+// Apply implements storage.API: the renewal in memory is stored first, so
+// that the applied Lease keeps it.
+func (a *leaseAPI) Apply(ctx context.Context, k *registry.Kind, namespace, name string, patch []byte, opts storage.Options) (runtime.Object, bool, error) {
+	if namespace != corev1.NamespaceNodeLease || !covers(k, namespace) || opts.DryRun {
+		return a.API.Apply(ctx, k, namespace, name, patch, opts)
+	}
+	done := a.l.clientWrite(name)
+	out, created, err := a.apply(ctx, k, namespace, name, patch, opts)
+	done(out)
+	return out, created, err
+}
+
+func (a *leaseAPI) apply(ctx context.Context, k *registry.Kind, namespace, name string, patch []byte, opts storage.Options) (runtime.Object, bool, error) {
+	a.l.mu.Lock()
+	r, ok := a.l.renewals[name]
+	a.l.mu.Unlock()
+	if ok {
+		_, err := a.API.GuaranteedUpdate(ctx, k, namespace, name, storage.Options{FieldManager: "tether-hub"}, func(cur runtime.Object) (runtime.Object, error) {
+			lease := cur.(*coordinationv1.Lease)
+			if lease.ResourceVersion != strconv.FormatInt(r.base, 10) {
+				return nil, errRenewalVoid
+			}
+			rt := r.renewTime
+			lease.Spec.RenewTime = &rt
+			return lease, nil
+		})
+		if err != nil && !errors.Is(err, errRenewalVoid) && !apierrors.IsNotFound(err) {
+			return nil, false, err
+		}
+	}
+	return a.API.Apply(ctx, k, namespace, name, patch, opts)
+}
+
+var errRenewalVoid = errors.New("renewal made on an older Lease")
+
+// clientWrite holds back renewals of node's Lease until the returned
+// function has been called with the write's result and the stored Leases
+// show it: a renewal made on the Lease before the write could otherwise
+// reach watches after a renewTime newer than the one the write stores.
+func (l *Leases) clientWrite(node string) func(runtime.Object) {
+	l.mu.Lock()
+	l.writes[node]++
+	l.mu.Unlock()
+	return func(obj runtime.Object) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.writes[node]--; l.writes[node] <= 0 {
+			delete(l.writes, node)
+		}
+		lease, ok := obj.(*coordinationv1.Lease)
+		if !ok || lease == nil {
+			return
+		}
+		rv, err := parseRV(lease.ResourceVersion)
+		if err != nil {
+			return
+		}
+		if cur := l.stored[node]; cur != nil {
+			if s, err := parseRV(cur.ResourceVersion); err == nil && s >= rv {
+				return
+			}
+		}
+		if rv > l.written[node].rv {
+			l.written[node] = writtenMark{rv: rv, at: l.cfg.Now()}
+		}
+	}
 }
 
 // precondition returns the resourceVersion a write of a node Lease is

@@ -68,6 +68,7 @@ func (l *Leases) syncStored(ctx context.Context) error {
 				l.mu.Lock()
 				delete(l.stored, lease.Name)
 				delete(l.renewals, lease.Name)
+				delete(l.written, lease.Name)
 				l.mu.Unlock()
 			}
 		}
@@ -78,9 +79,24 @@ func (l *Leases) syncStored(ctx context.Context) error {
 // an older state is void.
 func (l *Leases) setStoredLocked(lease *coordinationv1.Lease) {
 	l.stored[lease.Name] = lease
+	if w, ok := l.written[lease.Name]; ok {
+		if rv, err := parseRV(lease.ResourceVersion); err == nil && rv >= w.rv {
+			delete(l.written, lease.Name)
+		}
+	}
 	if r, ok := l.renewals[lease.Name]; ok && strconv.FormatInt(r.base, 10) != lease.ResourceVersion {
 		delete(l.renewals, lease.Name)
 	}
+}
+
+// heldLocked says whether node's Lease must not be renewed now: a
+// client's write of it is under way, or done but not yet among the stored
+// Leases, and a renewal could reach watches before the write.
+func (l *Leases) heldLocked(node string) bool {
+	// A write the stored Leases never show (it failed after all) holds
+	// them back for a second at most.
+	w, written := l.written[node]
+	return l.writes[node] > 0 || written && l.cfg.Now().Sub(w.at) < time.Second
 }
 
 // revision returns the store's current revision, or 0 if the storage does

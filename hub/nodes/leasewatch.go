@@ -69,6 +69,11 @@ func (a *leaseAPI) Watch(ctx context.Context, k *registry.Kind, namespace string
 			return a.API.Watch(ctx, k, namespace, opts)
 		}
 	}
+	if c, ok := a.API.(interface{ CompactedRevision() int64 }); ok && rv > 0 && rv < c.CompactedRevision() {
+		// Too old: the wrapped storage ends the watch with 410 Expired
+		// before any renewal could be sent.
+		return a.API.Watch(ctx, k, namespace, opts)
+	}
 	l := a.l
 	w := &leaseWatch{l: l, label: opts.Label, field: opts.Field, out: make(chan watch.Event), done: make(chan struct{}),
 		kick: make(chan struct{}, 1), pending: map[string]struct{}{}, seen: map[string]int64{}, sent: map[string]metav1.MicroTime{}}

@@ -361,6 +361,10 @@ func (s *Storage) newList(k *registry.Kind) (runtime.Object, error) {
 // list made now would carry.
 func (s *Storage) Revision() int64 { return s.st.Revision() }
 
+// CompactedRevision returns the newest revision the change log no longer
+// holds: a watch from below it ends with 410 Expired.
+func (s *Storage) CompactedRevision() int64 { return s.st.CompactedRevision() }
+
 // Get implements API.
 func (s *Storage) Get(ctx context.Context, k *registry.Kind, namespace, name string) (runtime.Object, error) {
 	k, err := s.served(k)
