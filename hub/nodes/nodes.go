@@ -43,11 +43,17 @@
 //     revision. Bookmarks carry the watch's last resourceVersion.
 //   - Writes from clients win: they go to the store as they come. A
 //     resourceVersion from a renewal event (not older than the stored
-//     Lease, not newer than the store) is taken as the stored one, and a
-//     patch applies to the Lease as read, renewal included. A write voids
-//     the renewal in memory; the next one renews the Lease as written (if
-//     it still names the node as holder with its duration; else the hub
-//     writes those back, as a kubelet re-acquiring its Lease would).
+//     Lease, not newer than the store) is taken as the stored one; an
+//     update whose renewTime is older than the renewal in memory was read
+//     before it and conflicts (409), as it would have after a stored
+//     renewal; a patch applies to the Lease as read, renewal included, and
+//     server-side apply stores the renewal first. Renewals of a Lease wait
+//     while a client writes it, until the hub's watch of the store shows
+//     the write, so that no renewal reaches a watch after a write that
+//     carries an older renewTime. A write voids the renewal in memory; the
+//     next one renews the Lease as written (if it still names the node as
+//     holder with its duration; else the hub writes those back, as a
+//     kubelet re-acquiring its Lease would).
 package nodes
 
 import (
