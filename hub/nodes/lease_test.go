@@ -438,6 +438,21 @@ func TestNodeLeasesFromMemory(t *testing.T) {
 		t.Errorf("%d Lease writes reached the store, want the 2 clients' writes", got-writes)
 	}
 
+	// A watch's selectors select its renewals too.
+	_, lastRV = raw.latest("n1")
+	w6, err := leasesOf.Watch(ctx, metav1.ListOptions{ResourceVersion: strconv.FormatInt(lastRV, 10), FieldSelector: "metadata.name=n2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w6.Stop()
+	selected := record(t, w6, lastRV)
+	selected.check("renewals of the selected Lease", []string{"n2"}, 3)
+	selected.mu.Lock()
+	if selected.lastObj["n1"] != nil {
+		t.Errorf("a watch of n2 got an event of n1: %+v", selected.lastObj["n1"])
+	}
+	selected.mu.Unlock()
+
 	// A watch from below the change log ends with 410 Expired, and
 	// nothing before it.
 	if err := h.st.Store.(*sqlite.Store).Compact(ctx, h.st.Revision()); err != nil {
