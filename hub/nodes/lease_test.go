@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -437,6 +438,30 @@ func TestNodeLeasesFromMemory(t *testing.T) {
 	if got := h.st.leaseWrites.Load(); got != writes+2 {
 		t.Errorf("%d Lease writes reached the store, want the 2 clients' writes", got-writes)
 	}
+
+	// What `kubectl get lease -w` asks for: a watch of Table rows.
+	_, lastRV = raw.latest("n1")
+	body, err := h.client.CoordinationV1().RESTClient().Get().AbsPath("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases").
+		Param("watch", "true").Param("resourceVersion", strconv.FormatInt(lastRV, 10)).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(body)
+	for rows := 0; rows < 4; {
+		var ev struct {
+			Type   string
+			Object metav1.Table
+		}
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("table watch: %v", err)
+		}
+		if ev.Type != "MODIFIED" || ev.Object.Kind != "Table" || len(ev.Object.Rows) != 1 {
+			t.Fatalf("table watch event %s %s with %d rows", ev.Type, ev.Object.Kind, len(ev.Object.Rows))
+		}
+		rows++
+	}
+	body.Close()
 
 	// A watch's selectors select its renewals too.
 	_, lastRV = raw.latest("n1")
