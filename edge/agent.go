@@ -124,6 +124,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		OnConnect: func(p tunnel.Peer) {
 			a.metrics.connected.Store(true)
 			a.metrics.connects.Add(1)
+			// The hub may have set the node's conditions to Unknown.
+			a.node.reconnected()
 			a.log.Info("tunnel connected", "transport", p.Transport)
 			// Watches waiting to retry resume now; pods report the
 			// status they could not send.

@@ -322,3 +322,48 @@ func TestAgentResumesWatchesAfterHubRestart(t *testing.T) {
 	t.Logf("before: %+v", before)
 	t.Logf("after:  %+v", after)
 }
+
+// TestAgentReportsReadyAfterReconnect: while the hub did not hear a node
+// its lifecycle controller set the node's conditions to Unknown; the
+// agent, which never reads them back, writes its whole status again once
+// its tunnel is back, so the node is Ready again at its next status check
+// rather than at the next periodic report minutes later.
+func TestAgentReportsReadyAfterReconnect(t *testing.T) {
+	e := startHub(t)
+	ctx := context.Background()
+	a := startAgent(t, edge.Config{HubURL: e.url, Token: e.token, DataDir: t.TempDir(), NodeName: "edge-u",
+		NodeIP: netip.MustParseAddr("192.0.2.12"), StatusCheckInterval: time.Second})
+	waitNodeReady(t, e, "edge-u")
+
+	// What the lifecycle controller writes when the Lease goes stale.
+	n, err := e.client.CoreV1().Nodes().Get(ctx, "edge-u", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n.Status.Conditions {
+		n.Status.Conditions[i].Status = corev1.ConditionUnknown
+		n.Status.Conditions[i].Reason = "NodeStatusUnknown"
+		n.Status.Conditions[i].Message = "Kubelet stopped posting node status."
+	}
+	if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.hub.Stop()
+	eventually(t, 20*time.Second, "agent notices the hub is gone", func() (bool, string) { return !a.Stats().Connected, "connected" })
+	e.hub.Restart()
+	eventually(t, 30*time.Second, "agent reconnects", func() (bool, string) { return a.Stats().Connected, "disconnected" })
+	back := time.Now()
+	eventually(t, 10*time.Second, "node Ready=True again after the reconnect", func() (bool, string) {
+		n, err := e.client.CoreV1().Nodes().Get(ctx, "edge-u", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, string(c.Status) + " " + c.Reason
+			}
+		}
+		return false, "no Ready condition"
+	})
+	t.Logf("Ready again %v after the tunnel came back", time.Since(back).Round(time.Millisecond))
+}

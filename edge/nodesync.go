@@ -26,6 +26,18 @@ type nodeSync struct {
 	mu         sync.Mutex
 	node       *corev1.Node // as last returned by the hub
 	lastReport time.Time
+	// resend makes the next report a write even when the status did not
+	// change here: set on every tunnel connect, because while the hub did
+	// not hear the node its lifecycle controller may have set the
+	// conditions to Unknown, which the agent does not read back.
+	resend bool
+}
+
+// reconnected asks for the status to be written at the next check.
+func (s *nodeSync) reconnected() {
+	s.mu.Lock()
+	s.resend = true
+	s.mu.Unlock()
 }
 
 func (s *nodeSync) input(ctx context.Context) nodeInput {
@@ -169,7 +181,7 @@ func (s *nodeSync) register(ctx context.Context) error {
 	s.mu.Unlock()
 	s.a.local.saveNode(node)
 	s.a.metrics.registrations.Add(1)
-	return s.write(ctx, buildNodeStatus(in, &node.Status), true)
+	return s.write(ctx, buildNodeStatus(in, &node.Status), true, false)
 }
 
 func missingLabels(have, want map[string]string) bool {
@@ -185,7 +197,9 @@ func missingLabels(have, want map[string]string) bool {
 func (s *nodeSync) report(ctx context.Context) error {
 	s.mu.Lock()
 	old := s.node.Status
-	due := time.Since(s.lastReport) >= s.a.cfg.StatusInterval
+	resend := s.resend
+	due := time.Since(s.lastReport) >= s.a.cfg.StatusInterval || resend
+	s.resend = false
 	noCIDR := s.node.Spec.PodCIDR == "" && len(s.node.Spec.PodCIDRs) == 0
 	s.mu.Unlock()
 	if noCIDR && due {
@@ -202,15 +216,29 @@ func (s *nodeSync) report(ctx context.Context) error {
 		}
 	}
 	st := buildNodeStatus(s.input(ctx), &old)
-	return s.write(ctx, st, due)
+	err := s.write(ctx, st, due, resend)
+	if err != nil && resend {
+		s.mu.Lock()
+		s.resend = true
+		s.mu.Unlock()
+	}
+	return err
 }
 
-func (s *nodeSync) write(ctx context.Context, st corev1.NodeStatus, force bool) error {
+// write patches the node status from what the hub last returned to st,
+// when it changed or force says so. With full the patch carries every
+// condition whole, whatever the hub last returned: the hub may have
+// changed them since.
+func (s *nodeSync) write(ctx context.Context, st corev1.NodeStatus, force, full bool) error {
 	s.mu.Lock()
 	old := s.node.Status
 	s.mu.Unlock()
 	if !force && sameNodeStatus(old, st) {
 		return nil
+	}
+	if full {
+		old = *old.DeepCopy()
+		old.Conditions = nil
 	}
 	patch, err := statusPatch(corev1.Node{Status: old}, corev1.Node{Status: st}, corev1.Node{})
 	if err != nil {
