@@ -345,3 +345,96 @@ spec:
 		return tt == nil && len(all) == 1, fmt.Errorf("taints %v: %v", all, err)
 	})
 }
+
+// TestLostPodAgainstHub runs the Lost path on a real hub with hollow
+// nodes: a ReplicaSet pod with replace=true and reconcile=keepOriginal on
+// a node that goes silent is marked Lost (the hub takes the condition and
+// the controller's role allows it), and the hub's ReplicaSet controller
+// starts a replacement on the other node without counting the original.
+func TestLostPodAgainstHub(t *testing.T) {
+	e := kittest.Start(t, hubArgs, 0)
+	ctx := context.Background()
+	kube := e.Client
+	cut := e.JoinNodes(t, kittest.Nodes{Prefix: "cut-", N: 1})
+	const grace = 12 * time.Second
+	f := e.Factory()
+	c, err := New(Config{Client: e.ControllerClient(t, "nodelifecycle"), Informers: f, Workers: 2, Logger: e.Log,
+		GracePeriod: grace, MonitorPeriod: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Run(t, f, c)
+	e.Apply(t, `apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations:
+        disconnect.tether.io/replace: "true"
+        disconnect.tether.io/lost-after: 2s
+        disconnect.tether.io/reconcile: keepOriginal
+    spec:
+      tolerations: [{key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}]
+      containers: [{name: c, image: web:1}]
+`)
+	pods := func() []corev1.Pod {
+		t.Helper()
+		l, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	var orig string
+	kittest.WaitFor(t, "the original ready on the node to be cut", 30*time.Second, func() (bool, error) {
+		for _, p := range pods() {
+			if kit.IsPodReady(&p) {
+				orig = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	e.JoinNodes(t, kittest.Nodes{Prefix: "ok-", N: 1})
+	cut.Stop()
+
+	kittest.WaitFor(t, "the original marked Lost", grace+30*time.Second, func() (bool, error) {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, orig, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return kit.IsPodLost(p) && p.DeletionTimestamp == nil, fmt.Errorf("conditions %+v", p.Status.Conditions)
+	})
+	var repl string
+	kittest.WaitFor(t, "a replacement ready on the other node", 30*time.Second, func() (bool, error) {
+		var state []string
+		for _, p := range pods() {
+			state = append(state, p.Name+" on "+p.Spec.NodeName)
+			if p.Name != orig && kit.IsPodReady(&p) && strings.HasPrefix(p.Spec.NodeName, "ok-") {
+				repl = p.Name
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("pods %v", state)
+	})
+	t.Logf("original %s Lost, replacement %s ready", orig, repl)
+	kittest.WaitFor(t, "ReplicaSet counting only the replacement", 10*time.Second, func() (bool, error) {
+		out := e.Kubectl(t, "get", "rs", "web", "-o", "jsonpath={.status.replicas}/{.status.readyReplicas}")
+		return out == "1/1", fmt.Errorf("replicas/ready %q", out)
+	})
+
+	p, err := kube.CoreV1().Pods("default").Get(ctx, orig, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kit.IsPodReady(p) || !kit.IsPodLost(p) {
+		t.Errorf("original ready %v lost %v, want unready and Lost", kit.IsPodReady(p), kit.IsPodLost(p))
+	}
+	// Settling the pair when the node is back is shown on a fake clock
+	// (TestLostPodKeepOriginal): the agent's first status write after it
+	// restarts can drop conditions it does not own, Lost among them.
+}

@@ -143,6 +143,13 @@ func (c *Controller) reconcileLost(ctx context.Context, pod *corev1.Pod) error {
 			loser = pod
 		}
 	}
+	if loser != nil && loser != pod && !kit.IsPodReady(pod) {
+		// The original must read ready first: its owner removes unready
+		// pods before any deletion cost counts. At the next pass.
+		return nil
+	}
+	c.log.Info("settling a lost pod whose node is heard again", "pod", pod.Namespace+"/"+pod.Name,
+		"reconcile", policy.Reconcile, "replacement", podName(repl), "loser", podName(loser))
 	pods := c.cfg.Client.CoreV1().Pods(pod.Namespace)
 	switch {
 	case loser == pod:
@@ -154,9 +161,6 @@ func (c *Controller) reconcileLost(ctx context.Context, pod *corev1.Pod) error {
 		}
 		return nil
 	case loser != nil:
-		if !kit.IsPodReady(pod) {
-			return nil // at the next pass
-		}
 		if repl.Annotations[DeletionCostAnnotation] != strconv.Itoa(LoserDeletionCost) {
 			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 				DeletionCostAnnotation: strconv.Itoa(LoserDeletionCost)}}})
@@ -231,4 +235,11 @@ func runningSince(p *corev1.Pod) time.Time {
 		return p.Status.StartTime.Time
 	}
 	return p.CreationTimestamp.Time
+}
+
+func podName(p *corev1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
 }
