@@ -68,6 +68,9 @@ type pendingKey struct {
 type pendingState struct {
 	value []byte
 	obj   runtime.Object
+	// same: the kind's DefaultOnRead leaves the stored state as it is
+	// (see readDefaults).
+	same bool
 }
 
 // decodeShared returns the typed object of a change, decoding it only if
@@ -87,6 +90,9 @@ func (s *Storage) decodeShared(k *registry.Kind, o store.Object) (runtime.Object
 			if m, err := meta.Accessor(p.obj); err == nil {
 				m.SetResourceVersion(strconv.FormatInt(o.Revision, 10))
 				d.once.Do(func() { d.obj = p.obj })
+				if p.same {
+					s.rdefaults.note(k, o.Key, o.Revision)
+				}
 			}
 		}
 	}
@@ -118,12 +124,13 @@ func (c *decodeCache) insertLocked(key decodedKey) *decoded {
 // value decodes to obj (resourceVersion aside): the first watch or write
 // that needs the stored state, at whatever revision the store gives it,
 // takes obj instead of decoding the value. obj must not be modified by
-// anyone from now on. The returned function ends the expectation; call it
-// once the write returned, whether it stored anything or not.
-func (s *Storage) expectWrite(k *registry.Kind, enc store.Object, obj runtime.Object) (forget func()) {
+// anyone from now on. same says that the kind's DefaultOnRead leaves the
+// stored state as it is. The returned function ends the expectation; call
+// it once the write returned, whether it stored anything or not.
+func (s *Storage) expectWrite(k *registry.Kind, enc store.Object, obj runtime.Object, same bool) (forget func()) {
 	c := &s.shared
 	pk := pendingKey{kind: k, key: enc.Key}
-	p := &pendingState{value: enc.Value, obj: obj}
+	p := &pendingState{value: enc.Value, obj: obj, same: same}
 	c.mu.Lock()
 	if c.pending == nil {
 		c.pending = make(map[pendingKey]*pendingState)

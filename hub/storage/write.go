@@ -191,6 +191,7 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 			return nil, err
 		}
 		var rev int64
+		forget := func() {}
 		if opts.DryRun {
 			_, err = s.st.Get(ctx, enc.Key)
 			switch {
@@ -201,7 +202,13 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 				rev = s.st.Revision()
 			}
 		} else {
+			if state, same, ok := s.writtenState(k, obj); ok {
+				forget = s.expectWrite(k, enc, state, same)
+			}
 			rev, err = s.st.Create(ctx, enc)
+		}
+		if err != nil {
+			forget()
 		}
 		if errors.Is(err, store.ErrExists) && generated && attempt < 8 {
 			m.SetName(m.GetGenerateName() + utilrand.String(5))
@@ -219,6 +226,7 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 			release()
 			return s.decode(k, enc)
 		}
+		defer forget()
 		return s.decodeOwned(k, enc)
 	}
 }
@@ -365,7 +373,7 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 		}
 		forget := func() {}
 		if mode == rawDecoded {
-			forget = s.expectWrite(k, enc, out)
+			forget = s.expectWrite(k, enc, out, false)
 		}
 		rev, err := s.st.Update(ctx, enc, o.Revision)
 		if errors.Is(err, store.ErrConflict) && attempt < maxRetries {
