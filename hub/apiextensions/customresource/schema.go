@@ -2,6 +2,7 @@ package customresource
 
 import (
 	"fmt"
+	"maps"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -11,6 +12,7 @@ import (
 	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
 	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -148,12 +150,20 @@ func (c *crdSchemas) coerce(u *unstructured.Unstructured, opts coerceOptions) ([
 	if err != nil {
 		return nil, err
 	}
-	objectMeta, foundObjectMeta, unknown, err := schemaobjectmeta.GetObjectMetaWithOptions(u.Object, schemaobjectmeta.ObjectMetaOptions{
-		DropMalformedFields:     opts.dropInvalidMetadata,
-		ReturnUnknownFieldPaths: opts.trackUnknown,
-	})
-	if err != nil {
-		return nil, err
+	// Metadata the round trip through ObjectMeta leaves as it is keeps
+	// its map; pruning and coercion below do not enter it.
+	metadata, asIs := u.Object["metadata"], roundTripsAsIs(u.Object["metadata"])
+	var objectMeta *metav1.ObjectMeta
+	var foundObjectMeta bool
+	var unknown []string
+	if !asIs {
+		objectMeta, foundObjectMeta, unknown, err = schemaobjectmeta.GetObjectMetaWithOptions(u.Object, schemaobjectmeta.ObjectMetaOptions{
+			DropMalformedFields:     opts.dropInvalidMetadata,
+			ReturnUnknownFieldPaths: opts.trackUnknown,
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	gv, err := schema.ParseGroupVersion(apiVersion)
 	if err != nil {
@@ -177,6 +187,14 @@ func (c *crdSchemas) coerce(u *unstructured.Unstructured, opts coerceOptions) ([
 		if opts.repairGeneration && objectMeta != nil && objectMeta.Generation == 0 {
 			objectMeta.Generation = 1
 		}
+		if opts.repairGeneration && asIs {
+			if _, ok := metadata.(map[string]any)["generation"]; !ok {
+				// As the round trip would write it, in a map of its own.
+				m := maps.Clone(metadata.(map[string]any))
+				m["generation"] = int64(1)
+				metadata = m
+			}
+		}
 	}
 	if foundKind {
 		u.SetKind(kind)
@@ -184,7 +202,9 @@ func (c *crdSchemas) coerce(u *unstructured.Unstructured, opts coerceOptions) ([
 	if foundAPIVersion {
 		u.SetAPIVersion(apiVersion)
 	}
-	if foundObjectMeta {
+	if asIs {
+		u.Object["metadata"] = metadata
+	} else if foundObjectMeta {
 		if err := schemaobjectmeta.SetObjectMeta(u.Object, objectMeta); err != nil {
 			return nil, err
 		}
