@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -200,6 +201,17 @@ func (s *Server) encode(out output, obj runtime.Object, gv schema.GroupVersion, 
 	if obj.GetObjectKind().GroupVersionKind() != gvk {
 		obj = obj.DeepCopyObject()
 		obj.GetObjectKind().SetGroupVersionKind(gvk)
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok && out.info.MediaType == mediaJSON {
+		// The JSON serializer has encoding/json call the object's
+		// MarshalJSON, then validate and compact its output, which is
+		// compact already: the same bytes, without the second pass.
+		b, err := u.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
 	}
 	return out.info.Serializer.Encode(obj, w)
 }

@@ -281,7 +281,7 @@ func (s *Storage) encode(k *registry.Kind, obj runtime.Object) (store.Object, er
 	gvk, rv := obj.GetObjectKind().GroupVersionKind(), m.GetResourceVersion()
 	obj.GetObjectKind().SetGroupVersionKind(sk.GVK)
 	m.SetResourceVersion("")
-	b, err := json.Marshal(obj)
+	b, err := marshal(obj)
 	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	m.SetResourceVersion(rv)
 	if err != nil {

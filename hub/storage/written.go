@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -102,4 +103,18 @@ func decodedForm(v any, depth int) (any, bool) {
 		return v, true
 	}
 	return nil, false
+}
+
+// marshal is json.Marshal. For an unstructured object, json.Marshal
+// validates and compacts what the object's MarshalJSON wrote, which is
+// compact JSON and a newline: marshal only drops the newline.
+func marshal(obj runtime.Object) ([]byte, error) {
+	if u, ok := isUnstructured(obj); ok {
+		b, err := u.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		return bytes.TrimSuffix(b, []byte("\n")), nil
+	}
+	return json.Marshal(obj)
 }

@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"reflect"
 	"strconv"
@@ -122,5 +124,23 @@ func TestCustomCreateReadsBack(t *testing.T) {
 	o := store.Object{Key: s.key(k, "default", "b"), Revision: rv}
 	if u := s.rdefaults.unchanged(k, []store.Object{o}); !u[0] {
 		t.Error("created object left as stored by the defaults on read: not noted")
+	}
+}
+
+// TestMarshalUnstructured checks that marshal writes what json.Marshal
+// writes, for unstructured objects with values encoding/json escapes or
+// rewrites.
+func TestMarshalUnstructured(t *testing.T) {
+	for _, u := range []*unstructured.Unstructured{
+		{Object: map[string]any{"kind": "A", "s": "<a href=\"x\">&amp;</a>", "sep": "a\u2028b\u2029", "bad": "a\xffb",
+			"n": []any{int64(-1), 1.5, 1e21, 1e-7, nil, true, map[string]any{}}, "empty": []any{}, "ctl": "\x00\x1f\t\n"}},
+		{Object: map[string]any{}},
+		{},
+	} {
+		want, werr := json.Marshal(u)
+		got, gerr := marshal(u)
+		if (werr != nil) != (gerr != nil) || !bytes.Equal(got, want) {
+			t.Errorf("marshal %v:\n got %q, %v\nwant %q, %v", u.Object, got, gerr, want, werr)
+		}
 	}
 }
