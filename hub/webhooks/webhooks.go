@@ -17,6 +17,7 @@ import (
 	"net"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	admissionregistrationlisters "k8s.io/client-go/listers/admissionregistration/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
@@ -65,10 +67,15 @@ type Admission struct {
 	log      *slog.Logger
 	factory  informers.SharedInformerFactory
 	mutating admission.MutationInterface
-	webhooks *webhookvalidating.Plugin
-	policies *validating.Plugin
-	objects  admission.ObjectInterfaces
-	stop     chan struct{}
+	// mutatingConfigs and mutatingSynced are the informer of
+	// MutatingWebhookConfigurations the mutating plugin reads its
+	// webhooks from.
+	mutatingConfigs admissionregistrationlisters.MutatingWebhookConfigurationLister
+	mutatingSynced  func() bool
+	webhooks        *webhookvalidating.Plugin
+	policies        *validating.Plugin
+	objects         admission.ObjectInterfaces
+	stop            chan struct{}
 }
 
 var _ storage.ExternalAdmission = (*Admission)(nil)
@@ -139,6 +146,8 @@ func New(cfg Config) (*Admission, error) {
 		return nil, fmt.Errorf("initialize policy admission: %w", err)
 	}
 	a.mutating = mut
+	configs := a.factory.Admissionregistration().V1().MutatingWebhookConfigurations()
+	a.mutatingConfigs, a.mutatingSynced = configs.Lister(), configs.Informer().HasSynced
 	a.webhooks, a.policies = val, pol
 	return a, nil
 }
@@ -194,6 +203,9 @@ func (a *Admission) WaitSynced(ctx context.Context) bool {
 
 // Mutate implements storage.ExternalAdmission: the mutating webhooks.
 func (a *Admission) Mutate(ctx context.Context, r *storage.AdmissionRequest) error {
+	if a.noMutatingWebhooks() {
+		return nil
+	}
 	attrs := a.attributes(ctx, r)
 	if !a.mutating.Handles(attrs.GetOperation()) {
 		return nil
@@ -241,4 +253,23 @@ func (a *Admission) attributes(ctx context.Context, r *storage.AdmissionRequest)
 	}
 	return admission.NewAttributesRecord(obj, old, gvk, r.Namespace, r.Name, r.Kind.GroupVersionResource(),
 		r.Subresource, admission.Operation(r.Operation), r.Options, r.DryRun, u)
+}
+
+// noMutatingWebhooks reports that the synced informer holds no mutating
+// webhook: the plugin would call none and leave the object as it is, yet
+// it copies the object whole to tell whether a later plugin changed it.
+func (a *Admission) noMutatingWebhooks() bool {
+	if a.mutatingConfigs == nil || !a.mutatingSynced() {
+		return false
+	}
+	configs, err := a.mutatingConfigs.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	for _, c := range configs {
+		if len(c.Webhooks) > 0 {
+			return false
+		}
+	}
+	return true
 }
