@@ -201,7 +201,9 @@ func partialMeta(obj runtime.Object) (*metav1.ObjectMeta, bool) {
 		return nil, false
 	}
 	om := &metav1.ObjectMeta{}
-	m, _, _ := unstructured.NestedMap(u.Object, "metadata")
+	// The conversion copies what it reads: the metadata need not be
+	// copied first.
+	m, _ := u.Object["metadata"].(map[string]any)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, om); err != nil {
 		return nil, false
 	}

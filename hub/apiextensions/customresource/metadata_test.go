@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -27,7 +28,7 @@ func roundTrip(t *testing.T, metadata any, drop, track bool) (out any, unknown [
 // TestRoundTripsAsIs checks, over metadata built at random from valid and
 // invalid parts, that metadata roundTripsAsIs accepts comes out of the
 // ObjectMeta round trip unchanged with no unknown field, whatever the
-// options, and that the round trip's own output of common metadata is
+// options, converts to ObjectMeta (validation's check), and that the round trip's own output of common metadata is
 // accepted.
 func TestRoundTripsAsIs(t *testing.T) {
 	entry := func(r *rand.Rand) any {
@@ -74,6 +75,9 @@ func TestRoundTripsAsIs(t *testing.T) {
 			continue
 		}
 		accepted++
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &metav1.ObjectMeta{}); err != nil {
+			t.Fatalf("accepted %#v\nas ObjectMeta: %v", m, err)
+		}
 		for _, opts := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
 			out, unknown, err := roundTrip(t, m, opts[0], opts[1])
 			if err != nil || len(unknown) > 0 || !reflect.DeepEqual(out, m) {

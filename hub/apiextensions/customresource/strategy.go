@@ -274,6 +274,10 @@ func validateMetadataShape(u *unstructured.Unstructured) field.ErrorList {
 	if !ok {
 		return field.ErrorList{field.Invalid(field.NewPath("metadata"), raw, fmt.Sprintf("expected map[string]interface{}, got %T", raw))}
 	}
+	if roundTripsAsIs(m) {
+		// Metadata in the form ObjectMeta writes reads as ObjectMeta.
+		return nil
+	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &metav1.ObjectMeta{}); err != nil {
 		return field.ErrorList{field.Invalid(field.NewPath("metadata"), raw, err.Error())}
 	}
