@@ -30,7 +30,8 @@ func (s *Storage) writtenState(k *registry.Kind, obj runtime.Object) (out runtim
 	if !isU || s.storedKind(k) != k || k.New == nil {
 		return nil, false, false
 	}
-	m, ok := decodedForm(u.Object, 0)
+	var changed bool
+	m, ok := decodedForm(u.Object, 0, &changed)
 	if !ok {
 		return nil, false, false
 	}
@@ -39,8 +40,15 @@ func (s *Storage) writtenState(k *registry.Kind, obj runtime.Object) (out runtim
 		// Decoding sets the kind's type on what it decodes.
 		return nil, false, false
 	}
-	if k.DefaultOnRead != nil {
+	switch {
+	case k.DefaultOnRead == nil:
+	case changed:
 		same = defaultOnRead(k, k, cp)
+	default:
+		// The copy is obj as decoding gives it: obj is what the
+		// defaults on read are to leave as it is.
+		k.DefaultOnRead(cp)
+		same = jsonEqual(u.Object, cp.Object)
 	}
 	return cp, same, true
 }
@@ -51,14 +59,15 @@ const maxDecodedDepth = 10000
 
 // decodedForm returns a copy of v, a value of an unstructured object, as
 // encoding it to JSON and decoding that gives it, or false if that is not
-// known without doing so.
-func decodedForm(v any, depth int) (any, bool) {
+// known without doing so. It sets *changed if the copy differs from v.
+func decodedForm(v any, depth int, changed *bool) (any, bool) {
 	if depth > maxDecodedDepth {
 		return nil, false
 	}
 	switch v := v.(type) {
 	case map[string]any:
 		if v == nil {
+			*changed = true
 			return nil, true
 		}
 		out := make(map[string]any, len(v))
@@ -66,7 +75,7 @@ func decodedForm(v any, depth int) (any, bool) {
 			if !utf8.ValidString(key) {
 				return nil, false
 			}
-			c, ok := decodedForm(val, depth+1)
+			c, ok := decodedForm(val, depth+1, changed)
 			if !ok {
 				return nil, false
 			}
@@ -75,11 +84,12 @@ func decodedForm(v any, depth int) (any, bool) {
 		return out, true
 	case []any:
 		if v == nil {
+			*changed = true
 			return nil, true
 		}
 		out := make([]any, len(v))
 		for i, val := range v {
-			c, ok := decodedForm(val, depth+1)
+			c, ok := decodedForm(val, depth+1, changed)
 			if !ok {
 				return nil, false
 			}
@@ -98,6 +108,7 @@ func decodedForm(v any, depth int) (any, bool) {
 			return nil, false
 		}
 		if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+			*changed = true
 			return i, true
 		}
 		return v, true
