@@ -136,8 +136,15 @@ func contentChanged(k *registry.Kind, obj, old *unstructured.Unstructured) bool 
 
 // customConvertor converts custom resources between the versions of their
 // definition, which (conversion strategy None) differ only in apiVersion;
-// typed objects go to the scheme.
-type customConvertor struct{ inPlaceConvertor }
+// typed objects go to the scheme. With readOnly, converting an object to
+// the version it has returns the object itself, as inPlaceConvertor does
+// for typed objects: for field managers that only read what they convert
+// (those recording Update entries); apply builds its result from what it
+// converts and gets copies.
+type customConvertor struct {
+	inPlaceConvertor
+	readOnly bool
+}
 
 // ConvertToVersion implements runtime.ObjectConvertor.
 func (c customConvertor) ConvertToVersion(in runtime.Object, target runtime.GroupVersioner) (runtime.Object, error) {
@@ -149,6 +156,9 @@ func (c customConvertor) ConvertToVersion(in runtime.Object, target runtime.Grou
 	t, ok := target.KindForGroupVersionKinds([]schema.GroupVersionKind{gvk})
 	if !ok {
 		return nil, fmt.Errorf("convert %s: no version of it is wanted", gvk)
+	}
+	if c.readOnly && t == gvk {
+		return u, nil
 	}
 	out := u.DeepCopy()
 	out.SetGroupVersionKind(t)

@@ -55,7 +55,7 @@ func (s *Storage) fieldManager(k *registry.Kind, sub string, update bool) (*mana
 		// Custom resources: unstructured objects, converted between
 		// versions by apiVersion, defaulted before the manager runs,
 		// unknown fields pruned before it too.
-		fm, err = managedfields.NewDefaultCRDFieldManager(tc, customConvertor{inPlaceConvertor{s.scheme}}, noDefaults{}, unstructuredCreater{},
+		fm, err = managedfields.NewDefaultCRDFieldManager(tc, customConvertor{inPlaceConvertor{s.scheme}, update}, noDefaults{}, unstructuredCreater{},
 			k.GVK, k.GVK.GroupVersion(), sub, reset)
 	} else {
 		fm, err = managedfields.NewDefaultFieldManager(tc, inPlaceConvertor{s.scheme}, s.scheme, s.scheme,
