@@ -2,7 +2,10 @@ package tunnel
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,5 +156,43 @@ func TestReportTooLarge(t *testing.T) {
 	waitFor(t, 3*time.Second, "next report", func() bool { return got.last() == "n1=small" })
 	if n := len(got.all()); n != 2 {
 		t.Fatalf("hub got %d reports, want 2", n)
+	}
+}
+
+// TestProbe: a probe of a connected agent that answers its dials
+// succeeds; one whose agent does not answer fails when its context ends;
+// one of a node with no session fails at once.
+func TestProbe(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p, ServerConfig{}, 0, nil)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	ok := startClient(t, p, h.addr, "answers", func(c *ClientConfig) {
+		c.DialTarget = func(context.Context, string) (net.Conn, error) {
+			a, b := net.Pipe()
+			go func() { <-release; b.Close() }()
+			return a, nil
+		}
+	})
+	hung := startClient(t, p, h.addr, "hung", func(c *ClientConfig) {
+		c.DialTarget = func(context.Context, string) (net.Conn, error) {
+			<-release
+			return nil, errors.New("released")
+		}
+	})
+	waitConnected(t, ok, 5*time.Second)
+	waitConnected(t, hung, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := h.srv.Probe(ctx, "answers"); err != nil {
+		t.Fatalf("probe of an answering agent: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	if err := h.srv.Probe(short, "hung"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("probe of an agent that does not answer: %v, want the context's deadline", err)
+	}
+	if err := h.srv.Probe(ctx, "nobody"); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("probe of a node with no session: %v, want ErrNoSession", err)
 	}
 }

@@ -485,6 +485,28 @@ func (s *Server) Dial(ctx context.Context, node, target string) (net.Conn, error
 	return sess.dial(ctx, target)
 }
 
+// Probe asks node's agent to answer over its current session: it opens a
+// stream to TargetNode and waits for the agent's dial status. Nil means the
+// agent answered; an error means it did not before ctx ended or its
+// session could not carry the stream. Heartbeats only say the agent was
+// alive up to its last one; a probe asks now.
+func (s *Server) Probe(ctx context.Context, node string) error {
+	c, err := s.Dial(ctx, node, TargetNode)
+	if err != nil {
+		return err
+	}
+	sc := c.(*streamConn)
+	defer sc.Close()
+	answered := make(chan error, 1)
+	go func() { answered <- sc.waitDial() }()
+	select {
+	case err := <-answered:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("probe node %s: %w", node, ctx.Err())
+	}
+}
+
 // Drain sends every edge a GoAway with the reconnect window, refuses new
 // connections, and returns once all edges are gone or ctx is done.
 func (s *Server) Drain(ctx context.Context, window time.Duration) error {
