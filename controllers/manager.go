@@ -56,6 +56,10 @@ type Config struct {
 	// (site gossip, gathered by the hub from the sites' digests); the
 	// node lifecycle controller decides with it. It must not block.
 	SitePeers func(node string) nodelifecycle.PeerView
+	// SiteDeadGrace is the node lifecycle controller's DeadGrace: how long
+	// a node its site says is dead must also be silent; zero means 10s,
+	// negative none (SitePeers confirms it).
+	SiteDeadGrace time.Duration
 	// SiteKeyRotation is how often the sitekeys controller rotates each
 	// site's gossip keys; zero means a day.
 	SiteKeyRotation time.Duration

@@ -221,7 +221,12 @@ func (r *run) buildAPI() error {
 	r.leases = nodes.NewLeases(nodeCfg)
 	r.zones = nodes.NewZones(nodeCfg)
 	r.authz.Zones = r.zones // a node reads its site's gossip keys
-	r.sites = nodes.NewSites(nodes.SitesConfig{Zones: r.zones, Live: r.leases.Alive, Logger: cfg.Logger.With("component", "sites")})
+	r.sites = nodes.NewSites(nodes.SitesConfig{
+		Zones: r.zones, Live: r.leases.Alive,
+		// A node its site says is dead is asked over its tunnel first.
+		Probe:  func(ctx context.Context, node string) error { return r.edges.Probe(ctx, node) },
+		Logger: cfg.Logger.With("component", "sites"),
+	})
 	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, r.sites, cfg.Logger.With("component", "tunnel")); err != nil {
 		return err
 	}
@@ -415,6 +420,8 @@ func (r *run) startClients(ctx context.Context) error {
 		RootCA:        r.authority.CAPEM(),
 		LocalPathRoot: r.cfg.LocalPathRoot,
 		SitePeers:     r.sites.Peers,
+		// Sites probes a node before saying it is dead.
+		SiteDeadGrace: -1,
 		// Custom resources are watched (garbage collection, namespace
 		// deletion) as soon as they are served.
 		ResourcesChanged: r.reg.Changed,

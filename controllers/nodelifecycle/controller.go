@@ -72,7 +72,10 @@ type Config struct {
 	// on a stale or mistaken digest, and short enough that a dead node's
 	// pods are replaced well within 30s of its peers' verdict: at most
 	// DeadGrace plus MonitorPeriod later the node gets the dead taint,
-	// which evicts at once.
+	// which evicts at once. Negative means none: the source of Peers
+	// has already made sure the hub no longer reaches the node (the hub
+	// probes a node its site says is dead), and the Lease, which the hub
+	// renews for a while after the last heartbeat, would only delay it.
 	DeadGrace time.Duration
 	// Clock is the controller's time; nil means the real clock.
 	Clock clock.WithTicker
@@ -139,8 +142,11 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MonitorPeriod <= 0 {
 		cfg.MonitorPeriod = 5 * time.Second
 	}
-	if cfg.DeadGrace <= 0 {
+	switch {
+	case cfg.DeadGrace == 0:
 		cfg.DeadGrace = 10 * time.Second
+	case cfg.DeadGrace < 0:
+		cfg.DeadGrace = 0
 	}
 	if cfg.EvictionRate <= 0 {
 		cfg.EvictionRate = 0.1

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
 	"github.com/tether-edge/tether/internal/sitedigest"
@@ -21,9 +23,29 @@ type SitesConfig struct {
 	// Live reports whether node's tunnel is up and its heartbeats arrive
 	// (Leases.Alive). Required.
 	Live func(node string) bool
+	// Probe asks node's agent to answer over its tunnel now (nil error:
+	// it did). A node its site says is dead is taken as dead only once a
+	// probe goes unanswered, so the hub never acts on the peers' word
+	// alone: a node whose LAN is cut but whose uplink works answers.
+	// Nil means no probing: the peers' word is passed on as it is.
+	Probe func(ctx context.Context, node string) error
+	// ProbeTimeout bounds a probe; zero means 3s.
+	ProbeTimeout time.Duration
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// probe is what the hub learnt by asking a node its site says is dead.
+type probe struct {
+	incarnation uint32
+	done        bool
+	answered    bool
+	finished    time.Time
+}
+
+// probeAgain is how long an answered probe stands before a node still
+// said to be dead is asked again.
+const probeAgain = 10 * time.Second
 
 // Sites holds each site's latest view of its members, gathered from the
 // digests (sitedigest) that the sites' agents report over their tunnels,
@@ -58,6 +80,9 @@ type Sites struct {
 	// whose Node registers after the digest came is taken in then.
 	digests map[string]sitedigest.Digest
 
+	// probes holds, by node, the probe of a node its site says is dead.
+	probes map[string]*probe
+
 	accepted, duplicate, rejected, ignored atomic.Uint64
 }
 
@@ -65,6 +90,9 @@ type Sites struct {
 func NewSites(cfg SitesConfig) *Sites {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 3 * time.Second
 	}
 	s := &Sites{
 		cfg:   cfg,
@@ -74,6 +102,7 @@ func NewSites(cfg SitesConfig) *Sites {
 		held:  map[string][]byte{},
 
 		digests: map[string]sitedigest.Digest{},
+		probes:  map[string]*probe{},
 	}
 	cfg.Zones.OnChange(s.nodeChanged)
 	return s
@@ -174,7 +203,9 @@ func (s *Sites) nodeChanged(node, from, to string) {
 // of the site is heard by the hub now (a view from a site that went dark
 // is no evidence of anything), or the view has the node suspect or gone
 // cleanly (left: its agent stopped, which says nothing of its
-// containers). It does not block.
+// containers). A node said to be dead reads dead only once the hub's own
+// probe of it went unanswered (see SitesConfig.Probe); until then it is
+// unknown. It does not block: a probe runs in the background.
 func (s *Sites) Peers(node string) nodelifecycle.PeerView {
 	zone, known := s.cfg.Zones.Zone(node)
 	if !known || zone == "" {
@@ -190,8 +221,42 @@ func (s *Sites) Peers(node string) nodelifecycle.PeerView {
 	case sitedigest.Alive:
 		return nodelifecycle.PeersSeeAlive
 	case sitedigest.Dead:
+		return s.confirmDead(node, m.Incarnation)
+	}
+	return nodelifecycle.PeersUnknown
+}
+
+// confirmDead returns PeersSeeDead once a probe of node, said to be dead
+// at incarnation, went unanswered, and starts one when none stands.
+func (s *Sites) confirmDead(node string, incarnation uint32) nodelifecycle.PeerView {
+	if s.cfg.Probe == nil {
 		return nodelifecycle.PeersSeeDead
 	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.probes[node]
+	switch {
+	case p != nil && p.incarnation == incarnation && p.done && !p.answered:
+		return nodelifecycle.PeersSeeDead
+	case p != nil && p.incarnation == incarnation && (!p.done || now.Sub(p.finished) < probeAgain):
+		return nodelifecycle.PeersUnknown
+	}
+	p = &probe{incarnation: incarnation}
+	s.probes[node] = p
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ProbeTimeout)
+		err := s.cfg.Probe(ctx, node)
+		cancel()
+		s.mu.Lock()
+		p.done, p.answered, p.finished = true, err == nil, time.Now()
+		s.mu.Unlock()
+		if err == nil {
+			s.log.Info("node its site says is dead answered the hub", "node", node)
+		} else {
+			s.log.Info("node its site says is dead did not answer the hub", "node", node, "err", err)
+		}
+	}()
 	return nodelifecycle.PeersUnknown
 }
 

@@ -233,3 +233,75 @@ func TestSiteKeyAuthorizer(t *testing.T) {
 		t.Errorf("new node of site-a refused its site's keys: %v", err)
 	}
 }
+
+// TestSitesProbeBeforeDead shows that a node its site says is dead reads
+// dead only once the hub's own probe of it goes unanswered, and that a
+// node that answers is not taken as dead on its peers' word.
+func TestSitesProbeBeforeDead(t *testing.T) {
+	st := newStorage(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := Config{Storage: st, Logger: quiet}
+	nodesKind := mustKindT(t, "nodes")
+	for _, n := range []*corev1.Node{zoneNode("a1", "A"), zoneNode("gone", "A"), zoneNode("lan-cut", "A")} {
+		if _, err := st.Create(ctx, nodesKind, "", n, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zones := NewZones(cfg)
+	leases := NewLeases(cfg)
+	probed := make(chan string, 10)
+	sites := NewSites(SitesConfig{Zones: zones, Live: leases.Alive, Logger: quiet,
+		Probe: func(ctx context.Context, node string) error {
+			probed <- node
+			if node == "lan-cut" {
+				return nil // its tunnel still answers
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		ProbeTimeout: 100 * time.Millisecond,
+	})
+	go zones.Run(ctx)
+	if !zones.WaitSynced(ctx) {
+		t.Fatal("zones not synced")
+	}
+	leases.Connected("a1")
+	sites.Report("a1", digest(t, "A", member("a1", sitedigest.Alive, 1), member("gone", sitedigest.Dead, 2), member("lan-cut", sitedigest.Dead, 1)))
+
+	for _, n := range []string{"gone", "lan-cut"} {
+		if got := sites.Peers(n); got != nodelifecycle.PeersUnknown {
+			t.Fatalf("Peers(%s) before its probe = %v, want Unknown", n, got)
+		}
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		select {
+		case n := <-probed:
+			seen[n] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("probes started: %v", seen)
+		}
+	}
+	eventually(t, "gone read dead after its probe went unanswered", func() bool {
+		return sites.Peers("gone") == nodelifecycle.PeersSeeDead
+	})
+	if got := sites.Peers("lan-cut"); got != nodelifecycle.PeersUnknown {
+		t.Fatalf("Peers(lan-cut), which answered its probe = %v, want Unknown", got)
+	}
+	select {
+	case n := <-probed:
+		t.Fatalf("%s probed again within %v", n, probeAgain)
+	default:
+	}
+	// Back at a higher incarnation: alive, and a later death is probed
+	// afresh.
+	sites.Report("a1", digest(t, "A", member("a1", sitedigest.Alive, 1), member("gone", sitedigest.Alive, 3), member("lan-cut", sitedigest.Dead, 1)))
+	if got := sites.Peers("gone"); got != nodelifecycle.PeersSeeAlive {
+		t.Fatalf("Peers(gone) after it came back = %v", got)
+	}
+	sites.Report("a1", digest(t, "A", member("a1", sitedigest.Alive, 1), member("gone", sitedigest.Dead, 3), member("lan-cut", sitedigest.Dead, 1)))
+	if got := sites.Peers("gone"); got != nodelifecycle.PeersUnknown {
+		t.Fatalf("Peers(gone) dead again before a new probe = %v", got)
+	}
+}
