@@ -235,7 +235,7 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 				return ""
 			}
 		case "list", "watch":
-			if selects(at.FieldSelector, "metadata.name", node) {
+			if selects(at.FieldSelector, "metadata.name", node) || a.siteNodes(node, at) {
 				return ""
 			}
 			return fmt.Sprintf("node '%s' can only list or watch its own Node (fieldSelector metadata.name=%s)", node, node)
