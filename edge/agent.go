@@ -41,6 +41,7 @@ type Agent struct {
 	refs     *refManager
 	status   *statusManager
 	services *serviceWatch
+	gossip   *siteGossip    // the site's gossip; nil without a zone
 	net      *nodeNet       // dataplane and DNS server; set by Run
 	relay    *apiRelay      // pods' connections to the hub; nil when off
 	dnsAddr  netip.AddrPort // where the DNS server listens
@@ -131,11 +132,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			// status they could not send.
 			a.local.reconnected()
 			a.pods.wakeAll()
+			a.gossip.poke()
 		},
 		OnDisconnect: func(err error) {
 			a.metrics.connected.Store(false)
 			a.metrics.disconnects.Add(1)
 			a.log.Info("tunnel disconnected", "err", err)
+			a.gossip.poke()
 		},
 		Logger: a.cfg.Logger,
 	})
@@ -152,6 +155,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.httpc = &http.Client{Transport: &http.Transport{DialContext: tc.DialContext}, Timeout: time.Minute}
 	a.status = newStatusManager(a.core.Pods, &a.metrics)
+	if a.cfg.Zone != "" && a.cfg.GossipPort > 0 {
+		if a.gossip, err = newSiteGossip(a); err != nil {
+			return fmt.Errorf("start site gossip: %w", err)
+		}
+	}
 	a.net = nn
 	close(a.ready)
 
@@ -224,6 +232,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		goRun(func() { a.relay.serve(ctx) })
 	}
 	goRun(func() { a.certLoop(ctx) })
+	if a.gossip != nil {
+		a.gossip.run(ctx, goRun)
+	}
 	if rm, ok := a.cfg.Runtime.(LocalVolumeRemover); ok {
 		goRun(func() { a.localVolumeLoop(ctx, rm) })
 	}
@@ -354,6 +365,13 @@ type Stats struct {
 	// APIRelayFailures those it found no tunnel stream for.
 	APIRelayActive                                          int64
 	APIRelayConnections, APIRelayRejected, APIRelayFailures int64
+	// GossipMembers is the number of site members this node's gossip
+	// sees alive (itself included; 0 without site gossip);
+	// GossipDroppedKey and GossipDroppedNonMember count gossip messages
+	// dropped for a wrong or missing key and alive announcements of nodes
+	// that are not the site's.
+	GossipMembers                            int
+	GossipDroppedKey, GossipDroppedNonMember uint64
 }
 
 // Stats returns the agent's counters; it may be called at any time.
@@ -384,6 +402,10 @@ func (a *Agent) Stats() Stats {
 		s.DNSQueries = a.net.dnsQueries.Load()
 		s.DNSForwarded = a.net.dnsForwarded.Load()
 		s.DNSFailures = a.net.dnsFailures.Load()
+		if g := a.gossip; g != nil {
+			gs := g.site.Stats()
+			s.GossipMembers, s.GossipDroppedKey, s.GossipDroppedNonMember = gs.Members, gs.DroppedKey, gs.DroppedNonMember
+		}
 		if r := a.relay; r != nil {
 			s.APIRelayActive = r.active.Load()
 			s.APIRelayConnections = r.relayed.Load()

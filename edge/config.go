@@ -153,6 +153,15 @@ type Config struct {
 	// whether the local-path volumes its pods used and no longer use still
 	// exist, to remove the data of deleted ones. Zero means 1m.
 	LocalVolumeCheckInterval time.Duration
+	// GossipPort is the port (UDP and TCP) of the site gossip that a
+	// node with a Zone runs with the other nodes of its site (see
+	// edge/site); the agent publishes it in its Node's
+	// AnnotationGossipPort. Zero means DefaultGossipPort; negative turns
+	// the gossip off.
+	GossipPort int
+	// GossipBind is the address the site gossip listens on. Empty: every
+	// address. The other members reach it at NodeIP.
+	GossipBind string
 	// CertRenewFraction is the fraction of the certificate's lifetime
 	// after which it is renewed. Zero means 2/3.
 	CertRenewFraction float64
@@ -235,6 +244,17 @@ func (c *Config) setDefaults() error {
 	}
 	if c.APIRelayMaxConns <= 0 {
 		c.APIRelayMaxConns = DefaultAPIRelayMaxConns
+	}
+	if c.GossipPort == 0 {
+		c.GossipPort = DefaultGossipPort
+	}
+	if c.GossipPort > 65535 {
+		return fmt.Errorf("gossip port %d out of range", c.GossipPort)
+	}
+	if c.GossipBind != "" {
+		if _, err := netip.ParseAddr(c.GossipBind); err != nil {
+			return fmt.Errorf("gossip bind address %q: %w", c.GossipBind, err)
+		}
 	}
 	if c.Version == "" {
 		c.Version = "devel"

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"io"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,3 +22,19 @@ const StateFile = stateFile
 func StaticPod(manifest []byte, file, node string) (*corev1.Pod, error) {
 	return staticPod(manifest, file, node, time.Now())
 }
+
+// SiteReports returns how many views the agent's site gossip reported to
+// the hub and the latest one.
+func SiteReports(a *Agent) (int64, []byte) {
+	if a.gossip == nil {
+		return 0, nil
+	}
+	var last []byte
+	if p := a.gossip.lastReport.Load(); p != nil {
+		last = *p
+	}
+	return a.gossip.reports.Load(), last
+}
+
+// WriteMetrics writes the agent's metrics.
+func WriteMetrics(a *Agent, w io.Writer) { a.writeMetrics(w) }

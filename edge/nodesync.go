@@ -149,7 +149,7 @@ func (s *nodeSync) register(ctx context.Context) error {
 	in := s.input(ctx)
 	nodes := s.a.core.Nodes()
 	want := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: s.a.name, Labels: nodeLabels(in)},
+		ObjectMeta: metav1.ObjectMeta{Name: s.a.name, Labels: nodeLabels(in), Annotations: s.a.nodeAnnotations()},
 		Status:     buildNodeStatus(in, nil),
 	}
 	node, err := nodes.Create(ctx, want, metav1.CreateOptions{})
@@ -158,13 +158,19 @@ func (s *nodeSync) register(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("get existing node: %w", err)
 		}
-		if missingLabels(node.Labels, want.Labels) {
+		if missingLabels(node.Labels, want.Labels) || missingLabels(node.Annotations, want.Annotations) {
 			n := node.DeepCopy()
 			if n.Labels == nil {
 				n.Labels = map[string]string{}
 			}
 			for k, v := range want.Labels {
 				n.Labels[k] = v
+			}
+			if n.Annotations == nil && len(want.Annotations) > 0 {
+				n.Annotations = map[string]string{}
+			}
+			for k, v := range want.Annotations {
+				n.Annotations[k] = v
 			}
 			if node, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("update node labels: %w", err)

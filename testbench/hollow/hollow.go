@@ -91,6 +91,7 @@ func New(cfg Config) (*Fleet, error) {
 			Runtime:             sim.New(cfg.Sim),
 			Zone:                fmt.Sprintf("site-%d", i%cfg.Sites),
 			NodeIP:              nodeIP(i),
+			GossipPort:          -1, // hollow addresses are not on the host
 			StatusInterval:      cfg.StatusInterval,
 			StatusCheckInterval: cfg.StatusCheckInterval,
 			HeartbeatInterval:   cfg.HeartbeatInterval,
