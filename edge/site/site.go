@@ -83,6 +83,10 @@ type Config struct {
 	// Log receives the site's own log lines; memberlist's go to it at
 	// debug level. Nil: slog.Default().
 	Log *slog.Logger
+
+	// deadForget, when set (by tests), is how long memberlist keeps a
+	// dead member (GossipToTheDeadTime).
+	deadForget time.Duration
 }
 
 // Stats are the site's counters.
@@ -240,6 +244,9 @@ func (s *Site) start() (*memberlist.Memberlist, error) {
 		return nil, fmt.Errorf("open site gossip port: %w", err)
 	}
 	c := lanConfig()
+	if s.cfg.deadForget > 0 {
+		c.GossipToTheDeadTime = s.cfg.deadForget
+	}
 	c.Name = s.cfg.Node
 	c.BindAddr = bindAddr(s.cfg.BindAddr)
 	c.BindPort = inner.GetAutoBindPort()

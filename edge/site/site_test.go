@@ -50,7 +50,13 @@ func (c *cluster) addrs(n int) []string {
 // member starts member i with keys and peers; it stops with the test.
 func (c *cluster) member(i int, keys [][]byte, peers []string) *Site {
 	c.t.Helper()
+	return c.memberConfig(i, keys, peers, 0)
+}
+
+func (c *cluster) memberConfig(i int, keys [][]byte, peers []string, deadForget time.Duration) *Site {
+	c.t.Helper()
 	s, err := New(Config{
+		deadForget:    deadForget,
 		Site:          "shop-1",
 		Node:          fmt.Sprintf("node-%d", i),
 		BindAddr:      fmt.Sprintf("127.0.0.%d", c.base+i),
@@ -319,4 +325,55 @@ func TestNodeTableLayout(t *testing.T) {
 	if len(nodes) != 1 || nodes[0].name != "node-0" || nodes[0].addr != c.addr(0) || nodes[0].incarnation == 0 {
 		t.Errorf("node table = %+v", nodes)
 	}
+}
+
+// TestForgottenDeadMemberStaysDead: memberlist forgets a dead member after
+// GossipToTheDeadTime; the view keeps it Dead while it is a peer, and drops
+// it once it is not.
+func TestForgottenDeadMemberStaysDead(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 80)
+	peers := c.addrs(2)
+	a := c.memberConfig(0, c.keys, peers, time.Second)
+	b := c.memberConfig(1, c.keys, peers, time.Second)
+	eventually(t, 10*time.Second, "2 alive members", func() bool { return allAlive(a, 2) })
+	b.Kill()
+	eventually(t, 10*time.Second, "node-1 dead", func() bool { st, _ := state(a, "node-1"); return st == sitedigest.Dead })
+	eventually(t, 10*time.Second, "memberlist forgets node-1", func() bool {
+		a.mu.Lock()
+		ml := a.ml
+		a.mu.Unlock()
+		nodes, _ := readNodes(ml)
+		return len(nodes) == 1
+	})
+	time.Sleep(300 * time.Millisecond)
+	if st, _ := state(a, "node-1"); st != sitedigest.Dead {
+		t.Fatalf("forgotten member: view %v, want node-1 Dead", a.View())
+	}
+	a.SetPeers(c.addrs(1))
+	eventually(t, 5*time.Second, "node-1 leaves the view once not a peer", func() bool { st, _ := state(a, "node-1"); return st == 0 })
+}
+
+// TestLeaveIsLeft: a member that stops cleanly is Left, not Dead, in the
+// others' views.
+func TestLeaveIsLeft(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 90)
+	peers := c.addrs(2)
+	a := c.member(0, c.keys, peers)
+	b, err := New(Config{Site: "shop-1", Node: "node-1", BindAddr: "127.0.0.91", AdvertiseAddr: "127.0.0.91", BindPort: c.port,
+		Keys: c.keys, Peers: peers, RetryInterval: 300 * time.Millisecond, PollInterval: 100 * time.Millisecond,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	eventually(t, 10*time.Second, "2 alive members", func() bool { return allAlive(a, 2) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "node-1 left", func() bool { st, _ := state(a, "node-1"); return st == sitedigest.Left })
 }
