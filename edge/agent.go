@@ -220,8 +220,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	goRun(func() { a.node.run(ctx) })
 	podInformer := a.pods.informer()
 	goRun(func() { podInformer.RunWithContext(ctx) })
-	if a.sites != nil && a.cfg.SiteView != nil {
-		goRun(func() { a.sites.follow(ctx, a.cfg.SiteView) })
+	if view := a.siteView(); a.sites != nil && view != nil {
+		goRun(func() { a.sites.follow(ctx, view) })
 	}
 	if a.services != nil {
 		a.services.run(ctx, goRun)

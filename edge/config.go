@@ -71,7 +71,8 @@ type Config struct {
 	// SiteView is the site's gossip membership as this node sees it. The
 	// Service load balancing and DNS answers leave out the endpoints of
 	// the site's members it says are Dead, and take them back when they
-	// are Alive again. Nil: every endpoint counts, as the hub says.
+	// are Alive again. Nil: the node's own site gossip (GossipPort) when
+	// it has a Zone, else every endpoint counts, as the hub says.
 	SiteView SiteView
 	// Labels are added to the Node's labels at registration.
 	Labels map[string]string

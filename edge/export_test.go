@@ -38,3 +38,6 @@ func SiteReports(a *Agent) (int64, []byte) {
 
 // WriteMetrics writes the agent's metrics.
 func WriteMetrics(a *Agent, w io.Writer) { a.writeMetrics(w) }
+
+// FollowedSiteView returns the view the agent's Service filter follows.
+func FollowedSiteView(a *Agent) SiteView { return a.siteView() }

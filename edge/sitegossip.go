@@ -283,3 +283,15 @@ func (a *Agent) Site() *site.Site {
 	}
 	return nil
 }
+
+// siteView is the view the Service filter follows: Config.SiteView, or
+// else the node's own site gossip.
+func (a *Agent) siteView() SiteView {
+	if a.cfg.SiteView != nil {
+		return a.cfg.SiteView
+	}
+	if a.gossip != nil {
+		return a.gossip.site
+	}
+	return nil
+}

@@ -120,6 +120,9 @@ func TestSiteGossipWiring(t *testing.T) {
 			t.Errorf("%s reported %d views: only edge-s0 sends", names[i], n)
 		}
 	}
+	if v := edge.FollowedSiteView(agents[0].Agent); v != edge.SiteView(agents[0].Site()) {
+		t.Errorf("the Service filter follows %v, not the node's site gossip", v)
+	}
 	st := agents[1].Stats()
 	// Non-member refusals may happen while the site forms: a member
 	// can hear of a peer before the hub told it of the peer's Node.
