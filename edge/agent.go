@@ -366,7 +366,7 @@ type Stats struct {
 	APIRelayActive                                          int64
 	APIRelayConnections, APIRelayRejected, APIRelayFailures int64
 	// GossipMembers is the number of site members this node's gossip
-	// sees alive (itself included; 0 without site gossip);
+	// sees alive or suspect (itself included; 0 without site gossip);
 	// GossipDroppedKey and GossipDroppedNonMember count gossip messages
 	// dropped for a wrong or missing key and alive announcements of nodes
 	// that are not the site's.

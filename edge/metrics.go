@@ -48,7 +48,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		{"tether_edge_api_relay_connections_total", "counter", "Pod connections to the hub's API the relay piped.", [][2]any{{"", s.APIRelayConnections}}},
 		{"tether_edge_api_relay_rejected_total", "counter", "Connections the API relay refused: over its bound, or not TLS.", [][2]any{{"", s.APIRelayRejected}}},
 		{"tether_edge_api_relay_failures_total", "counter", "Connections the API relay found no tunnel stream for.", [][2]any{{"", s.APIRelayFailures}}},
-		{"tether_gossip_members", "gauge", "Site members this node's gossip sees alive, itself included.", [][2]any{{"", s.GossipMembers}}},
+		{"tether_gossip_members", "gauge", "Site members this node's gossip sees alive or suspect, itself included.", [][2]any{{"", s.GossipMembers}}},
 		{"tether_gossip_dropped_total", "counter", "Site gossip messages dropped: no installed key opens them, or they announce a node that is not the site's.", [][2]any{
 			{`reason="key"`, s.GossipDroppedKey}, {`reason="non_member"`, s.GossipDroppedNonMember}}},
 		{"tether_edge_certificate_expiry_timestamp_seconds", "gauge", "When the node certificate expires (Unix time).", [][2]any{{"", s.CertificateExpiry.Unix()}}},

@@ -91,8 +91,8 @@ type Config struct {
 
 // Stats are the site's counters.
 type Stats struct {
-	// Members is the number of members this one sees alive, itself
-	// included.
+	// Members is the number of members this one sees alive or suspect,
+	// itself included.
 	Members int
 	// DroppedKey counts packets and streams that no installed key opens.
 	DroppedKey uint64
