@@ -461,8 +461,11 @@ func (s *Site) Addr(ctx context.Context) (string, error) {
 		return "", ctx.Err()
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ml.LocalNode().Address(), nil
+	ml := s.ml
+	s.mu.Unlock()
+	// Not under s.mu: memberlist calls the delegate, which takes s.mu,
+	// while it holds its node lock.
+	return ml.LocalNode().Address(), nil
 }
 
 func (s *Site) kick() {
