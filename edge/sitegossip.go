@@ -68,6 +68,7 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 		BindAddr:      a.cfg.GossipBind,
 		BindPort:      a.cfg.GossipPort,
 		AdvertiseAddr: advertiseAddr(a.nodeIP),
+		Generation:    a.nextGeneration(),
 		Log:           a.log,
 	})
 	if err != nil {
@@ -294,4 +295,31 @@ func (a *Agent) siteView() SiteView {
 		return a.gossip.site
 	}
 	return nil
+}
+
+// siteGenerationKey names the count of the site gossip's starts in the
+// local state (kept with the watches' resourceVersions).
+const siteGenerationKey = "site-generation"
+
+// siteWatch reports whether w is one of the site gossip's entries among
+// the local state's watches.
+func siteWatch(w string) bool {
+	return w == keptSiteNodes || w == keptSiteKeys || w == siteGenerationKey
+}
+
+// nextGeneration counts this start of the site gossip in the local state.
+func (a *Agent) nextGeneration() uint16 {
+	if a.local == nil {
+		return 0
+	}
+	prev, err := a.local.db.Watch(siteGenerationKey)
+	if err != nil {
+		a.log.Warn("read site gossip generation", "err", err)
+	}
+	n, _ := strconv.ParseUint(prev, 10, 16)
+	next := uint16(n + 1) // wraps after 65535 starts
+	if err := a.local.db.Commit(nil, map[string]string{siteGenerationKey: strconv.FormatUint(uint64(next), 10)}); err != nil {
+		a.log.Warn("count site gossip generation", "err", err)
+	}
+	return next
 }

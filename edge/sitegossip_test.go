@@ -157,5 +157,11 @@ func TestSiteGossipWiring(t *testing.T) {
 		if a.Site().Sender() {
 			t.Errorf("%s sends with no tunnel up", a.NodeName())
 		}
+		// Second start of each: incarnations carry generation 2.
+		for _, m := range a.Site().View().Members {
+			if m.Incarnation>>16 != 2 {
+				t.Errorf("%s sees %s at incarnation %#x, want generation 2", a.NodeName(), m.Node, m.Incarnation)
+			}
+		}
 	}
 }

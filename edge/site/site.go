@@ -26,7 +26,8 @@
 //
 // View is this member's view: every member memberlist knows (and every
 // member it has forgotten after declaring it dead) with its state and
-// incarnation. Each member gossips in its node meta whether its tunnel to
+// incarnation: memberlist's, behind the member's generation (its count of
+// starts, Config.Generation), so that it grows across restarts. Each member gossips in its node meta whether its tunnel to
 // the hub is up (SetConnected); the alive connected member with the lowest
 // name is the site's Sender, the one that reports the view to the hub.
 package site
@@ -71,6 +72,10 @@ type Config struct {
 	Keys [][]byte
 	// Peers are other members' host:port addresses.
 	Peers []string
+	// Generation counts this member's starts; the caller keeps it across
+	// restarts. A member's incarnation in View carries it in its high 16
+	// bits, so that it grows across restarts of the whole site.
+	Generation uint16
 	// RetryInterval is how often peers that are not alive members are
 	// joined. Zero: 5s.
 	RetryInterval time.Duration

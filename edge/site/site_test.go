@@ -50,13 +50,13 @@ func (c *cluster) addrs(n int) []string {
 // member starts member i with keys and peers; it stops with the test.
 func (c *cluster) member(i int, keys [][]byte, peers []string) *Site {
 	c.t.Helper()
-	return c.memberConfig(i, keys, peers, 0)
+	return c.memberConfig(i, keys, peers, nil)
 }
 
-func (c *cluster) memberConfig(i int, keys [][]byte, peers []string, deadForget time.Duration) *Site {
+// memberConfig starts member i with edit applied to its Config.
+func (c *cluster) memberConfig(i int, keys [][]byte, peers []string, edit func(*Config)) *Site {
 	c.t.Helper()
-	s, err := New(Config{
-		deadForget:    deadForget,
+	cfg := Config{
 		Site:          "shop-1",
 		Node:          fmt.Sprintf("node-%d", i),
 		BindAddr:      fmt.Sprintf("127.0.0.%d", c.base+i),
@@ -68,7 +68,11 @@ func (c *cluster) memberConfig(i int, keys [][]byte, peers []string, deadForget 
 		PollInterval:  100 * time.Millisecond,
 		KeyGrace:      300 * time.Millisecond,
 		Log:           slog.New(slog.DiscardHandler),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -184,11 +188,13 @@ func TestKilledMemberIsDeadThenAliveAgain(t *testing.T) {
 	t.Logf("killed member declared dead by both others after %v", took)
 	_, deadInc := state(ms[0], "node-2")
 
-	restarted := c.member(2, c.keys, peers)
+	// Restarted: memberlist refutes its death with a higher incarnation,
+	// and the new generation comes first.
+	restarted := c.memberConfig(2, c.keys, peers, func(c *Config) { c.Generation = 1 })
 	eventually(t, 10*time.Second, "node-2 alive again with a higher incarnation", func() bool {
 		for _, s := range []*Site{ms[0], ms[1], restarted} {
 			st, inc := state(s, "node-2")
-			if st != sitedigest.Alive || inc <= deadInc {
+			if st != sitedigest.Alive || inc <= deadInc || inc>>16 != 1 {
 				return false
 			}
 		}
@@ -334,8 +340,9 @@ func TestForgottenDeadMemberStaysDead(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 80)
 	peers := c.addrs(2)
-	a := c.memberConfig(0, c.keys, peers, time.Second)
-	b := c.memberConfig(1, c.keys, peers, time.Second)
+	forget := func(c *Config) { c.deadForget = time.Second }
+	a := c.memberConfig(0, c.keys, peers, forget)
+	b := c.memberConfig(1, c.keys, peers, forget)
 	eventually(t, 10*time.Second, "2 alive members", func() bool { return allAlive(a, 2) })
 	b.Kill()
 	eventually(t, 10*time.Second, "node-1 dead", func() bool { st, _ := state(a, "node-1"); return st == sitedigest.Dead })

@@ -16,9 +16,11 @@ import (
 )
 
 // meta is what a member gossips about itself in its memberlist node meta:
-// a version byte and a flags byte.
+// a version byte, a flags byte and the member's generation (big-endian
+// uint16).
 type meta struct {
-	connected bool
+	connected  bool
+	generation uint16
 }
 
 const (
@@ -31,14 +33,23 @@ func (m meta) encode() []byte {
 	if m.connected {
 		flags |= metaConnected
 	}
-	return []byte{metaVersion, flags}
+	return []byte{metaVersion, flags, byte(m.generation >> 8), byte(m.generation)}
 }
 
 func decodeMeta(b []byte) meta {
-	if len(b) < 2 || b[0] != metaVersion {
+	if len(b) < 4 || b[0] != metaVersion {
 		return meta{}
 	}
-	return meta{connected: b[1]&metaConnected != 0}
+	return meta{connected: b[1]&metaConnected != 0, generation: uint16(b[2])<<8 | uint16(b[3])}
+}
+
+// incarnation is a member's incarnation in the view: its generation in the
+// high 16 bits, memberlist's incarnation (saturated) in the low 16. A
+// member that restarts starts memberlist at incarnation 1 again; with the
+// generation in front its incarnations keep growing even when the whole
+// site restarted and nobody remembers the old ones.
+func incarnation(generation uint16, inc uint32) uint32 {
+	return uint32(generation)<<16 | min(inc, 0xFFFF)
 }
 
 // delegate is the Site seen by memberlist.
@@ -47,7 +58,7 @@ type delegate struct{ s *Site }
 func (d delegate) NodeMeta(limit int) []byte {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
-	return meta{connected: d.s.connected && !d.s.leaving}.encode()
+	return meta{connected: d.s.connected && !d.s.leaving, generation: d.s.cfg.Generation}.encode()
 }
 
 func (delegate) NotifyMsg([]byte)                           {}
@@ -167,9 +178,11 @@ func (s *Site) refresh() {
 			continue // not a Node name: cannot be reported
 		}
 		seen[n.name] = true
-		metas[n.name] = decodeMeta(n.meta)
+		m := decodeMeta(n.meta)
+		metas[n.name] = m
 		s.addrs[n.name] = n.addr
-		d.Members = append(d.Members, sitedigest.Member{Node: n.name, State: digestState(n.state), Incarnation: n.incarnation})
+		d.Members = append(d.Members, sitedigest.Member{Node: n.name, State: digestState(n.state),
+			Incarnation: incarnation(m.generation, n.incarnation)})
 	}
 	for _, m := range s.view.Members {
 		if seen[m.Node] || m.Node == s.cfg.Node || !s.peerSet[s.addrs[m.Node]] {
