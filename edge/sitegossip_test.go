@@ -115,6 +115,19 @@ func TestSiteGossipWiring(t *testing.T) {
 		d, err := sitedigest.Unmarshal(last)
 		return n > 0 && err == nil && len(d.Members) == 3 && d.Site == zone, fmt.Sprintf("%d reports, %v %v", n, d, err)
 	})
+	// The hub took it through the tunnel.
+	eventually(t, 10*time.Second, "the hub accepts the site's digest", func() (bool, string) {
+		m, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, l := range strings.Split(string(m), "\n") {
+			if strings.HasPrefix(l, `tether_site_digests_total{result="accepted"} `) {
+				return !strings.HasSuffix(l, " 0"), l
+			}
+		}
+		return false, "no tether_site_digests_total"
+	})
 	for i := 1; i < len(agents); i++ {
 		if n, _ := edge.SiteReports(agents[i].Agent); n != 0 || agents[i].Site().Sender() {
 			t.Errorf("%s reported %d views: only edge-s0 sends", names[i], n)
