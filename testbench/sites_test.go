@@ -3,7 +3,6 @@ package testbench
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -76,7 +75,7 @@ spec:
         disconnect.tether.io/replace: "true"
         disconnect.tether.io/reconcile: keepReplacement
     spec:
-      affinity: &moving
+      affinity:
         nodeAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
             nodeSelectorTerms:
@@ -97,7 +96,16 @@ spec:
   template:
     metadata: {labels: {app: stayer}}
     spec:
-      affinity: *moving
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions:
+              - {key: topology.kubernetes.io/zone, operator: In, values: [alpha, beta]}
+              - {key: kubernetes.io/hostname, operator: NotIn, values: [alpha-n3, beta-n3]}
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [alpha]}]}
       containers: [{name: c, image: app}]
 ---
 apiVersion: apps/v1
@@ -222,13 +230,13 @@ func TestSites(t *testing.T) {
 	})
 	goRun(func() {
 		t.Run("DeadNode", func(t *testing.T) {
+			defer s.powerOn(t, "beta-n3")
 			d := s.deadNode(t, "beta-n3", "app=victim", 2)
 			mu.Lock()
 			gossip = append(gossip, d)
 			mu.Unlock()
-			s.powerOn(t, "beta-n3")
-			s.waitHealthy(t, "beta-n3", 90*time.Second)
 		})
+		t.Run("DeadNodeBack", func(t *testing.T) { s.waitHealthy(t, "beta-n3", 90*time.Second) })
 		t.Run("NodeUplinkCut", s.nodeUplinkCut)
 		t.Run("GossipAuth", s.gossipAuth)
 		samples := 2
@@ -237,11 +245,13 @@ func TestSites(t *testing.T) {
 		}
 		t.Run("MoreDeadNodes", func(t *testing.T) {
 			for i := 0; i < samples; i++ {
-				d := s.deadNode(t, "beta-n3", "app=victim", 2)
-				mu.Lock()
-				gossip = append(gossip, d)
-				mu.Unlock()
-				s.powerOn(t, "beta-n3")
+				func() {
+					defer s.powerOn(t, "beta-n3")
+					d := s.deadNode(t, "beta-n3", "app=victim", 2)
+					mu.Lock()
+					gossip = append(gossip, d)
+					mu.Unlock()
+				}()
 				s.waitHealthy(t, "beta-n3", 90*time.Second)
 			}
 		})
@@ -696,18 +706,12 @@ func (s *siteLab) gossipAuth(t *testing.T) {
 	nonMember := s.agentCounter(t, node, "tether_gossip_dropped_total", `reason="non_member"`)
 	target := fmt.Sprintf("%s:%d", s.l.Host(node).Addr, gossipPort)
 
-	wrong := make([]byte, 32)
-	copy(wrong, "not the site's key, not at all!!")
-	router := s.l.Host(siteB + "-router")
-	lanIP := net.ParseIP("10.213.102.1")
-	sealed, err := sealGossip(wrong, gossipPing("beta-n2", net.ParseIP(s.l.Host("beta-n2").Addr), 40000))
-	if err != nil {
+	// A member's address with a key that is not the site's.
+	wrong := []byte("not the site's key, not at all!!")
+	if err := s.joinAs("beta-n2", s.l.Host("beta-n2").Addr, "beta-n2", wrong, target); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.sendUDP("beta-n2", target, sealed); err != nil {
-		t.Fatal(err)
-	}
-
+	// The site's key from an address that is no member's: the router's.
 	ctx, cancel := ctx10()
 	sec, err := s.c.CoreV1().Secrets(sitedigest.KeySecretNamespace).Get(ctx, sitedigest.KeySecretName(siteB), metav1.GetOptions{})
 	cancel()
@@ -718,11 +722,7 @@ func (s *siteLab) gossipAuth(t *testing.T) {
 	if len(keys) < 32 || len(keys)%32 != 0 {
 		t.Fatalf("beta's gossip key Secret holds %d bytes of keys", len(keys))
 	}
-	sealed, err = sealGossip(keys[:32], gossipPing("intruder", lanIP, 40000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sendUDP(router.Name, target, sealed); err != nil {
+	if err := s.joinAs(siteB+"-router", "10.213.102.1", "intruder", keys[:32], target); err != nil {
 		t.Fatal(err)
 	}
 	waitSite(t, node+" counts both dropped messages", 10*time.Second, func() (bool, string) {
