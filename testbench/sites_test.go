@@ -245,6 +245,7 @@ func TestSites(t *testing.T) {
 		}
 		t.Run("MoreDeadNodes", func(t *testing.T) {
 			for i := 0; i < samples; i++ {
+				s.victimsBackOn(t, "beta-n3", "app=victim", 2)
 				func() {
 					defer s.powerOn(t, "beta-n3")
 					d := s.deadNode(t, "beta-n3", "app=victim", 2)
@@ -416,14 +417,7 @@ func (s *siteLab) siteDark(t *testing.T, d time.Duration, cutStarted chan<- time
 	healedAt := time.Now()
 
 	for _, n := range kept {
-		waitSite(t, n+" Ready again without taints after the heal", 90*time.Second, func() (bool, string) {
-			node := s.node(n)
-			if node == nil {
-				return false, "no answer"
-			}
-			return readyOf(node) == corev1.ConditionTrue && len(taintsOf(node)) == 0,
-				fmt.Sprintf("Ready=%s taints %v", readyOf(node), taintsOf(node))
-		})
+		s.waitHealthy(t, n, 150*time.Second)
 		t.Logf("%s Ready %v after the heal", n, time.Since(healedAt).Round(time.Millisecond))
 	}
 	// Give a relist, had there been one, time to show.
@@ -641,15 +635,51 @@ func (s *siteLab) deadNode(t *testing.T, node, selector string, want int) detect
 	return d
 }
 
-// waitHealthy waits until a node is Ready without taints.
+// waitHealthy waits until a node is Ready without taints. A node back
+// from a cut reconnects on its tunnel's back-off, which grows to 60 s
+// while the hub is out of reach.
 func (s *siteLab) waitHealthy(t *testing.T, node string, timeout time.Duration) {
 	t.Helper()
-	waitSite(t, node+" Ready without taints", timeout, func() (bool, string) {
+	start := time.Now()
+	last := ""
+	for {
 		n := s.node(node)
-		if n == nil {
-			return false, "no answer"
+		if n != nil {
+			if readyOf(n) == corev1.ConditionTrue && len(taintsOf(n)) == 0 {
+				t.Logf("%s Ready without taints after %v", node, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			last = fmt.Sprintf("Ready=%s (%s) taints %v", readyOf(n), readyMessage(n), taintsOf(n))
 		}
-		return readyOf(n) == corev1.ConditionTrue && len(taintsOf(n)) == 0, fmt.Sprintf("Ready=%s taints %v", readyOf(n), taintsOf(n))
+		if time.Since(start) > timeout {
+			t.Fatalf("%s not Ready without taints within %v: %s; its agent's log ends:\n%s", node, timeout, last, s.logTail(node, 30))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// victimsBackOn deletes selector's pods that run elsewhere than node,
+// so that their replacements go back to the node they prefer.
+func (s *siteLab) victimsBackOn(t *testing.T, node, selector string, want int) {
+	ctx, cancel := ctx10()
+	defer cancel()
+	for _, p := range s.pods(selector) {
+		if p.Spec.NodeName != node {
+			if err := s.c.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitSite(t, fmt.Sprintf("%d %s pods back on %s", want, selector, node), 60*time.Second, func() (bool, string) {
+		on := 0
+		var out []string
+		for _, p := range s.pods(selector) {
+			if p.Spec.NodeName == node && podRunning(&p) {
+				on++
+			}
+			out = append(out, p.Name+"@"+p.Spec.NodeName+"/"+string(p.Status.Phase))
+		}
+		return on >= want, strings.Join(out, " ")
 	})
 }
 
@@ -694,7 +724,7 @@ func (s *siteLab) nodeUplinkCut(t *testing.T) {
 	if err := s.l.RestoreNodeUplink(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	s.waitHealthy(t, node, 90*time.Second)
+	s.waitHealthy(t, node, 150*time.Second)
 }
 
 // gossipAuth sends beta-n1 gossip sealed with a wrong key from beta-n2's

@@ -103,7 +103,8 @@ func (s *siteLab) client() kubernetes.Interface {
 }
 
 // startAgent runs `tether edge` with the sim runtime and cluster DNS on a
-// node: with --site when gossip is on, else with --zone only.
+// node: with --site when gossip is on, else with --zone and no gossip
+// port (heartbeats only).
 func (s *siteLab) startAgent(node, site string, gossip bool) *Process {
 	host := s.l.Host(node)
 	args := []string{s.h.tether, "edge", "--hub", "https://" + s.h.api, "--token", s.token,
@@ -112,7 +113,7 @@ func (s *siteLab) startAgent(node, site string, gossip bool) *Process {
 	if gossip {
 		args = append(args, "--site", site)
 	} else {
-		args = append(args, "--zone", site)
+		args = append(args, "--zone", site, "--gossip-port", "-1")
 	}
 	p, err := s.l.Start(node, "edge-"+node, args...)
 	if err != nil {
@@ -134,6 +135,25 @@ func (s *siteLab) powerOn(t *testing.T, node string) {
 	if err := p.Restart(); err != nil {
 		t.Fatalf("power on %s: %v", node, err)
 	}
+}
+
+// logTail returns the last n lines of a node agent's log.
+func (s *siteLab) logTail(node string, n int) string {
+	s.mu.Lock()
+	p := s.edges[node]
+	s.mu.Unlock()
+	if p == nil {
+		return ""
+	}
+	b, err := os.ReadFile(p.LogPath())
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func ctx10() (context.Context, context.CancelFunc) {
