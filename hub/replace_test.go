@@ -20,6 +20,12 @@ import (
 func TestKubectlReplace(t *testing.T) {
 	h := hubtest.Start(t, apiOnly...)
 	h.MustRun("create", "-f", "testdata/manifests/")
+	// The quota's status is computed after its pod is admitted; the
+	// snapshots below compare whole objects, status included.
+	waitFor(t, "the quota to count its pod", func() bool {
+		out, err := h.Run("get", "resourcequota", "compute", "-n", "shop", "-o", "jsonpath={.status.used.pods}")
+		return err == nil && strings.TrimSpace(out) == "1"
+	})
 
 	t.Run("manifests", func(t *testing.T) {
 		before := snapshot(t, h, "-f", "testdata/manifests/")
