@@ -137,6 +137,7 @@ const senderSettle = 2 * time.Second
 // this member is the site's sender.
 func (g *siteGossip) loop(ctx context.Context) {
 	var sent []byte
+	var reported sitedigest.Digest
 	var senderSince time.Time
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -144,11 +145,12 @@ func (g *siteGossip) loop(ctx context.Context) {
 		g.site.SetConnected(g.a.metrics.connected.Load())
 		switch {
 		case !g.site.Sender():
-			sent, senderSince = nil, time.Time{} // report afresh when this member sends again
+			// Report afresh when this member sends again.
+			sent, reported, senderSince = nil, sitedigest.Digest{}, time.Time{}
 		case senderSince.IsZero():
 			senderSince = time.Now()
 		case time.Since(senderSince) >= senderSettle:
-			g.reportView(&sent)
+			g.reportView(&sent, &reported)
 		}
 		select {
 		case <-ctx.Done():
@@ -161,9 +163,11 @@ func (g *siteGossip) loop(ctx context.Context) {
 	}
 }
 
-// reportView reports the view if it is not the one last sent.
-func (g *siteGossip) reportView(sent *[]byte) {
-	b, err := g.site.View().Marshal()
+// reportView reports the view if what the hub acts on changed since the
+// last report (see steadyView).
+func (g *siteGossip) reportView(sent *[]byte, reported *sitedigest.Digest) {
+	v := steadyView(*reported, g.site.View())
+	b, err := v.Marshal()
 	if err != nil {
 		g.a.log.Warn("encode site view", "err", err)
 		return
@@ -172,7 +176,7 @@ func (g *siteGossip) reportView(sent *[]byte) {
 		return
 	}
 	g.report(b)
-	*sent = b
+	*sent, *reported = b, v
 	g.reports.Add(1)
 	g.lastReport.Store(&b)
 }
@@ -322,4 +326,32 @@ func (a *Agent) nextGeneration() uint16 {
 		a.log.Warn("count site gossip generation", "err", err)
 	}
 	return next
+}
+
+// steadyView returns the view to report given the one last reported: what
+// the hub acts on, and only that. The hub takes a suspect member as no
+// evidence and cares about a member's state, not about each refutation of
+// a suspicion, which bumps the incarnation. On a loaded or lossy LAN
+// members flap between alive and suspect every few seconds; reporting
+// each flip would cost the uplink a digest each time for nothing. So a
+// suspect member keeps the state and incarnation last reported for it,
+// and a member whose state is the one last reported keeps that report's
+// incarnation. Reported incarnations still only grow, so the hub's merge
+// (sitedigest.Newer) stays right.
+func steadyView(last, cur sitedigest.Digest) sitedigest.Digest {
+	if last.Site != cur.Site {
+		return cur
+	}
+	prev := make(map[string]sitedigest.Member, len(last.Members))
+	for _, m := range last.Members {
+		prev[m.Node] = m
+	}
+	out := sitedigest.Digest{Site: cur.Site, Members: make([]sitedigest.Member, 0, len(cur.Members))}
+	for _, m := range cur.Members {
+		if p, ok := prev[m.Node]; ok && (m.State == sitedigest.Suspect || m.State == p.State) && m.Incarnation >= p.Incarnation {
+			m = p
+		}
+		out.Members = append(out.Members, m)
+	}
+	return out
 }
