@@ -52,6 +52,16 @@ type Config struct {
 	// TunnelBackoffBase and TunnelBackoffCap shape the agents' reconnect
 	// backoff; zero means the tunnel's defaults.
 	TunnelBackoffBase, TunnelBackoffCap time.Duration
+	// Gossip runs the site gossip of edge/site between the nodes of each
+	// site: every node's InternalIP is then its own loopback address
+	// (127.64.0.0/10, see gossipIP), which its gossip binds with
+	// GossipPort, so that the fleet's gossip stays on the host as a
+	// site's stays on its LAN. Off, the nodes keep addresses that are not
+	// the host's and run no gossip.
+	Gossip bool
+	// GossipPort is every node's gossip port (each on its own address);
+	// required with Gossip.
+	GossipPort int
 	// Logger receives the agents' logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -71,6 +81,9 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.N <= 0 || cfg.DataDir == "" || cfg.HubURL == "" {
 		return nil, errors.New("create hollow fleet: N, DataDir and HubURL are required")
 	}
+	if cfg.Gossip && cfg.GossipPort <= 0 {
+		return nil, errors.New("create hollow fleet: Gossip needs a GossipPort")
+	}
 	if cfg.NamePrefix == "" {
 		cfg.NamePrefix = "hollow-"
 	}
@@ -83,6 +96,11 @@ func New(cfg Config) (*Fleet, error) {
 	f := &Fleet{cfg: cfg}
 	for i := range cfg.N {
 		name := fmt.Sprintf("%s%05d", cfg.NamePrefix, i)
+		ip, gossipPort, gossipBind := nodeIP(i), -1, "" // hollow addresses are not on the host
+		if cfg.Gossip {
+			ip = gossipIP(i)
+			gossipPort, gossipBind = cfg.GossipPort, ip.String()
+		}
 		a, err := edge.New(edge.Config{
 			HubURL:              cfg.HubURL,
 			Token:               cfg.Token,
@@ -90,8 +108,9 @@ func New(cfg Config) (*Fleet, error) {
 			NodeName:            name,
 			Runtime:             sim.New(cfg.Sim),
 			Zone:                fmt.Sprintf("site-%d", i%cfg.Sites),
-			NodeIP:              nodeIP(i),
-			GossipPort:          -1, // hollow addresses are not on the host
+			NodeIP:              ip,
+			GossipPort:          gossipPort,
+			GossipBind:          gossipBind,
 			StatusInterval:      cfg.StatusInterval,
 			StatusCheckInterval: cfg.StatusCheckInterval,
 			HeartbeatInterval:   cfg.HeartbeatInterval,
@@ -114,6 +133,15 @@ func New(cfg Config) (*Fleet, error) {
 func nodeIP(i int) netip.Addr {
 	n := uint32(i) + 1
 	return netip.AddrFrom4([4]byte{100, 64 | byte(n>>16&0x3f), byte(n >> 8), byte(n)})
+}
+
+// gossipIP gives agent i a distinct loopback address in 127.64.0.0/10:
+// Linux routes all of 127.0.0.0/8 to the loopback interface, so each
+// node's gossip binds its own address without any interface set up.
+func gossipIP(i int) netip.Addr {
+	a := nodeIP(i).As4()
+	a[0] = 127
+	return netip.AddrFrom4(a)
 }
 
 // Agents returns the fleet's agents.
@@ -164,12 +192,16 @@ type Stats struct {
 	// BytesSent and BytesReceived are the tunnels' wire bytes.
 	BytesSent, BytesReceived uint64
 	Pods                     int
+	// GossipMembers sums the site members each agent's gossip sees
+	// (itself included); GossipFormed counts the agents that see every
+	// node of their site.
+	GossipMembers, GossipFormed int
 }
 
 // Stats sums the agents' counters.
 func (f *Fleet) Stats() Stats {
 	s := Stats{Agents: len(f.agents), Failed: int(f.failed.Load())}
-	for _, a := range f.agents {
+	for i, a := range f.agents {
 		as := a.Stats()
 		if as.Connected {
 			s.Connected++
@@ -186,11 +218,28 @@ func (f *Fleet) Stats() Stats {
 		s.BytesSent += as.TunnelBytesSent
 		s.BytesReceived += as.TunnelBytesReceived
 		s.Pods += as.Pods
+		s.GossipMembers += as.GossipMembers
+		if as.GossipMembers > 0 && as.GossipMembers >= f.siteSize(i) {
+			s.GossipFormed++
+		}
 	}
 	return s
 }
 
+// Sites is the number of sites the nodes are spread over.
+func (f *Fleet) Sites() int { return f.cfg.Sites }
+
+// siteSize is the number of nodes in agent i's site.
+func (f *Fleet) siteSize(i int) int {
+	site := i % f.cfg.Sites
+	n := f.cfg.N / f.cfg.Sites
+	if site < f.cfg.N%f.cfg.Sites {
+		n++
+	}
+	return n
+}
+
 func (s Stats) String() string {
-	return fmt.Sprintf("agents=%d connected=%d registered=%d failed=%d connects=%d disconnects=%d lists=%d watches=%d gets=%d writes=%d sent=%dB received=%dB pods=%d",
-		s.Agents, s.Connected, s.Registered, s.Failed, s.Connects, s.Disconnects, s.Lists, s.Watches, s.Gets, s.Writes, s.BytesSent, s.BytesReceived, s.Pods)
+	return fmt.Sprintf("agents=%d connected=%d registered=%d failed=%d connects=%d disconnects=%d lists=%d watches=%d gets=%d writes=%d sent=%dB received=%dB pods=%d gossip_members=%d gossip_formed=%d",
+		s.Agents, s.Connected, s.Registered, s.Failed, s.Connects, s.Disconnects, s.Lists, s.Watches, s.Gets, s.Writes, s.BytesSent, s.BytesReceived, s.Pods, s.GossipMembers, s.GossipFormed)
 }

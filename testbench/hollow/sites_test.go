@@ -1,0 +1,326 @@
+package hollow_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gometrics "github.com/hashicorp/go-metrics"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tether-edge/tether/edge/sim"
+	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/internal/benchfmt"
+	"github.com/tether-edge/tether/testbench/hollow"
+)
+
+// Site liveness at rest, at fleet scale. TETHER_SITE_BENCH_FULL=1 runs the
+// full size (1,000 nodes in 50 sites, a 60s window);
+// TETHER_SITE_BENCH_NODES, _SITES and _WINDOW (a Go duration) override
+// the size of either mode. CI runs the short mode: 100 nodes in 5 sites.
+type siteBenchSize struct {
+	full          bool
+	nodes, sites  int
+	window        time.Duration
+	withPeer      bool
+	settleTimeout time.Duration
+}
+
+func siteBench(t *testing.T) siteBenchSize {
+	s := siteBenchSize{nodes: 100, sites: 5, window: 10 * time.Second, withPeer: true, settleTimeout: 45 * time.Second}
+	if os.Getenv("TETHER_SITE_BENCH_FULL") != "" {
+		s = siteBenchSize{full: true, nodes: 1000, sites: 50, window: time.Minute, withPeer: true, settleTimeout: 5 * time.Minute}
+	}
+	for env, p := range map[string]*int{"TETHER_SITE_BENCH_NODES": &s.nodes, "TETHER_SITE_BENCH_SITES": &s.sites} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				t.Fatalf("%s=%q: want a positive number", env, v)
+			}
+			*p = n
+		}
+	}
+	if v := os.Getenv("TETHER_SITE_BENCH_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("TETHER_SITE_BENCH_WINDOW=%q: want a positive duration", v)
+		}
+		s.window = d
+	}
+	if os.Getenv("TETHER_SITE_BENCH_NO_PEER") != "" {
+		s.withPeer = false
+	}
+	return s
+}
+
+// gossipMeter sums memberlist's byte counters (memberlist.udp.sent,
+// memberlist.tcp.sent) over every member in the process.
+type gossipMeter struct {
+	udp, tcp atomic.Uint64
+}
+
+func (m *gossipMeter) count(key []string, v float32) {
+	if len(key) < 3 || key[len(key)-1] != "sent" || key[len(key)-3] != "memberlist" {
+		return
+	}
+	switch key[len(key)-2] {
+	case "udp":
+		m.udp.Add(uint64(v))
+	case "tcp":
+		m.tcp.Add(uint64(v))
+	}
+}
+
+func (m *gossipMeter) bytes() uint64                                           { return m.udp.Load() + m.tcp.Load() }
+func (m *gossipMeter) SetGauge([]string, float32)                              {}
+func (m *gossipMeter) SetGaugeWithLabels([]string, float32, []gometrics.Label) {}
+func (m *gossipMeter) EmitKey([]string, float32)                               {}
+func (m *gossipMeter) IncrCounter(k []string, v float32)                       { m.count(k, v) }
+func (m *gossipMeter) IncrCounterWithLabels(k []string, v float32, _ []gometrics.Label) {
+	m.count(k, v)
+}
+func (m *gossipMeter) AddSample([]string, float32)                              {}
+func (m *gossipMeter) AddSampleWithLabels([]string, float32, []gometrics.Label) {}
+
+// restFigures are what one configuration costs at rest over the window.
+type restFigures struct {
+	storeWritesPerMin   float64 // the store's revision moves once per write
+	hubCPUSecPerMin     float64
+	uplinkBitPerSecNode float64 // tunnel wire bytes, edge to hub
+	downBitPerSecNode   float64
+	wanBytesPerMinNode  float64 // both directions
+	gossipBytesPerMin   float64 // per node, sent, both protocols
+	digestsAccepted     int     // site state changes the hub took in the window
+	agentWrites         int64   // API writes of the agents in the window
+}
+
+// TestSiteLiveness measures what node liveness costs a hub at rest with
+// site gossip on (every hollow node gossips with its site on its own
+// loopback address and each site's sender reports its digest through the
+// tunnel), against the heartbeat-only configuration as the peer: hub
+// store writes and CPU per minute, and WAN bytes per node.
+func TestSiteLiveness(t *testing.T) {
+	size := siteBench(t)
+	meter := &gossipMeter{}
+	conf := gometrics.DefaultConfig("")
+	conf.EnableHostname, conf.EnableRuntimeMetrics, conf.EnableServiceLabel = false, false, false
+	if _, err := gometrics.NewGlobal(conf, meter); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("site liveness: %d nodes in %d sites, window %v, load average %s", size.nodes, size.sites, size.window, loadAverage())
+
+	sites := measureRest(t, size, true, meter)
+	var peer restFigures
+	if size.withPeer {
+		peer = measureRest(t, size, false, meter)
+	}
+	mode := benchfmt.Mode(size.full)
+	extra := []string{fmt.Sprintf("nodes=%d", size.nodes), fmt.Sprintf("sites=%d", size.sites), fmt.Sprintf("window_s=%.0f", size.window.Seconds())}
+	// report prints f beside the peer's value; a negative one means the
+	// peer has no such figure.
+	report := func(f benchfmt.Figure, peerValue float64) {
+		f.Mode, f.Extra = mode, append(f.Extra, extra...)
+		if size.withPeer && peerValue >= 0 {
+			f.Peer, f.PeerValue = "heartbeat_only", peerValue
+		}
+		benchfmt.Report(t, f)
+	}
+	// No store write per heartbeat, at most one per site state change
+	// (a digest the hub accepted): the target is the window's site state
+	// changes per minute.
+	changesPerMin := float64(sites.digestsAccepted) * time.Minute.Seconds() / size.window.Seconds()
+	report(benchfmt.Figure{Name: "site_liveness_store_writes_per_min", Value: sites.storeWritesPerMin, Unit: "writes/min",
+		Target: "<=" + benchfmt.FormatValue(changesPerMin),
+		Extra:  []string{fmt.Sprintf("digests_accepted=%d", sites.digestsAccepted), fmt.Sprintf("agent_writes=%d", sites.agentWrites)}},
+		peer.storeWritesPerMin)
+	report(benchfmt.Figure{Name: "site_liveness_site_changes_per_min", Value: changesPerMin, Unit: "digests/min"}, -1)
+	report(benchfmt.Figure{Name: "site_liveness_hub_cpu", Value: sites.hubCPUSecPerMin, Unit: "cpu-s/min"}, peer.hubCPUSecPerMin)
+	report(benchfmt.Figure{Name: "site_liveness_wan_uplink_per_node", Value: sites.uplinkBitPerSecNode, Unit: "bit/s", Target: "<=100",
+		Extra: []string{fmt.Sprintf("downlink_bit_s=%.1f", sites.downBitPerSecNode), fmt.Sprintf("wan_bytes_per_node_min=%.0f", sites.wanBytesPerMinNode)}},
+		peer.uplinkBitPerSecNode)
+	report(benchfmt.Figure{Name: "site_liveness_gossip_per_node", Value: sites.gossipBytesPerMin / 1024, Unit: "KiB/min",
+		Extra: []string{"lan=loopback"}}, peer.gossipBytesPerMin/1024)
+}
+
+// measureRest starts a hub and a fleet, waits until every node is Ready
+// (and, with gossip, every site formed and reported), then measures the
+// quiet window. Everything it starts is stopped when it returns.
+func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMeter) restFigures {
+	t.Helper()
+	what := "heartbeat only"
+	if gossip {
+		what = "site gossip"
+	}
+	started := time.Now()
+	h := hubtest.Start(t)
+	defer h.Stop()
+	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 100, 200
+	client := kubernetes.NewForConfigOrDie(rc)
+
+	port := 0
+	if gossip {
+		port = freeGossipPort(t)
+	}
+	window := max(2*time.Second, time.Duration(size.nodes)*10*time.Millisecond)
+	f, err := hollow.New(hollow.Config{
+		HubURL: "https://" + h.Addr, Token: strings.TrimSpace(string(out)), N: size.nodes, Sites: size.sites,
+		DataDir: t.TempDir(), StartWindow: window, Sim: sim.Config{StartDelay: 100 * time.Millisecond},
+		Gossip: gossip, GossipPort: port,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("fleet (%s): %v", what, err)
+		}
+	}()
+
+	w := &waiter{t: t, start: started}
+	w.progress(what+": nodes Ready", "every node Ready", window+time.Minute, 30*time.Second, func() (int, int, string) {
+		if s := f.Stats(); s.Failed > 0 {
+			t.Fatalf("%d agents failed: %s", s.Failed, s)
+		}
+		return readyNodes(client), size.nodes, f.Stats().String()
+	})
+	if gossip {
+		w.progress("site gossip: sites formed", "every node's gossip seeing its whole site, every site reported",
+			size.settleTimeout/10, 30*time.Second, func() (int, int, string) {
+				s := f.Stats()
+				reported := int(hubCounter(t, client, `tether_site_digests_total{result="accepted"}`))
+				return s.GossipFormed + min(reported, size.sites), size.nodes + size.sites,
+					fmt.Sprintf("%s; %d digests accepted", s, reported)
+			})
+	}
+	// Let the joins' last writes (Node status, site digests of the
+	// forming sites) pass before the window opens.
+	time.Sleep(3 * time.Second)
+
+	rev0, cpu0, st0, gb0 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes()
+	dig0 := hubCounter(t, client, `tether_site_digests_total{result="accepted"}`)
+	time.Sleep(size.window)
+	rev1, cpu1, st1, gb1 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes()
+	dig1 := hubCounter(t, client, `tether_site_digests_total{result="accepted"}`)
+	if st1.Connected != size.nodes {
+		t.Errorf("%s: %d of %d nodes connected at the end of the window: %s", what, st1.Connected, size.nodes, st1)
+	}
+	if gossip {
+		// Measured, not asserted: on an overloaded machine probes time
+		// out, members turn Suspect and back, and each such change is a
+		// site state change the sender reports (digestsAccepted).
+		t.Logf("%s: %d of %d nodes see their whole site at the end of the window", what, st1.GossipFormed, size.nodes)
+	}
+
+	perMin := time.Minute.Seconds() / size.window.Seconds()
+	n := float64(size.nodes)
+	r := restFigures{
+		storeWritesPerMin:   float64(rev1-rev0) * perMin,
+		hubCPUSecPerMin:     (cpu1 - cpu0).Seconds() * perMin,
+		uplinkBitPerSecNode: float64(st1.BytesSent-st0.BytesSent) * 8 / size.window.Seconds() / n,
+		downBitPerSecNode:   float64(st1.BytesReceived-st0.BytesReceived) * 8 / size.window.Seconds() / n,
+		wanBytesPerMinNode:  float64(st1.BytesSent-st0.BytesSent+st1.BytesReceived-st0.BytesReceived) * perMin / n,
+		gossipBytesPerMin:   float64(gb1-gb0) * perMin / n,
+		digestsAccepted:     int(dig1 - dig0),
+		agentWrites:         st1.Writes - st0.Writes,
+	}
+	t.Logf("%s, %d nodes in %d sites, at rest over %v: %d store writes (%.1f/min; %d by the agents' API requests), %d site digests accepted, hub CPU %.2fs/min, WAN per node %.1f bit/s up, %.1f bit/s down, gossip %.0f B/min per node; load average %s",
+		what, size.nodes, size.sites, size.window, rev1-rev0, r.storeWritesPerMin, r.agentWrites, r.digestsAccepted,
+		r.hubCPUSecPerMin, r.uplinkBitPerSecNode, r.downBitPerSecNode, r.gossipBytesPerMin, loadAverage())
+	return r
+}
+
+// freeGossipPort returns a port free for TCP on 127.0.0.1; the nodes bind
+// it on their own addresses.
+func freeGossipPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// readyNodes counts the Nodes whose Ready condition is True.
+func readyNodes(client kubernetes.Interface) int {
+	list, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, node := range list.Items {
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// storeRevision returns the hub store's revision, which every committed
+// write (create, update or delete of any object) raises by one: a list's
+// resourceVersion is the store's revision when it was made.
+func storeRevision(t *testing.T, client kubernetes.Interface) int64 {
+	t.Helper()
+	list, err := client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatalf("list namespaces: %v", err)
+	}
+	rev, err := strconv.ParseInt(list.ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatalf("namespace list resourceVersion %q: %v", list.ResourceVersion, err)
+	}
+	return rev
+}
+
+// hubCPU returns the hub process's CPU time so far.
+func hubCPU(t *testing.T, h *hubtest.Hub) time.Duration {
+	t.Helper()
+	d, err := h.CPU()
+	if err != nil {
+		t.Fatalf("hub CPU: %v", err)
+	}
+	return d
+}
+
+// hubCounter reads one sample (name with its labels, as printed) from the
+// hub's /metrics; 0 when absent.
+func hubCounter(t *testing.T, client kubernetes.Interface, sample string) float64 {
+	t.Helper()
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("read hub metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return x
+			}
+		}
+	}
+	return 0
+}
