@@ -206,11 +206,15 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 		return readyNodes(client), size.nodes, f.Stats().String()
 	})
 	if gossip {
-		w.progress("site gossip: sites formed", "every node's gossip seeing its whole site, every site reported",
+		// Every site reported, and nine nodes in ten see their whole
+		// site at once: on an overloaded machine a few members are always
+		// Suspect for a moment, which the window counts as site changes.
+		formed := size.nodes - size.nodes/10
+		w.progress("site gossip: sites formed", "every site reported and 90% of the nodes seeing their whole site",
 			size.settleTimeout/10, 30*time.Second, func() (int, int, string) {
 				s := f.Stats()
 				reported := int(hubCounter(t, client, `tether_site_digests_total{result="accepted"}`))
-				return s.GossipFormed + min(reported, size.sites), size.nodes + size.sites,
+				return min(s.GossipFormed, formed) + min(reported, size.sites), formed + size.sites,
 					fmt.Sprintf("%s; %d digests accepted", s, reported)
 			})
 	}
