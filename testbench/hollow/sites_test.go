@@ -218,9 +218,11 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 					fmt.Sprintf("%s; %d digests accepted", s, reported)
 			})
 	}
-	// Let the joins' last writes (Node status, site digests of the
-	// forming sites) pass before the window opens.
-	time.Sleep(3 * time.Second)
+	// Let the joins' last writes pass before the window opens: the site
+	// digests of the forming sites, and the whole Node status every agent
+	// writes at its first status check after its tunnel connects (the
+	// agent's StatusCheckInterval, 10s).
+	time.Sleep(13 * time.Second)
 
 	rev0, cpu0, st0, gb0 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes()
 	dig0 := hubCounter(t, client, `tether_site_digests_total{result="accepted"}`)
