@@ -225,6 +225,12 @@ func (m *statusManager) writeLocked(ctx context.Context, pod *corev1.Pod, st cor
 	m.mu.Lock()
 	old := m.acked(pod)
 	m.mu.Unlock()
+	// The agent writes only the conditions it owns: st was built from
+	// the agent's copy of the pod, which may predate a condition others
+	// set since (the node lifecycle's Lost, DisruptionTarget, readiness
+	// gates), and a patch from the acknowledged status to st would
+	// delete it, or put back one they removed.
+	old, st = ownConditions(old), ownConditions(st)
 	if apiequality.Semantic.DeepEqual(old, st) {
 		return nil
 	}
@@ -303,4 +309,19 @@ func withUID(patch []byte, uid types.UID) []byte {
 		return append([]byte(prefix), patch[1:]...)
 	}
 	return patch
+}
+
+// ownConditions returns st with only the conditions the agent writes: the
+// four it computes, and PodScheduled, which it sets on a pod bound at
+// creation.
+func ownConditions(st corev1.PodStatus) corev1.PodStatus {
+	out := st
+	out.Conditions = nil
+	for _, c := range st.Conditions {
+		switch c.Type {
+		case corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled:
+			out.Conditions = append(out.Conditions, c)
+		}
+	}
+	return out
 }

@@ -242,3 +242,50 @@ func TestNoopPatch(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusManagerLeavesOthersConditions checks that a status built from
+// an older copy of the pod does not delete a condition someone else set
+// since (the node lifecycle's Lost mark).
+func TestStatusManagerLeavesOthersConditions(t *testing.T) {
+	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
+	client := fake.NewClientset(pod)
+	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	ctx := context.Background()
+	if err := m.set(ctx, pod, runningStatus(pod, true), false); err != nil {
+		t.Fatal(err)
+	}
+	waitPatches(t, client, 1)
+	hubPod, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lost corev1.PodConditionType = "tether.io/Lost"
+	hubPod.Status.Conditions = append(hubPod.Status.Conditions, corev1.PodCondition{Type: lost, Status: corev1.ConditionTrue})
+	if hubPod, err = client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, hubPod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hubPod.ResourceVersion = "100" // newer than what the agent wrote
+	// The pod's worker computed its status from its older copy.
+	if err := m.set(ctx, hubPod, runningStatus(pod, false), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := waitPatches(t, client, 2); n != 2 {
+		t.Fatalf("%d status writes, want 2", n)
+	}
+	got, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, ready := false, true
+	for _, c := range got.Status.Conditions {
+		switch c.Type {
+		case lost:
+			found = c.Status == corev1.ConditionTrue
+		case corev1.PodReady:
+			ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	if !found || ready {
+		t.Fatalf("hub's conditions after the agent's write: %+v; want Lost kept and Ready false", got.Status.Conditions)
+	}
+}
