@@ -434,7 +434,26 @@ spec:
 	if kit.IsPodReady(p) || !kit.IsPodLost(p) {
 		t.Errorf("original ready %v lost %v, want unready and Lost", kit.IsPodReady(p), kit.IsPodLost(p))
 	}
-	// Settling the pair when the node is back is shown on a fake clock
-	// (TestLostPodKeepOriginal): the agent's first status write after it
-	// restarts can drop conditions it does not own, Lost among them.
+
+	// The node comes back: keepOriginal keeps the original and the
+	// ReplicaSet removes the replacement.
+	cut.Restart(t)
+	kittest.WaitFor(t, "the replacement removed and the original kept", 60*time.Second, func() (bool, error) {
+		var state []string
+		names := map[string]bool{}
+		for _, p := range pods() {
+			state = append(state, fmt.Sprintf("%s on %s ready=%v lost=%v deleting=%v", p.Name, p.Spec.NodeName, kit.IsPodReady(&p), kit.IsPodLost(&p), p.DeletionTimestamp != nil))
+			if p.DeletionTimestamp == nil {
+				names[p.Name] = true
+			}
+		}
+		return len(names) == 1 && names[orig], fmt.Errorf("pods %v", state)
+	})
+	p, err = kube.CoreV1().Pods("default").Get(ctx, orig, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kit.IsPodLost(p) {
+		t.Errorf("original still marked Lost after its node came back")
+	}
 }
