@@ -256,13 +256,21 @@ func (m *refManager) watch(r objectRef) *objectWatcher {
 func namedListWatch[L runtime.Object](sel string,
 	list func(context.Context, metav1.ListOptions) (L, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *listWatch {
+	return selectedListWatch(func(o *metav1.ListOptions) { o.FieldSelector = sel }, list, watchFn)
+}
+
+// selectedListWatch lists and watches through a typed client with the
+// options sel sets (a field or label selector).
+func selectedListWatch[L runtime.Object](sel func(*metav1.ListOptions),
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *listWatch {
 	return &listWatch{
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
+			sel(&o)
 			return list(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
+			sel(&o)
 			return watchFn(ctx, o)
 		},
 	}

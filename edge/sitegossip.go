@@ -243,16 +243,7 @@ func siteKeys(s *corev1.Secret) [][]byte {
 func labelListWatch[L runtime.Object](sel string,
 	list func(context.Context, metav1.ListOptions) (L, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *listWatch {
-	return &listWatch{
-		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel
-			return list(ctx, o)
-		},
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			return watchFn(ctx, o)
-		},
-	}
+	return selectedListWatch(func(o *metav1.ListOptions) { o.LabelSelector = sel }, list, watchFn)
 }
 
 // nodeAnnotations are the annotations the agent owns on its Node: the
