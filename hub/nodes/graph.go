@@ -2,11 +2,10 @@ package nodes
 
 import (
 	"context"
-	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tether-edge/tether/hub/storage"
@@ -114,56 +113,21 @@ func (g *graph) reset(pods []corev1.Pod) {
 }
 
 // run keeps the graph current until ctx ends: a list, then a watch from
-// its revision, and again after the watch ends.
+// its revision, and again after the watch ends. The graph reads a pod's
+// node and references and keeps neither the pod nor anything of it.
 func (g *graph) run(ctx context.Context, st storage.API, log func(msg string, args ...any)) {
-	for ctx.Err() == nil {
-		if err := g.sync(ctx, st); err != nil && ctx.Err() == nil {
-			log("node authorizer: pod watch ended; starting again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+	follow(ctx, st, podsKind, "node authorizer: pod", log,
+		func(list runtime.Object) { g.reset(list.(*corev1.PodList).Items) },
+		func(ev watch.EventType, obj runtime.Object) {
+			p, ok := obj.(*corev1.Pod)
+			switch {
+			case !ok:
+			case ev == watch.Deleted:
+				g.remove(p.Namespace, p.Name)
+			default:
+				g.set(p)
 			}
-		}
-	}
-}
-
-func (g *graph) sync(ctx context.Context, st storage.API) error {
-	obj, err := st.List(ctx, podsKind, "", storage.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list pods: %w", err)
-	}
-	list := obj.(*corev1.PodList)
-	g.reset(list.Items)
-	// The graph reads a pod's node and references and keeps neither the
-	// pod nor anything of it that it could change: it shares the decoded
-	// changes with the other watches.
-	w, err := st.Watch(ctx, podsKind, "", storage.WatchOptions{ResourceVersion: list.ResourceVersion, Shared: true})
-	if err != nil {
-		return fmt.Errorf("watch pods: %w", err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("watch closed")
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				if p, ok := ev.Object.(*corev1.Pod); ok {
-					g.set(p)
-				}
-			case watch.Deleted:
-				if p, ok := ev.Object.(*corev1.Pod); ok {
-					g.remove(p.Namespace, p.Name)
-				}
-			case watch.Error:
-				return fmt.Errorf("watch error: %v", ev.Object)
-			}
-		}
-	}
+		})
 }
 
 // podRefs lists the secrets, config maps, claims and the service account a

@@ -2,11 +2,10 @@ package nodes
 
 import (
 	"context"
-	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tether-edge/tether/hub/storage"
@@ -181,49 +180,14 @@ func (z *Zones) reset(items []corev1.Node) {
 }
 
 // Run keeps the zones current until ctx ends: a list, then a watch from
-// its revision, and again after the watch ends.
+// its revision, and again after the watch ends. Only a node's name and one
+// label are read.
 func (z *Zones) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := z.sync(ctx); err != nil && ctx.Err() == nil {
-			z.log("node zones: node watch ended; starting again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+	follow(ctx, z.st, nodesKind, "node zones: node", z.log,
+		func(list runtime.Object) { z.reset(list.(*corev1.NodeList).Items) },
+		func(ev watch.EventType, obj runtime.Object) {
+			if n, ok := obj.(*corev1.Node); ok {
+				z.apply(ev, n)
 			}
-		}
-	}
-}
-
-func (z *Zones) sync(ctx context.Context) error {
-	obj, err := z.st.List(ctx, nodesKind, "", storage.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list nodes: %w", err)
-	}
-	list := obj.(*corev1.NodeList)
-	z.reset(list.Items)
-	// Only the name and one label are read: the decoded changes are
-	// shared with the other watches.
-	w, err := z.st.Watch(ctx, nodesKind, "", storage.WatchOptions{ResourceVersion: list.ResourceVersion, Shared: true})
-	if err != nil {
-		return fmt.Errorf("watch nodes: %w", err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("watch closed")
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified, watch.Deleted:
-				if n, ok := ev.Object.(*corev1.Node); ok {
-					z.apply(ev.Type, n)
-				}
-			case watch.Error:
-				return fmt.Errorf("watch error: %v", ev.Object)
-			}
-		}
-	}
+		})
 }
