@@ -145,6 +145,7 @@ type ClientStats struct {
 	Transport                    string // transport of the current session, "" when disconnected
 	ReportsSent                  uint64 // report frames written (including the resends after a connect)
 	ReportsRefused               uint64 // Report calls refused: payload over MaxReport
+	Pushes                       uint64 // push frames written
 	// FEC counts parity sent to the hub and what the hub's parity rebuilt.
 	FEC FECStats
 }
@@ -172,6 +173,7 @@ type Client struct {
 
 	connects, fallbacks      atomic.Uint64
 	reportsSent, reportsDrop atomic.Uint64
+	pushes                   atomic.Uint64
 }
 
 // NewClient checks cfg and returns a client; Run connects it.
@@ -272,7 +274,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		cs := next
 		next = nil
-		c.connects.Add(1)
+		cs.seq = c.connects.Add(1)
 		c.setCurrent(cs)
 		if c.cfg.OnConnect != nil {
 			c.cfg.OnConnect(cs.peer)
@@ -523,6 +525,7 @@ func (c *Client) Stats() ClientStats {
 	st.Fallbacks = c.fallbacks.Load()
 	st.ReportsSent = c.reportsSent.Load()
 	st.ReportsRefused = c.reportsDrop.Load()
+	st.Pushes = c.pushes.Load()
 	return st
 }
 
@@ -557,4 +560,44 @@ func (c *Client) latestReport() ([]byte, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.report, c.reportGen
+}
+
+// ErrConnChanged is returned by Push when the connection it was given is
+// no longer the current one.
+var ErrConnChanged = errors.New("tunnel: the connection changed")
+
+// Conn numbers the current connection (from 1, one more for every
+// connection the client established), or returns 0 while disconnected.
+// A caller that sends a stream of payloads with Push, each encoded against
+// the ones before, starts its stream afresh when the number changes: the
+// hub sees every connection as new.
+func (c *Client) Conn() uint64 {
+	cs, _ := c.current()
+	if cs == nil {
+		return 0
+	}
+	return cs.seq
+}
+
+// Push sends payload to the hub's ServerConfig.OnPush on connection conn
+// (a number from Conn), after every payload pushed on it before. It
+// returns ErrConnChanged, without sending, when conn is not the current
+// connection, and an error when payload is larger than MaxPush or the
+// write fails (the connection is then closed). A payload is never resent
+// on another connection. Push blocks until the frame is written; the
+// caller may reuse payload afterwards.
+func (c *Client) Push(conn uint64, payload []byte) error {
+	if len(payload) > MaxPush {
+		return fmt.Errorf("tunnel: push of %d bytes, at most %d", len(payload), MaxPush)
+	}
+	cs, _ := c.current()
+	if cs == nil || cs.seq != conn {
+		return ErrConnChanged
+	}
+	if err := cs.writeControl(framePush, payload); err != nil {
+		cs.close(codeProtocol, fmt.Errorf("send push: %w", err))
+		return fmt.Errorf("tunnel: push: %w", err)
+	}
+	c.pushes.Add(1)
+	return nil
 }

@@ -29,6 +29,9 @@ type clientSession struct {
 	goAway    chan time.Duration
 	// reportKick wakes reports() when Report was called.
 	reportKick chan struct{}
+	// seq numbers the client's sessions from 1 (Client.Conn); set before
+	// the session becomes current.
+	seq uint64
 
 	// Sockets owned by the session, for cleanup and Stats.
 	qconn  *quic.Conn

@@ -54,7 +54,8 @@
 // [Hello] (node, agent version, last resourceVersions), the hub's welcome,
 // the edge's heartbeats, the edge's reports ([Client.Report]: the latest
 // payload is sent at once and again on every new connection, so a restarted
-// hub learns it) and the hub's drain notice (GoAway with a reconnect
+// hub learns it), the edge's pushes ([Client.Push]: a stream of payloads
+// tied to one connection, in order, never resent) and the hub's drain notice (GoAway with a reconnect
 // window; the edge reconnects at a uniformly random time in it). Heartbeats
 // are the NAT keepalive too: an idle edge sends one small packet per
 // HeartbeatInterval (15s) and nothing else, and the hub only acknowledges.
@@ -87,6 +88,9 @@
 //	0x06 report     edge→hub  opaque payload of Client.Report (at most 64
 //	                          KiB); the latest one is sent again at every
 //	                          connect
+//	0x07 push       edge→hub  opaque payload of Client.Push (at most 64
+//	                          KiB); sent once, on the connection it was
+//	                          pushed for
 //	0x10 open       edge→hub  stream preamble of an API stream; empty
 //	0x11 dial       hub→edge  stream preamble; payload is the target
 //

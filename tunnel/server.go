@@ -111,6 +111,10 @@ type ServerConfig struct {
 	// sends (Client.Report), on the session's goroutine; it must not
 	// block. The payload is the callee's. If nil, reports are skipped.
 	OnReport func(s *Session, payload []byte)
+	// OnPush is called with the payload of each push frame an edge sends
+	// (Client.Push), in order, on the session's goroutine; it must not
+	// block. The payload is the callee's. If nil, pushes are skipped.
+	OnPush func(s *Session, payload []byte)
 	// Logger receives the server's logs. If nil, slog.Default().
 	Logger *slog.Logger
 }

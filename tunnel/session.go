@@ -205,6 +205,12 @@ func (s *Session) controlLoop() error {
 			}
 			continue
 		}
+		if typ == framePush {
+			if s.srv.cfg.OnPush != nil {
+				s.srv.cfg.OnPush(s, payload)
+			}
+			continue
+		}
 		if typ != frameHeartbeat {
 			continue // unknown control frames are skipped by design
 		}

@@ -18,6 +18,7 @@ const (
 	frameGoAway    byte = 0x04 // hub→edge: drain notice with a reconnect window
 	frameFeatures  byte = 0x05 // edge→hub, after the hello: what the edge supports
 	frameReport    byte = 0x06 // edge→hub: the latest report (Client.Report), opaque to the tunnel
+	framePush      byte = 0x07 // edge→hub: one payload of a stream (Client.Push), opaque to the tunnel
 	frameOpen      byte = 0x10 // edge→hub stream preamble: an API stream
 	frameDial      byte = 0x11 // hub→edge stream preamble: connect this target
 )
@@ -32,6 +33,9 @@ const maxFrame = 64 << 10
 
 // MaxReport is the largest payload Client.Report sends: one control frame.
 const MaxReport = maxFrame
+
+// MaxPush is the largest payload Client.Push sends: one control frame.
+const MaxPush = maxFrame
 
 // maxDialMessage bounds the error text an edge sends back for a failed dial.
 const maxDialMessage = 4 << 10
