@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tether-edge/tether/internal/benchfmt"
 )
@@ -181,10 +182,14 @@ func topLevel(name string) string {
 }
 
 // packageLine recognizes the line that ends a package's output:
-// "ok  <pkg> <time>" or "FAIL <pkg> <time>".
+// "ok  <pkg> <time>" or "FAIL <pkg> <time>", at the start of the line (a
+// test's indented log line that happens to start with "ok" is not one).
 func packageLine(line string) (string, bool) {
 	f := strings.Fields(line)
-	if len(f) < 2 || (f[0] != "ok" && f[0] != "FAIL") || !strings.Contains(f[1], "/") {
+	if len(f) < 3 || !strings.HasPrefix(line, f[0]) || (f[0] != "ok" && f[0] != "FAIL") || !strings.Contains(f[1], "/") {
+		return "", false
+	}
+	if _, err := time.ParseDuration(f[2]); err != nil && f[2] != "(cached)" {
 		return "", false
 	}
 	return f[1], true
