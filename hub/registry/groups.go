@@ -16,12 +16,14 @@ import (
 )
 
 // groupKinds returns the served kinds of the named API groups, in discovery
-// order: apps, batch, certificates.k8s.io, discovery.k8s.io, coordination.k8s.io, events.k8s.io,
+// order: apps, autoscaling, batch, certificates.k8s.io, discovery.k8s.io, coordination.k8s.io, events.k8s.io,
 // policy, networking.k8s.io, rbac.authorization.k8s.io, scheduling.k8s.io,
-// storage.k8s.io.
-func groupKinds() []*Kind {
-	return []*Kind{
-		deploymentKind, replicaSetKind, statefulSetKind, daemonSetKind, controllerRevisionKind,
+// storage.k8s.io. served returns the kinds the registry serves now, for
+// hooks that look at other kinds (see autoscalingKinds).
+func groupKinds(served func() []*Kind) []*Kind {
+	kinds := []*Kind{deploymentKind, replicaSetKind, statefulSetKind, daemonSetKind, controllerRevisionKind}
+	kinds = append(kinds, autoscalingKinds(served)...)
+	return append(kinds,
 		jobKind, cronJobKind,
 		csrKind,
 		endpointSliceKind,
@@ -32,7 +34,7 @@ func groupKinds() []*Kind {
 		roleKind, roleBindingKind, clusterRoleKind, clusterRoleBindingKind,
 		priorityClassKind,
 		storageClassKind,
-	}
+	)
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -77,7 +77,7 @@ func grpCreate(k *Kind, obj runtime.Object) field.ErrorList {
 
 func TestGroupKindsOrderAndNames(t *testing.T) {
 	var groups []string
-	for _, k := range groupKinds() {
+	for _, k := range groupKinds(nil) {
 		if len(groups) == 0 || groups[len(groups)-1] != k.GVK.Group {
 			groups = append(groups, k.GVK.Group)
 		}
@@ -88,7 +88,7 @@ func TestGroupKindsOrderAndNames(t *testing.T) {
 			t.Errorf("%s: first column %q", k.GVK, k.Columns[0].Name)
 		}
 	}
-	want := []string{"apps", "batch", "certificates.k8s.io", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io", "policy",
+	want := []string{"apps", "autoscaling", "batch", "certificates.k8s.io", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io", "policy",
 		"networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io", "storage.k8s.io"}
 	if !reflect.DeepEqual(groups, want) {
 		t.Errorf("group order %v, want %v", groups, want)

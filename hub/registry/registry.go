@@ -298,9 +298,10 @@ func New(cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	kinds := append(coreKinds(newServiceAllocator(svc), newPodCIDRAllocator(cluster)), groupKinds()...)
+	r := &Registry{}
+	kinds := append(coreKinds(newServiceAllocator(svc), newPodCIDRAllocator(cluster)), groupKinds(r.Kinds)...)
 	kinds = append(kinds, cfg.Extra...)
-	r := &Registry{fixed: kinds[:len(kinds):len(kinds)]}
+	r.fixed = kinds[:len(kinds):len(kinds)]
 	r.cur.Store(r.build(map[string][]*Kind{}, 1))
 	return r, nil
 }

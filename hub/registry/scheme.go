@@ -13,7 +13,8 @@ import (
 // NewScheme returns a new scheme holding the types of every kind the hub
 // can serve: client-go's built-in kinds, apiextensions.k8s.io/v1
 // (CustomResourceDefinition), apiregistration.k8s.io/v1 (APIService) and
-// the meta.k8s.io/v1 types. Each user gets a scheme of its own: nothing
+// the meta.k8s.io/v1 types, with the conversions between the served
+// versions of HorizontalPodAutoscaler. Each user gets a scheme of its own: nothing
 // adds types to a scheme shared across the process.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -21,6 +22,7 @@ func NewScheme() (*runtime.Scheme, error) {
 		clientgoscheme.AddToScheme,
 		apiextensionsv1.AddToScheme,
 		apiregistrationv1.AddToScheme,
+		AddHPAConversions,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("build scheme: %w", err)
