@@ -50,12 +50,6 @@ type Dataplane struct {
 	dirty       map[types.NamespacedName]bool // failed to apply; retried by Sync
 	resync      bool                          // state unknown after a failed write: re-adopt on Sync
 	closed      bool
-	// nodeCfg is what lb_config holds. Its SkRevUncounted stays set
-	// from New until watchUncounted finds no claim of lb_sk_rev's whole
-	// table that sock_release could not find from its hot entry.
-	nodeCfg lbLbCfg
-	stop    chan struct{} // closed with the Dataplane
-	watched bool          // watchUncounted was started
 	// lastFull is what the last full resync wrote (for tests and logs).
 	lastFull struct{ writes, deletes int }
 }
@@ -86,7 +80,6 @@ func New(cfg Config) (*Dataplane, error) {
 		owned:    map[types.NamespacedName][]feKey{},
 		owner:    map[feKey]types.NamespacedName{},
 		dirty:    map[types.NamespacedName]bool{},
-		stop:     make(chan struct{}),
 	}
 	for _, dir := range []string{d.mapsDir, d.linksDir} {
 		if err := ensureBPFFS(dir); err != nil {
@@ -96,13 +89,6 @@ func New(cfg Config) (*Dataplane, error) {
 	var cookie uint64
 	if err := inNetns(cfg.NetnsPath, func() error { cookie = netnsCookie(); return nil }); err != nil {
 		return nil, err
-	}
-	// A socket table that an agent left behind may hold claims that no
-	// hot entry counts (those of builds before the count): until they
-	// are gone, sock_release looks at every socket's entry of the whole
-	// table.
-	if exists(filepath.Join(d.mapsDir, "lb_sk_rev")) {
-		d.nodeCfg.SkRevUncounted = 1
 	}
 	objs, replaced, err := loadObjects(&d.cfg, d.mapsDir, cookie)
 	if err != nil {
@@ -117,8 +103,7 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	// The fast table follows the adopted frontends before any program
-	// that reads it is attached (it is new after an upgrade from a build
-	// without it, and rebuilt in any case).
+	// that reads it is attached (it is rebuilt in any case).
 	if err := d.rec.commit(&batch{}); err != nil {
 		objs.Close()
 		return nil, fmt.Errorf("write frontend fast table: %w", err)
@@ -128,7 +113,7 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	if len(replaced) > 0 {
-		// An upgrade changed map layouts: the programs attached now still
+		// An upgrade changed the map layouts or sizes: the programs attached now still
 		// serve from the old maps. They are swapped for the new ones only
 		// once the first Sync has filled the new maps.
 		d.log.Warn("pinned maps have an outdated layout or size; replacing them, the new programs take over after the first sync",
@@ -163,58 +148,7 @@ func (d *Dataplane) attach() error {
 		}
 	}
 	d.deferAttach = false
-	if d.nodeCfg.SkRevUncounted != 0 && !d.watched {
-		d.watched = true
-		go d.watchUncounted()
-	}
 	return nil
-}
-
-// Timing of watchUncounted: its first look comes after programs of the
-// previous build that were running when the links moved have finished;
-// later ones wait for sockets that such programs connected to close.
-var (
-	uncountedFirst = time.Second
-	uncountedEvery = 30 * time.Second
-)
-
-// watchUncounted clears lb_cfg.sk_rev_uncounted once no socket holds an
-// entry of lb_sk_rev's whole table that its hot entry does not count, so
-// that sock_release reads one entry per socket from then on. Only programs
-// of an older build make such claims, and they are detached by now.
-func (d *Dataplane) watchUncounted() {
-	wait := uncountedFirst
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-time.After(wait):
-		}
-		wait = uncountedEvery
-		d.mu.Lock()
-		if d.closed {
-			d.mu.Unlock()
-			return
-		}
-		n, err := uncountedSockRev(d.objs.LbSkRev)
-		if err == nil && n == 0 {
-			cfg := d.nodeCfg
-			cfg.SkRevUncounted = 0
-			if err = d.objs.LbConfig.Put(uint32(0), &cfg); err == nil {
-				d.nodeCfg = cfg
-			}
-		}
-		d.mu.Unlock()
-		switch {
-		case err != nil:
-			d.log.Warn("look for uncounted socket table entries", "err", err)
-		case n == 0:
-			d.log.Debug("socket table: every claim of the whole table is counted")
-			return
-		default:
-			d.log.Debug("socket table: sockets of an older build hold entries of the whole table", "entries", n)
-		}
-	}
 }
 
 func (d *Dataplane) tcMode() string {
@@ -228,7 +162,8 @@ func (d *Dataplane) tcMode() string {
 	}
 }
 
-// writeNodeConfig fills lb_node_ips and lb_config from the configuration.
+// writeNodeConfig fills lb_node_ips and lb_config from the configuration,
+// and stamps lb_config with this build's layout version.
 func (d *Dataplane) writeNodeConfig() error {
 	want := map[lbLbAddr]bool{}
 	var snat uint32
@@ -255,8 +190,11 @@ func (d *Dataplane) writeNodeConfig() error {
 			return fmt.Errorf("write node address: %w", err)
 		}
 	}
-	d.nodeCfg.SnatIp4, d.nodeCfg.SnatPortMin, d.nodeCfg.SnatPortMax = snat, d.cfg.SNATPortMin, d.cfg.SNATPortMax
-	if err := d.objs.LbConfig.Put(uint32(0), &d.nodeCfg); err != nil {
+	cfg := lbLbCfg{SnatIp4: snat, SnatPortMin: d.cfg.SNATPortMin, SnatPortMax: d.cfg.SNATPortMax}
+	if err := d.objs.LbLayout.Get(&cfg.Layout); err != nil {
+		return fmt.Errorf("read lb_layout: %w", err)
+	}
+	if err := d.objs.LbConfig.Put(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("write lb config: %w", err)
 	}
 	return nil
@@ -569,7 +507,6 @@ func (d *Dataplane) closeLocked() error {
 		return nil
 	}
 	d.closed = true
-	close(d.stop)
 	closeLinks(d.cgLinks)
 	for _, a := range d.tc {
 		closeLinks(a.links)

@@ -34,8 +34,9 @@
 // Closing a Dataplane leaves the programs attached and the maps filled, so
 // Services keep working while the agent restarts or is stopped; New adopts
 // what it finds and the first Sync reconciles it against the desired state.
-// Uninstall removes everything. A build whose map layouts differ from the
-// pinned ones (LB_ABI in bpf/lb.h) replaces those maps: the attached
+// Uninstall removes everything. A build whose layout version (LB_LAYOUT in
+// bpf/lb.h, stamped in lb_config) differs from the pinned one replaces the
+// maps: the attached
 // programs keep serving from the old maps until the first Sync has filled
 // the new ones, then the pinned links move to the new programs.
 //

@@ -90,11 +90,11 @@ type lbLbAddr struct {
 }
 
 type lbLbCfg struct {
-	_              structs.HostLayout
-	SnatIp4        uint32
-	SnatPortMin    uint16
-	SnatPortMax    uint16
-	SkRevUncounted uint32
+	_           structs.HostLayout
+	Layout      uint32
+	SnatIp4     uint32
+	SnatPortMin uint16
+	SnatPortMax uint16
 }
 
 type lbRct4Val struct {
@@ -191,6 +191,7 @@ const (
 	lbVarFeFastBits        = "fe_fast_bits"
 	lbVarHaveSetRetval     = "have_set_retval"
 	lbVarHostNetnsCookie   = "host_netns_cookie"
+	lbVarLbLayout          = "lb_layout"
 	lbVarSkRevHotMask      = "sk_rev_hot_mask"
 	lbVarSkRevMask         = "sk_rev_mask"
 	lbVarSkRevWarmMask     = "sk_rev_warm_mask"
@@ -282,6 +283,7 @@ type lbVariableSpecs struct {
 	FeFastBits      *ebpf.VariableSpec `ebpf:"fe_fast_bits"`
 	HaveSetRetval   *ebpf.VariableSpec `ebpf:"have_set_retval"`
 	HostNetnsCookie *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
+	LbLayout        *ebpf.VariableSpec `ebpf:"lb_layout"`
 	SkRevHotMask    *ebpf.VariableSpec `ebpf:"sk_rev_hot_mask"`
 	SkRevMask       *ebpf.VariableSpec `ebpf:"sk_rev_mask"`
 	SkRevWarmMask   *ebpf.VariableSpec `ebpf:"sk_rev_warm_mask"`
@@ -350,6 +352,7 @@ type lbVariables struct {
 	FeFastBits      *ebpf.Variable `ebpf:"fe_fast_bits"`
 	HaveSetRetval   *ebpf.Variable `ebpf:"have_set_retval"`
 	HostNetnsCookie *ebpf.Variable `ebpf:"host_netns_cookie"`
+	LbLayout        *ebpf.Variable `ebpf:"lb_layout"`
 	SkRevHotMask    *ebpf.Variable `ebpf:"sk_rev_hot_mask"`
 	SkRevMask       *ebpf.Variable `ebpf:"sk_rev_mask"`
 	SkRevWarmMask   *ebpf.Variable `ebpf:"sk_rev_warm_mask"`

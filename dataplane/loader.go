@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -9,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -154,10 +154,10 @@ func cgroupProgs(o *lbObjects) []struct {
 }
 
 // loadObjects loads the BPF collection, reusing the maps pinned under
-// mapsDir (creating and pinning them the first time). A pinned map whose
-// type, layout, flags or size differ from what this build wants (an upgrade
-// that changed lb.h, or changed MapSizes) is replaced by a new, empty one;
-// replaced names the maps that were.
+// mapsDir (creating and pinning them the first time). Pinned maps of
+// another layout version (an upgrade that changed lb.h), or whose size
+// differs from what this build wants (changed MapSizes), are replaced by
+// new, empty ones; replaced names the maps that were.
 func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObjects, replaced []string, err error) {
 	spec, err := loadSpec()
 	if err != nil {
@@ -187,7 +187,11 @@ func loadObjects(cfg *Config, mapsDir string, hostCookie uint64) (objs *lbObject
 	for name, n := range sizes {
 		spec.Maps[name].MaxEntries = uint32(n)
 	}
-	replaced, err = dropIncompatiblePins(spec, mapsDir)
+	var layout uint32
+	if err := spec.Variables["lb_layout"].Get(&layout); err != nil {
+		return nil, nil, fmt.Errorf("read lb_layout: %w", err)
+	}
+	replaced, err = dropIncompatiblePins(spec, mapsDir, layout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -254,40 +258,6 @@ const (
 	sockWarmBits = 8
 )
 
-// uncountedSockRev counts the entries of lb_sk_rev beyond the hot part (the
-// warm part and the whole table) that a live socket holds without
-// SK_REV_COUNTED, or is claiming: sock_release finds those only while
-// lb_cfg.sk_rev_uncounted is set. Builds with a hot part of 256 entries
-// left uncounted claims in the warm part, and marked theirs of the whole
-// table 0x01, counted where this build does not look. It reads the table
-// through a read-only mapping.
-func uncountedSockRev(m *ebpf.Map) (int, error) {
-	const (
-		size    = int(unsafe.Sizeof(lbSkRev{}))
-		flags   = int(unsafe.Offsetof(lbSkRev{}.Flags))
-		busy    = uint64(1) << 63 // SK_REV_BUSY
-		counted = 0x02            // SK_REV_COUNTED
-	)
-	n := int(m.MaxEntries())
-	mem, err := unix.Mmap(m.FD(), 0, n*size, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return 0, fmt.Errorf("map lb_sk_rev: %w", err)
-	}
-	defer unix.Munmap(mem)
-	found := 0
-	for i := min(n, 1<<sockHotBits); i < n; i++ {
-		e := mem[i*size:]
-		c := atomic.LoadUint64((*uint64)(unsafe.Pointer(&e[0])))
-		if c == 0 {
-			continue
-		}
-		if c&busy != 0 || atomic.LoadUint32((*uint32)(unsafe.Pointer(&e[flags])))&counted == 0 {
-			found++
-		}
-	}
-	return found, nil
-}
-
 // pinnedSockTable returns the size of a pinned lb_sk_rev that this build
 // can use as it is but for its size.
 func pinnedSockTable(ms *ebpf.MapSpec, pin string) (uint32, bool) {
@@ -311,10 +281,36 @@ func pinnedSockTable(ms *ebpf.MapSpec, pin string) (uint32, bool) {
 // affinity entry naming a reissued backend id).
 var coupledMaps = []string{"lb_frontends", "lb_fe_fast", "lb_slots", "lb_backends", "lb_affinity"}
 
+// connMaps hold the state of open connections, which nothing could
+// restore in new maps: they are kept across layout versions while the
+// kernel finds them compatible (see LB_LAYOUT in bpf/lb.h).
+var connMaps = []string{"lb_sk_rev", "lb_sk_rnat", "lb_sock_rnat", "lb_ct4", "lb_rct4"}
+
+// pinnedLayout returns the layout version stamped in the pinned lb_config
+// (the first word of its entry), 0 when there is none.
+func pinnedLayout(mapsDir string) uint32 {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(mapsDir, "lb_config"), nil)
+	if err != nil {
+		return 0
+	}
+	defer m.Close()
+	if m.Type() != ebpf.Array || m.KeySize() != 4 || m.ValueSize() < 4 {
+		return 0
+	}
+	v := make([]byte, m.ValueSize())
+	if err := m.Lookup(uint32(0), &v); err != nil {
+		return 0
+	}
+	return binary.NativeEndian.Uint32(v)
+}
+
 // dropIncompatiblePins removes the pins of maps that spec cannot reuse, so
-// that loading creates them anew. Programs still attached keep the old maps
-// alive until they are replaced.
-func dropIncompatiblePins(spec *ebpf.CollectionSpec, mapsDir string) ([]string, error) {
+// that loading creates them anew: all but connMaps when the pinned layout
+// version is not layout, and any map whose type, sizes or flags differ
+// (changed MapSizes). Programs still attached keep the old maps alive
+// until they are replaced.
+func dropIncompatiblePins(spec *ebpf.CollectionSpec, mapsDir string, layout uint32) ([]string, error) {
+	otherLayout := pinnedLayout(mapsDir) != layout
 	drop := map[string]bool{}
 	for name, ms := range spec.Maps {
 		if ms.Pinning != ebpf.PinByName {
@@ -322,6 +318,10 @@ func dropIncompatiblePins(spec *ebpf.CollectionSpec, mapsDir string) ([]string, 
 		}
 		pin := filepath.Join(mapsDir, name)
 		if !exists(pin) {
+			continue
+		}
+		if otherLayout && !slices.Contains(connMaps, name) {
+			drop[name] = true
 			continue
 		}
 		m, err := ebpf.LoadPinnedMap(pin, nil)

@@ -49,6 +49,9 @@ volatile const __u8 have_set_retval = 0;
 /* Cookie of the node's own network namespace: NodePorts are protected from
  * bind() there only; pods may bind any port in their own namespaces. */
 volatile const __u64 host_netns_cookie = 0;
+/* LB_LAYOUT, which the programs do not use: the loader reads it from the
+ * object and stamps it in lb_config. */
+volatile const __u32 lb_layout = LB_LAYOUT;
 /* Sizes of the tables indexed by the programs themselves: the fast
  * frontend table has 1 << fe_fast_bits lines, lb_sk_rev sk_rev_mask + 1
  * entries. */
@@ -766,13 +769,10 @@ static __always_inline void rev_release(struct sk_rev *h, __u32 idx, __u64 cooki
 
 	if (!e || *(volatile __u64 *)&e->cookie != cookie)
 		return;
-	/* Counted in this socket's hot entry; a claim counted elsewhere by an
-	 * older build must not take the count below zero. */
-	if ((e->flags & SK_REV_COUNTED) && __sync_fetch_and_sub(&h->spilled, 1) == 0)
-		__sync_fetch_and_add(&h->spilled, 1);
-	/* Unmarked while free, and before it is free: a claim of an older
-	 * build, which leaves flags alone, is never taken for a counted one,
-	 * and the mark of the next claim stays. */
+	if (e->flags & SK_REV_COUNTED)
+		__sync_fetch_and_sub(&h->spilled, 1);
+	/* Unmarked before it is free, so that the mark of the next claim
+	 * stays. */
 	*(volatile __u32 *)&e->flags = 0;
 	if (strong_order) {
 		barrier();
@@ -787,26 +787,22 @@ static __always_inline void rev_release(struct sk_rev *h, __u32 idx, __u64 cooki
  * and nobody else writes an entry that is not free, so plain stores will
  * do. A socket that connected more than once may hold several of its
  * entries. Its warm entry and its entry of the whole table are only looked
- * at while the hot entry counts claims beyond it (or uncounted ones may
- * exist): most sockets, translated or not, read one cache line here. */
+ * at while the hot entry counts claims beyond it: most sockets, translated
+ * or not, read one cache line here. */
 SEC("cgroup/sock_release")
 int sock_release(struct bpf_sock *ctx)
 {
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	__u32 hot = (__u32)cookie & sk_rev_hot_mask, warm = (__u32)cookie & sk_rev_warm_mask;
-	__u32 whole = (__u32)cookie & sk_rev_mask, zero = 0;
+	__u32 whole = (__u32)cookie & sk_rev_mask;
 	struct sk_rev *h = bpf_map_lookup_elem(&lb_sk_rev, &hot);
-	struct lb_cfg *cfg;
 
 	if (!h)
 		return 1;
 	if (*(volatile __u64 *)&h->cookie == cookie)
 		*(volatile __u64 *)&h->cookie = 0;
-	if (!*(volatile __u32 *)&h->spilled) {
-		cfg = bpf_map_lookup_elem(&lb_config, &zero);
-		if (!cfg || !cfg->sk_rev_uncounted)
-			return 1;
-	}
+	if (!*(volatile __u32 *)&h->spilled)
+		return 1;
 	if (warm != hot)
 		rev_release(h, warm, cookie);
 	if (whole != warm)
