@@ -3,72 +3,62 @@
 //
 // # What is balanced where
 //
-// Connections that start on the node are balanced at the socket layer.
-// Programs on the cgroup v2 hooks of Config.CgroupPath (connect4/6,
-// sendmsg4/6, recvmsg4/6, getpeername4/6) rewrite the address a socket asks
-// for into a backend before the first packet exists, so every process and
-// pod of the node is covered, established flows pay no per-packet NAT and
-// leave no conntrack entry, and applications still see the Service address
-// as their peer. This scope serves ClusterIPs (with the
-// internalTrafficPolicy's backends), externalIPs and load-balancer ingress
-// IPs dialled from inside the node (with all of the Service's backends, as
-// kube-proxy), and NodePorts dialled on one of the node's own addresses
-// (Config.NodeIPs, with the externalTrafficPolicy's backends: under Local
-// this node's only, refused at once when there is none). post_bind4/6
-// keep host processes from binding a port a NodePort owns.
+// Connections that start on the node (its processes and pods) are balanced
+// at the socket layer: programs on the cgroup v2 hooks of Config.CgroupPath
+// rewrite the address that connect or sendmsg asks for into a backend, and
+// getpeername and recvmsg show the Service address again. This serves
+// ClusterIPs, externalIPs and load-balancer IPs, and NodePorts dialled on
+// one of Config.NodeIPs; post_bind keeps host processes off NodePorts.
+// Traffic that arrives on Config.Uplinks for a NodePort or an externalIP
+// is translated per packet by tc programs (DNAT, and SNAT when the backend
+// runs on another node under externalTrafficPolicy Cluster). Headless and
+// ExternalName Services are answered by dataplane/dns; Services labelled
+// service.kubernetes.io/service-proxy-name belong to another proxy.
 //
-// Traffic that arrives on the node's uplinks (Config.Uplinks) for a
-// NodePort or an externalIP is translated per packet by tc programs
-// (TCX links where the kernel has them, a clsact qdisc with cls_bpf
-// otherwise): DNAT to a backend, SNAT when the backend runs on another node
-// under externalTrafficPolicy Cluster, the client address kept under Local.
-// These flows are IPv4 and tracked in LRU maps.
+// # Maps
 //
-// Headless and ExternalName Services get nothing here (dataplane/dns
-// answers for them), nor do Services labelled
-// service.kubernetes.io/service-proxy-name for another proxy.
-//
-// # Restarts and upgrades
-//
-// All maps and links are pinned under Config.BPFFSPath (maps/ and links/).
-// Closing a Dataplane leaves the programs attached and the maps filled, so
-// Services keep working while the agent restarts or is stopped; New adopts
-// what it finds and the first Sync reconciles it against the desired state.
-// Uninstall removes everything. A build whose layout version (LB_LAYOUT in
-// bpf/lb.h, stamped in lb_config) differs from the pinned one replaces the
-// maps: the attached
-// programs keep serving from the old maps until the first Sync has filled
-// the new ones, then the pinned links move to the new programs.
+// The layouts are in bpf/lb.h. lb_frontends is the authoritative frontend
+// table, keyed by address, port, protocol and scope (socket hooks or tc);
+// its value names a range of lb_slots, one slot per backend. lb_fe_fast
+// holds copies of the socket-scope frontends, with up to ten backends
+// inline, in an array the socket hooks read first. lb_backends and
+// lb_affinity serve ClientIP session affinity. lb_sk_rev, lb_sk_rnat and
+// lb_sock_rnat hold the reverse translations of sockets, lb_ct4 and
+// lb_rct4 the flows of the tc programs. lb_node_ips, lb_config and
+// lb_stats hold the node's addresses, settings and counters.
 //
 // # Changes
 //
-// The agent feeds the Dataplane from its Service and EndpointSlice
-// informers (UpsertService, UpsertEndpointSlice and the deletes). Before
-// the first Sync those calls only record the desired state; Sync applies
-// all of it with batch map updates and removes pinned state that is no
-// longer wanted. After it every call is applied synchronously, so a change
-// is in the kernel when the call returns. Observers (the DNS server) get
-// the same calls.
+// The agent calls UpsertService, UpsertEndpointSlice and the deletes from
+// its informers. Before the first Sync they only record the desired state;
+// Sync writes all of it and removes pinned state nobody wants. After it
+// every call is in the kernel when it returns. Changes are
+// make-before-break: a changed backend set is written to a free range of
+// slots, the frontend is switched to it with one map update, and the old
+// range is reused only after the commit after next.
 //
-// Backend-set changes are make-before-break: a frontend's backends are a
-// range of consecutive slots, a changed set is written to a free range
-// first, the frontend is switched to it with one map update, and the old
-// range is handed out again only after the commit after next. A reader never sees a half-written
-// set; one that races a reuse notices the slot's owner id and looks again.
+// The socket hooks read lb_fe_fast without locks, under a sequence count
+// per line. Its lines are written by fast_write, an XDP program that the
+// agent runs with BPF_PROG_TEST_RUN, because a map update from user space
+// copies a line in no particular order, which the count cannot guard on
+// CPUs that reorder stores. Writing through a shared mapping instead
+// costs a mapping of the table per change (three times the change latency
+// and tails of milliseconds) or the whole table in the agent's memory.
 //
-// # Reading the maps
+// # Restarts and upgrades
 //
-// The layouts are in bpf/lb.h, one struct per map; addresses are stored
-// IPv4-mapped in 16 bytes and ports in network byte order. lb_frontends
-// (fe_key → fe_val) is the authoritative frontend table: a key is address,
-// port, protocol and scope (0 for the socket hooks, 1 for tc; a NodePort
-// on the uplinks has the all-zero address). Its value's base and count name
-// the frontend's range in lb_slots, where each slot is a backend. Counters
-// are in lb_stats, read by [Dataplane.Stats]. `bpftool map dump pinned
-// /sys/fs/bpf/tether/maps/lb_frontends` shows one table; the fast
-// frontend table, the socket reverse-translation tables and the writer that
-// keeps them consistent are described in README.md.
+// Maps and links are pinned under Config.BPFFSPath. Closing a Dataplane
+// leaves the programs attached and the maps filled, so Services keep
+// working while the agent is down; New adopts the pins and the first Sync
+// reconciles them. Uninstall removes everything. The map layouts carry
+// one version, LB_LAYOUT in bpf/lb.h, stamped in lb_config. A build of
+// another version replaces every map but those of open connections, which
+// it keeps while their sizes match; a changed MapSizes replaces the maps
+// it resizes (lb_sk_rev keeps its size). Replacement is make-before-break
+// too: the attached
+// programs keep serving from the old maps until the first Sync has filled
+// the new ones, then the pinned links move to the new programs.
 //
-// The BPF sources are in bpf/; gen.go says how the committed object is
-// regenerated.
+// README.md has a diagram and the vocabulary; gen.go says how the
+// committed BPF object is regenerated.
 package dataplane
