@@ -114,9 +114,8 @@ type lbSkRev struct {
 	BeIp    lbLbAddr
 	FePort  uint16
 	BePort  uint16
-	Flags   uint32
 	Spilled uint32
-	Pad     [3]uint32
+	Pad     [4]uint32
 }
 
 type lbSkRnat struct {

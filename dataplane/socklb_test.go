@@ -144,9 +144,6 @@ func TestSocketLB(t *testing.T) {
 			if e.Cookie != cookies[i] || fromLbAddr(e.FeIp).Unmap() != vip || htons(e.FePort) != 80 {
 				t.Fatalf("lb_sk_rev entry %d: %+v, want socket %d (cookie %d) and the ClusterIP", idx, e, i, cookies[i])
 			}
-			if counted := e.Flags&0x02 != 0; counted != (i > 0) {
-				t.Fatalf("lb_sk_rev entry %d of socket %d: flags %#x, want counted %v", idx, i, e.Flags, i > 0)
-			}
 		}
 		if e := entry(tiers[0]); e.Spilled != uint32(len(tiers)-1) {
 			t.Fatalf("hot entry %d counts %d claims beyond it, want %d", tiers[0], e.Spilled, len(tiers)-1)
@@ -173,7 +170,7 @@ func TestSocketLB(t *testing.T) {
 		}
 		fds = fds[:1]
 		for _, idx := range tiers[1:] {
-			if e := entry(idx); e.Cookie != 0 || e.Flags != 0 {
+			if e := entry(idx); e.Cookie != 0 {
 				t.Fatalf("entry %d still held after its socket closed: %+v", idx, e)
 			}
 		}

@@ -440,11 +440,9 @@ static __always_inline __u64 rev_owner(struct sk_rev *e)
 /* Claims lb_sk_rev entry idx for the socket with cookie and writes the
  * translation to it: a free entry, or one the socket holds already (it
  * connected again). Returns 0 when another socket holds it, 2 when it
- * claimed a free entry, 1 when it held the entry already. A free entry
- * beyond the socket's hot one (counted) is marked SK_REV_COUNTED: the
- * caller counts it. */
+ * claimed a free entry, 1 when it held the entry already. */
 static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_addr *fe_ip, __u16 fe_port,
-				     const struct slot *be, int counted)
+				     const struct slot *be)
 {
 	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
 	__u64 cur;
@@ -459,9 +457,6 @@ static __always_inline int rev_claim(__u32 idx, __u64 cookie, const struct lb_ad
 	e->fe_port = fe_port;
 	e->be_ip = be->ip;
 	e->be_port = be->port;
-	/* A socket that connects again keeps the mark of its first claim. */
-	if (cur == 0)
-		e->flags = counted ? SK_REV_COUNTED : 0;
 	if (strong_order) {
 		barrier();
 		*(volatile __u64 *)&e->cookie = cookie;
@@ -484,14 +479,14 @@ static __always_inline void rev_store(struct bpf_sock_addr *ctx, __u64 cookie, c
 	struct sk_rev *h;
 	int r = 0;
 
-	if (rev_claim(hot, cookie, fe_ip, fe_port, be, 0))
+	if (rev_claim(hot, cookie, fe_ip, fe_port, be))
 		return;
 	/* A socket's entries coincide when its cookie is below the smaller
 	 * size in the larger range: it tries each once. */
 	if (warm != hot)
-		r = rev_claim(warm, cookie, fe_ip, fe_port, be, 1);
+		r = rev_claim(warm, cookie, fe_ip, fe_port, be);
 	if (!r && whole != warm)
-		r = rev_claim(whole, cookie, fe_ip, fe_port, be, 1);
+		r = rev_claim(whole, cookie, fe_ip, fe_port, be);
 	if (r == 2) {
 		h = bpf_map_lookup_elem(&lb_sk_rev, &hot);
 		if (h)
@@ -761,19 +756,15 @@ int sock6_getpeername(struct bpf_sock_addr *ctx)
 	return sock6_rev(ctx, 0);
 }
 
-/* Frees lb_sk_rev entry idx if the socket with cookie holds it, and takes a
- * counted claim off the count of its hot entry h. */
+/* Frees lb_sk_rev entry idx, beyond the hot entry h, if the socket with
+ * cookie holds it, and takes the claim off the count of h. */
 static __always_inline void rev_release(struct sk_rev *h, __u32 idx, __u64 cookie)
 {
 	struct sk_rev *e = bpf_map_lookup_elem(&lb_sk_rev, &idx);
 
 	if (!e || *(volatile __u64 *)&e->cookie != cookie)
 		return;
-	if (e->flags & SK_REV_COUNTED)
-		__sync_fetch_and_sub(&h->spilled, 1);
-	/* Unmarked before it is free, so that the mark of the next claim
-	 * stays. */
-	*(volatile __u32 *)&e->flags = 0;
+	__sync_fetch_and_sub(&h->spilled, 1);
 	if (strong_order) {
 		barrier();
 		*(volatile __u64 *)&e->cookie = 0;

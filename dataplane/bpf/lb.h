@@ -192,12 +192,11 @@ static __inline __u32 fe_fast_index(const struct fe_key *k, __u32 bits)
  * did before lb_sk_rev existed. One 64-byte entry per cache line.
  *
  * A hot entry also counts, in spilled, the live sockets of its index that
- * claimed their warm entry or their entry of the whole table (those claims
- * carry SK_REV_COUNTED). sock_release reads a socket's further entries only
- * while that count is not zero, so closing a socket costs one cache line
- * that its connect touched. */
+ * claimed their warm entry or their entry of the whole table.
+ * sock_release reads a socket's further entries only while that count is
+ * not zero, so closing a socket costs one cache line that its connect
+ * touched. */
 #define SK_REV_BUSY (1ULL << 63)	/* cookies count up from 1 and never reach it */
-#define SK_REV_COUNTED 0x02	/* a claim beyond the hot entry, counted in it */
 
 struct sk_rev {
 	__u64 cookie;		/* owner; 0: free */
@@ -205,9 +204,8 @@ struct sk_rev {
 	struct lb_addr be_ip;
 	__u16 fe_port;		/* network byte order */
 	__u16 be_port;
-	__u32 flags;		/* SK_REV_* of the owner's claim */
-	__u32 spilled;		/* hot entries: counted claims beyond it by sockets of this index */
-	__u32 pad[3];
+	__u32 spilled;		/* hot entries: claims beyond it by sockets of this index */
+	__u32 pad[4];
 };
 
 /* Reverse translation in socket-local storage (see sk_rev). */
