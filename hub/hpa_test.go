@@ -268,6 +268,22 @@ func TestHorizontalPodAutoscalerAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("view and edit roles", func(t *testing.T) {
+		// The roles view and edit aggregate (the aggregation controller
+		// does not run here).
+		h.MustRun("create", "rolebinding", "hpa-view", "--clusterrole=system:aggregate-to-view", "--serviceaccount=default:viewer")
+		h.MustRun("create", "rolebinding", "hpa-edit", "--clusterrole=system:aggregate-to-edit", "--serviceaccount=default:editor")
+		for _, c := range []struct{ who, verb, res, want string }{
+			{"viewer", "get", "hpa", "yes"}, {"viewer", "get", "horizontalpodautoscalers/status", "yes"}, {"viewer", "create", "hpa", "no"},
+			{"editor", "create", "hpa", "yes"}, {"editor", "delete", "hpa", "yes"},
+		} {
+			out, _ := h.Run("auth", "can-i", c.verb, c.res, "--as=system:serviceaccount:default:"+c.who)
+			if strings.TrimSpace(out) != c.want {
+				t.Errorf("%s can-i %s %s: %q, want %s", c.who, c.verb, c.res, out, c.want)
+			}
+		}
+	})
+
 	t.Run("invalid", func(t *testing.T) {
 		apply(t, hpaGizmos)
 		h.MustRun("apply", "-f", "testdata/crd/widgets.yaml")

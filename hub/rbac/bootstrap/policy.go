@@ -222,6 +222,7 @@ func aggregateToEdit() []rbacv1.PolicyRule {
 		rule("create", "core", "serviceaccounts/token"),
 		rule(write, "apps", "daemonsets deployments deployments/rollback deployments/scale replicasets "+
 			"replicasets/scale statefulsets statefulsets/scale"),
+		rule(write, "autoscaling", "horizontalpodautoscalers"),
 		rule(write, "batch", "cronjobs jobs"),
 		rule(write, "policy", "poddisruptionbudgets"),
 		rule(write, "networking.k8s.io", "ingresses networkpolicies"),
@@ -242,6 +243,7 @@ func aggregateToView() []rbacv1.PolicyRule {
 		rule(read, "apps", "controllerrevisions daemonsets daemonsets/status deployments deployments/scale "+
 			"deployments/status replicasets replicasets/scale replicasets/status statefulsets "+
 			"statefulsets/scale statefulsets/status"),
+		rule(read, "autoscaling", "horizontalpodautoscalers horizontalpodautoscalers/status"),
 		rule(read, "batch", "cronjobs cronjobs/status jobs jobs/status"),
 		rule(read, "policy", "poddisruptionbudgets poddisruptionbudgets/status"),
 		rule(read, "networking.k8s.io", "ingresses ingresses/status networkpolicies"),
