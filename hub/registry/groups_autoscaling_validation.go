@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	pathvalidation "k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -64,7 +64,7 @@ func validateCrossVersionRef(ref autoscalingv2.CrossVersionObjectReference, path
 			errs = append(errs, field.Required(path.Child(f.name), ""))
 			continue
 		}
-		for _, msg := range pathvalidation.IsValidPathSegmentName(f.v) {
+		for _, msg := range content.IsPathSegmentName(f.v) {
 			errs = append(errs, field.Invalid(path.Child(f.name), f.v, msg))
 		}
 	}
@@ -272,7 +272,7 @@ func validateMetricIdentifier(id autoscalingv2.MetricIdentifier, path *field.Pat
 		return field.ErrorList{field.Required(path.Child("name"), "must specify a metric name")}
 	}
 	var errs field.ErrorList
-	for _, msg := range pathvalidation.IsValidPathSegmentName(id.Name) {
+	for _, msg := range content.IsPathSegmentName(id.Name) {
 		errs = append(errs, field.Invalid(path.Child("name"), id.Name, msg))
 	}
 	return errs
