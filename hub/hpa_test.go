@@ -212,6 +212,29 @@ func TestHorizontalPodAutoscalerAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("v1 watch sees v2 writes", func(t *testing.T) {
+		w, err := cs.AutoscalingV1().HorizontalPodAutoscalers("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=plain"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		h.MustRun("patch", "hpa", "plain", "--type=merge", "-p", `{"spec":{"maxReplicas":7}}`)
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				if o, ok := ev.Object.(*autoscalingv1.HorizontalPodAutoscaler); ok && o.Spec.MaxReplicas == 7 {
+					if p := o.Spec.TargetCPUUtilizationPercentage; p == nil || *p != 80 {
+						t.Errorf("watched object %+v", o.Spec)
+					}
+					return
+				}
+			case <-timeout:
+				t.Fatal("no v1 watch event for a v2 patch")
+			}
+		}
+	})
+
 	t.Run("edit with patch", func(t *testing.T) {
 		h.MustRun("patch", "hpa", "web", "--type=merge", "-p", `{"spec":{"maxReplicas":6}}`)
 		h.MustRun("patch", "hpa", "web", "--type=json", "-p", `[{"op":"replace","path":"/spec/minReplicas","value":2}]`)
@@ -261,6 +284,10 @@ func TestHorizontalPodAutoscalerAPI(t *testing.T) {
 		out = h.MustRun("explain", "hpa.spec.behavior.scaleUp")
 		if !strings.Contains(out, "KIND:       HorizontalPodAutoscaler") || !strings.Contains(out, "VERSION:    v2") || !strings.Contains(out, "stabilizationWindowSeconds") {
 			t.Errorf("explain:\n%s", out)
+		}
+		out = h.MustRun("explain", "hpa.spec", "--api-version=autoscaling/v1")
+		if !strings.Contains(out, "VERSION:    v1") || !strings.Contains(out, "targetCPUUtilizationPercentage") {
+			t.Errorf("explain v1:\n%s", out)
 		}
 		out = h.MustRun("api-resources", "--api-group=autoscaling")
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), "horizontalpodautoscalers hpa autoscaling/v2 true HorizontalPodAutoscaler") {
