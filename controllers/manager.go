@@ -56,6 +56,9 @@ type Config struct {
 	// (site gossip, gathered by the hub from the sites' digests); the
 	// node lifecycle controller decides with it. It must not block.
 	SitePeers func(node string) nodelifecycle.PeerView
+	// SiteHeard, when set, reports whether the hub hears any node of a
+	// zone now; see nodelifecycle.Config.SiteHeard.
+	SiteHeard func(zone string) bool
 	// SiteDeadGrace is the node lifecycle controller's DeadGrace: how long
 	// a node its site says is dead must also be silent; zero means 10s,
 	// negative none (SitePeers confirms it).

@@ -420,6 +420,7 @@ func (r *run) startClients(ctx context.Context) error {
 		RootCA:        r.authority.CAPEM(),
 		LocalPathRoot: r.cfg.LocalPathRoot,
 		SitePeers:     r.sites.Peers,
+		SiteHeard:     func(zone string) bool { return r.zones.AnyMember(zone, r.leases.Alive) },
 		// Sites probes a node before saying it is dead.
 		SiteDeadGrace: -1,
 		// Custom resources are watched (garbage collection, namespace

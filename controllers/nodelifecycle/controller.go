@@ -65,6 +65,15 @@ type Config struct {
 	// hub: it gets the unreachable NoSchedule taint and is never evicted.
 	// Nil means no such evidence. It must not block.
 	Peers func(node string) PeerView
+	// SiteHeard reports whether the hub hears a node of zone now (its
+	// tunnel is up and carries heartbeats). A zone it does not hear is
+	// silent whatever its nodes' Lease ages say: the Leases lag the
+	// tunnels by up to the grace period, and nodes that lost their
+	// uplink together go stale in different monitor passes, so judging
+	// by Lease age alone could take a dark site's first stale node for
+	// an unreachable one while its peers' Leases are still fresh. Nil
+	// means the Leases alone decide. It must not block.
+	SiteHeard func(zone string) bool
 	// DeadGrace is how long a node its site peers agree is gone must
 	// also have been silent to the hub before it is taken as dead; zero
 	// means 10s. It is longer than the hub's Lease renewal period (7s), so

@@ -42,7 +42,7 @@ func (c *Controller) monitor(ctx context.Context) {
 	now := c.cfg.Clock.Now()
 	ages := make([]time.Duration, len(nodes))
 	// A site is silent when none of its nodes sent a heartbeat within the
-	// grace period.
+	// grace period, or when the hub hears none of them now.
 	silent := map[string]bool{}
 	for i, n := range nodes {
 		ages[i] = c.heartbeatAge(n.Name, now)
@@ -52,6 +52,13 @@ func (c *Controller) monitor(ctx context.Context) {
 		}
 		if ages[i] <= c.cfg.GracePeriod {
 			silent[z] = false
+		}
+	}
+	if c.cfg.SiteHeard != nil {
+		for _, n := range nodes {
+			if site := n.Labels[corev1.LabelTopologyZone]; site != "" && !c.cfg.SiteHeard(site) {
+				silent[zoneOf(n)] = true
+			}
 		}
 	}
 	decisions := make([]Decision, len(nodes))

@@ -482,3 +482,50 @@ func TestPartitionedKeepsPods(t *testing.T) {
 		}
 	}
 }
+
+// TestSiteGoingDarkUnevenly: the nodes of a site that lost its uplink go
+// stale in different monitor passes, since their Leases lag their
+// tunnels. While one node's Lease is still fresh but the hub hears no
+// node of the site any more, the stale one is SiteDark (NoSchedule only,
+// its pods stay ready), not unreachable; without word of the tunnels it
+// would be taken as unreachable.
+func TestSiteGoingDarkUnevenly(t *testing.T) {
+	for _, heardKnown := range []bool{true, false} {
+		t.Run(fmt.Sprintf("tunnels_known=%v", heardKnown), func(t *testing.T) {
+			e := newFakeEnv(t)
+			if heardKnown {
+				e.c.cfg.SiteHeard = func(zone string) bool { return zone != "b" }
+			}
+			e.node("a1", "a")
+			e.node("b1", "b")
+			e.node("b2", "b")
+			e.start()
+			e.pod("p", "b1", nil)
+
+			e.step(41 * time.Second)
+			e.renew("a1", "b2")
+			e.pass()
+			n := e.getNode("b1")
+			keys, noSchedule := noExecute(n)
+			if !heardKnown {
+				if len(keys) == 0 {
+					t.Fatalf("without word of the tunnels b1 taints %+v, want unreachable NoExecute", n.Spec.Taints)
+				}
+				return
+			}
+			if len(keys) != 0 || !noSchedule {
+				t.Fatalf("b1 of a site the hub no longer hears taints %+v, want unreachable NoSchedule only", n.Spec.Taints)
+			}
+			if r := readyCondition(n); r.Status != corev1.ConditionUnknown || r.Message != MessageSiteDark {
+				t.Errorf("b1 Ready %+v, want Unknown with the site-dark message", r)
+			}
+			e.settle()
+			if p, ok := e.getPod("p"); !ok || !podReady(p) {
+				t.Errorf("pod of a dark site gone or marked not ready")
+			}
+			if keys, noSchedule := noExecute(e.getNode("b2")); len(keys) != 0 || noSchedule {
+				t.Errorf("b2, whose Lease is fresh, tainted")
+			}
+		})
+	}
+}
