@@ -18,6 +18,7 @@ const (
 	Crasher = "docker.io/tether/crasher:v1" // testapp crash 1
 	MemHog  = "docker.io/tether/memhog:v1"  // testapp memhog 256
 	Sleeper = "docker.io/tether/sleeper:v1" // testapp sleep
+	Burner  = "docker.io/tether/burner:v1"  // testapp burn 500 ($BURN_MILLICORES)
 	// Demo is the demo HTTP server scripts/up.sh deploys.
 	Demo = "docker.io/tether/demo:v1"
 )
@@ -109,7 +110,7 @@ func HasShell() bool {
 	return err == nil && isStatic("/bin/busybox")
 }
 
-// Build writes the test images (Echo, Crasher, MemHog, Sleeper) as one
+// Build writes the test images (Echo, Crasher, MemHog, Sleeper, Burner) as one
 // OCI archive at dst.
 func Build(dst string) error {
 	files, err := layer()
@@ -122,6 +123,7 @@ func Build(dst string) error {
 		Image{Name: Crasher, Entrypoint: []string{"/testapp"}, Cmd: []string{"crash", "1"}, Env: env, Layer: files},
 		Image{Name: MemHog, Entrypoint: []string{"/testapp"}, Cmd: []string{"memhog", "256"}, Env: env, Layer: files},
 		Image{Name: Sleeper, Entrypoint: []string{"/testapp"}, Cmd: []string{"sleep"}, Env: env, Layer: files},
+		Image{Name: Burner, Entrypoint: []string{"/testapp"}, Cmd: []string{"burn"}, Env: env, Layer: files},
 	)
 }
 

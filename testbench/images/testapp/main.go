@@ -6,6 +6,8 @@
 //	                  environment, /file?path=P dumps a file
 //	crash [CODE]      prints a line and exits with CODE (default 1)
 //	memhog MIB        allocates and touches MIB mebibytes, then sleeps
+//	burn [MILLICORES] burns that much of a core, steadily (default 500,
+//	                  or $BURN_MILLICORES), until SIGTERM
 //	sleep [SECONDS]   sleeps (forever without an argument); exits 0 on SIGTERM
 //	get URL           fetches URL and prints the body (images have no curl)
 //	log N             prints N numbered lines, one every 100ms, then sleeps
@@ -73,6 +75,12 @@ func main() {
 		}
 		fmt.Println("allocated", len(keep), "MiB")
 		sleep(0)
+	case "burn":
+		m, err := strconv.Atoi(arg(2, os.Getenv("BURN_MILLICORES")))
+		if err != nil || m <= 0 {
+			m = 500
+		}
+		burn(m)
 	case "sleep":
 		s, _ := strconv.Atoi(arg(2, "0"))
 		sleep(time.Duration(s) * time.Second)
@@ -170,4 +178,33 @@ func serve(addr string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// burn keeps one thread busy for millicores/1000 of every 10ms slice and
+// asleep for the rest, so that the process uses a steady fraction of a
+// core (whole cores beyond the first run on more goroutines).
+func burn(millicores int) {
+	fmt.Println("burning", millicores, "millicores")
+	const slice = 10 * time.Millisecond
+	spin := func(share time.Duration) {
+		var x uint64
+		for {
+			start := time.Now()
+			for time.Since(start) < share {
+				for i := 0; i < 1000; i++ {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+			}
+			if rest := slice - share; rest > 0 {
+				time.Sleep(rest)
+			}
+		}
+	}
+	for ; millicores >= 1000; millicores -= 1000 {
+		go spin(slice)
+	}
+	if millicores > 0 {
+		go spin(slice * time.Duration(millicores) / 1000)
+	}
+	sleep(0)
 }
