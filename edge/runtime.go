@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	nodemetrics "github.com/tether-edge/tether/edge/metrics"
 )
 
 // Runtime runs the pods of one node. The agent drives it from one worker
@@ -282,4 +284,18 @@ type PodEvent struct {
 // the kubelet does).
 type EventReporter interface {
 	ReportEvents(fn func(PodEvent))
+}
+
+// StatsProvider is a Runtime that measures its node and the running
+// containers of its pods. The agent reads it every Config.MetricsPeriod to
+// report usage to the hub, and at every scrape of the node server's
+// /metrics/resource and /metrics/cadvisor. Runtimes that do not implement
+// it report no usage.
+type StatsProvider interface {
+	// Stats reads, now, the cumulative CPU time and the memory of the
+	// node and of every running container of the runtime's pods (not
+	// the pods' sandboxes). A container appears once it started and
+	// until it stopped; its CPU counter starts from zero with every new
+	// instance (a new ID). The caller owns the returned value.
+	Stats(ctx context.Context) (nodemetrics.Snapshot, error)
 }

@@ -58,6 +58,9 @@ type Runtime struct {
 	pods   map[types.UID]*pod
 	ips    ipam
 	notify func(types.UID)
+	// nodeCPU is the node's synthetic CPU counter at nodeCPUAt (usage.go).
+	nodeCPU   time.Duration
+	nodeCPUAt time.Time
 }
 
 var _ edge.Runtime = (*Runtime)(nil)
@@ -145,6 +148,7 @@ type container struct {
 	last    *edge.ContainerTermination
 	backoff edge.RestartBackoff
 	timer   *time.Timer
+	usage   usage // from the usage annotations (usage.go)
 }
 
 // instance is one run of a container; logs are computed from it.
@@ -159,6 +163,9 @@ type instance struct {
 	interval time.Duration
 	name     string
 	image    string
+	// cpu is the instance's CPU counter at cpuSince (usage.go).
+	cpu      time.Duration
+	cpuSince time.Time
 }
 
 func newID() string {
@@ -193,6 +200,7 @@ func (r *Runtime) SyncPod(_ context.Context, spec *corev1.Pod, net edge.Network)
 	}
 	r.advance(p)
 	r.syncEphemeral(p, spec)
+	r.setUsage(p, spec)
 	r.mu.Unlock()
 	return nil
 }
@@ -291,7 +299,7 @@ func (r *Runtime) start(p *pod, c *container) {
 	}
 	c.cur = &instance{
 		id: newID(), restart: c.starts, start: now, done: make(chan struct{}),
-		interval: c.b.logInterval, name: c.name, image: c.image,
+		interval: c.b.logInterval, name: c.name, image: c.image, cpuSince: now,
 	}
 	c.starts++
 	c.pending = false
