@@ -163,9 +163,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.net = nn
 	close(a.ready)
 
+	resource, cadvisor := a.usageHandlers()
 	a.server = &http.Server{
 		Handler: NewNodeServer(NodeServerConfig{
 			Runtime: a.cfg.Runtime, Pods: a.pods.pods, Metrics: a.writeMetrics, Logger: a.log,
+			Resource: resource, Cadvisor: cadvisor,
 		}),
 		ReadHeaderTimeout: 30 * time.Second,
 	}
@@ -232,6 +234,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		goRun(func() { a.relay.serve(ctx) })
 	}
 	goRun(func() { a.certLoop(ctx) })
+	if sp, ok := a.cfg.Runtime.(StatsProvider); ok && a.cfg.MetricsPeriod > 0 {
+		goRun(func() { a.usageLoop(ctx, sp) })
+	}
 	if a.gossip != nil {
 		a.gossip.run(ctx, goRun)
 	}
@@ -372,6 +377,9 @@ type Stats struct {
 	// that are not the site's.
 	GossipMembers                            int
 	GossipDroppedKey, GossipDroppedNonMember uint64
+	// UsagePushes and UsagePushedBytes count the usage samples pushed to
+	// the hub and their bytes (usagepush.go).
+	UsagePushes, UsagePushedBytes int64
 }
 
 // Stats returns the agent's counters; it may be called at any time.
@@ -392,6 +400,7 @@ func (a *Agent) Stats() Stats {
 		WatchedObjects:   a.refs.watched(),
 	}
 	s.SiteEndpointsLeftOut = a.metrics.siteEndpointsLeftOut.Load()
+	s.UsagePushes, s.UsagePushedBytes = a.metrics.usagePushes.Load(), a.metrics.usagePushedBytes.Load()
 	select {
 	case <-a.ready:
 		s.Node = a.name

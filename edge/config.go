@@ -163,6 +163,10 @@ type Config struct {
 	// GossipBind is the address the site gossip listens on. Empty: every
 	// address. The other members reach it at NodeIP.
 	GossipBind string
+	// MetricsPeriod is how often the agent reports the usage of its node
+	// and containers to the hub (when the runtime is a StatsProvider).
+	// Zero turns the reports off; `tether edge` defaults to 15s.
+	MetricsPeriod time.Duration
 	// CertRenewFraction is the fraction of the certificate's lifetime
 	// after which it is renewed. Zero means 2/3.
 	CertRenewFraction float64
@@ -256,6 +260,9 @@ func (c *Config) setDefaults() error {
 		if _, err := netip.ParseAddr(c.GossipBind); err != nil {
 			return fmt.Errorf("gossip bind address %q: %w", c.GossipBind, err)
 		}
+	}
+	if c.MetricsPeriod < 0 {
+		return fmt.Errorf("metrics period %v is negative", c.MetricsPeriod)
 	}
 	if c.Version == "" {
 		c.Version = "devel"

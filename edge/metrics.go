@@ -17,6 +17,8 @@ type metrics struct {
 	connected        atomic.Bool
 	// siteEndpointsLeftOut: endpoints of dead site peers left out now.
 	siteEndpointsLeftOut atomic.Int64
+	// Usage reports (usagepush.go).
+	usagePushes, usagePushedBytes, usagePushFailures, usageReadFailures atomic.Int64
 }
 
 // writeMetrics writes the agent's metrics in the Prometheus text format.
@@ -51,6 +53,10 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		{"tether_gossip_members", "gauge", "Site members this node's gossip sees alive or suspect, itself included.", [][2]any{{"", s.GossipMembers}}},
 		{"tether_gossip_dropped_total", "counter", "Site gossip messages dropped: no installed key opens them, or they announce a node that is not the site's.", [][2]any{
 			{`reason="key"`, s.GossipDroppedKey}, {`reason="non_member"`, s.GossipDroppedNonMember}}},
+		{"tether_edge_usage_pushes_total", "counter", "Usage samples pushed to the hub.", [][2]any{{"", s.UsagePushes}}},
+		{"tether_edge_usage_pushed_bytes_total", "counter", "Bytes of usage samples pushed to the hub, before the tunnel's framing.", [][2]any{{"", s.UsagePushedBytes}}},
+		{"tether_edge_usage_push_failures_total", "counter", "Usage samples that could not be encoded or pushed.", [][2]any{{"", a.metrics.usagePushFailures.Load()}}},
+		{"tether_edge_usage_read_failures_total", "counter", "Readings of the runtime's usage that failed.", [][2]any{{"", a.metrics.usageReadFailures.Load()}}},
 		{"tether_edge_certificate_expiry_timestamp_seconds", "gauge", "When the node certificate expires (Unix time).", [][2]any{{"", s.CertificateExpiry.Unix()}}},
 	}
 	for _, m := range ms {

@@ -24,6 +24,10 @@ type NodeServerConfig struct {
 	// Metrics writes the agent's metrics in the Prometheus text format.
 	// Nil means an empty /metrics.
 	Metrics func(w io.Writer)
+	// Resource and Cadvisor serve /metrics/resource and
+	// /metrics/cadvisor, the usage of the node and its containers in
+	// the kubelet's and cAdvisor's names. Nil: not found.
+	Resource, Cadvisor http.Handler
 	// Logger receives request errors. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -34,6 +38,7 @@ type NodeServerConfig struct {
 //
 //	GET /healthz                                  "ok"
 //	GET /metrics                                  Prometheus text
+//	GET /metrics/resource, /metrics/cadvisor      the node's usage, Prometheus text
 //	GET /pods                                     a PodList of the node's pods
 //	GET /containerLogs/{namespace}/{pod}/{container}
 //	    ?follow=&tailLines=&limitBytes=&sinceSeconds=&sinceTime=&timestamps=&previous=
@@ -56,6 +61,11 @@ func NewNodeServer(cfg NodeServerConfig) http.Handler {
 		io.WriteString(w, "ok")
 	})
 	mux.HandleFunc("GET /metrics", s.metrics)
+	for path, h := range map[string]http.Handler{"/metrics/resource": cfg.Resource, "/metrics/cadvisor": cfg.Cadvisor} {
+		if h != nil {
+			mux.Handle("GET "+path, h)
+		}
+	}
 	mux.HandleFunc("GET /pods", s.pods)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.logs)
 	for _, m := range []string{"GET", "POST"} {

@@ -180,6 +180,7 @@ Service environment variables (KUBERNETES_SERVICE_HOST and the rest).`,
 	f.StringVar(&nodeIP, "node-ip", "", "the node's InternalIP (default: the address used to reach the hub)")
 	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "", "tunnel address HOST:PORT (default: the --hub host and port)")
 	f.DurationVar(&cfg.StatusInterval, "node-status-report-frequency", 5*time.Minute, "longest time between node status reports when nothing changes")
+	f.DurationVar(&cfg.MetricsPeriod, "metrics-period", 15*time.Second, "how often the node reports its and its containers' CPU and memory usage to the hub (kubectl top, autoscaling); 0: never")
 	f.BoolVar(&cfg.WatchServices, "watch-services", true, "watch Services and EndpointSlices for the data plane")
 	f.IntVar(&gcPercent, "gc-percent", 50, "garbage collection target percentage, as GOGC (which applies when this flag is not given): the heap may grow by this much over what is live before a collection; lower keeps the agent smaller for more CPU")
 	f.StringVar(&memoryLimit, "memory-limit", "64Mi", "soft limit of the agent's own memory, as GOMEMLIMIT (which applies when this flag is not given): the garbage collector works harder near it; 0: none")

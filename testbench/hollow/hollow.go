@@ -49,6 +49,9 @@ type Config struct {
 	// StatusInterval, StatusCheckInterval and HeartbeatInterval are passed
 	// to the agents; zero means the agents' defaults.
 	StatusInterval, StatusCheckInterval, HeartbeatInterval time.Duration
+	// MetricsPeriod is how often each node pushes its pods' synthetic
+	// usage (edge.Config.MetricsPeriod); zero: never.
+	MetricsPeriod time.Duration
 	// TunnelBackoffBase and TunnelBackoffCap shape the agents' reconnect
 	// backoff; zero means the tunnel's defaults.
 	TunnelBackoffBase, TunnelBackoffCap time.Duration
@@ -114,6 +117,7 @@ func New(cfg Config) (*Fleet, error) {
 			StatusInterval:      cfg.StatusInterval,
 			StatusCheckInterval: cfg.StatusCheckInterval,
 			HeartbeatInterval:   cfg.HeartbeatInterval,
+			MetricsPeriod:       cfg.MetricsPeriod,
 			WatchServices:       cfg.WatchServices,
 			TunnelBackoffBase:   cfg.TunnelBackoffBase,
 			TunnelBackoffCap:    cfg.TunnelBackoffCap,
