@@ -1,7 +1,9 @@
 package edge
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,3 +43,21 @@ func WriteMetrics(a *Agent, w io.Writer) { a.writeMetrics(w) }
 
 // FollowedSiteView returns the view the agent's Service filter follows.
 func FollowedSiteView(a *Agent) SiteView { return a.siteView() }
+
+// UsagePusher is the agent's usage pusher over a fake tunnel, for tests.
+type UsagePusher struct{ p *usagePusher }
+
+// NewUsagePusher returns a pusher reading sp and pushing on conn.
+func NewUsagePusher(sp StatsProvider, conn interface {
+	Conn() uint64
+	Push(conn uint64, payload []byte) error
+}) *UsagePusher {
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	return &UsagePusher{p: &usagePusher{a: a, stats: sp, tunnel: conn}}
+}
+
+// Tick takes one reading and pushes its sample when there is one.
+func (u *UsagePusher) Tick() { u.p.tick(context.Background()) }
+
+// Pushes is how many samples were pushed.
+func (u *UsagePusher) Pushes() int64 { return u.p.a.metrics.usagePushes.Load() }

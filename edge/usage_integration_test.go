@@ -1,7 +1,6 @@
 package edge_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -20,18 +19,16 @@ import (
 	"github.com/tether-edge/tether/edge/sim"
 )
 
-// proxyMetrics reads a node server path through the hub's node proxy and
-// parses it as Prometheus text.
+// proxyMetrics reads a node server path through the hub's node proxy
+// with kubectl get --raw and parses it as Prometheus text.
 func proxyMetrics(t *testing.T, e *env, node, path string) (map[string]*dto.MetricFamily, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + node + "/proxy" + path).DoRaw(ctx)
+	body, err := e.hub.Run("get", "--raw", "/api/v1/nodes/"+node+"/proxy"+path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kubectl get --raw: %w: %s", err, body)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(bytes.NewReader(body))
+	return p.TextToMetricFamilies(strings.NewReader(body))
 }
 
 // sampleValue finds the sample of family name with exactly the labels

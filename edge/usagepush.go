@@ -37,11 +37,17 @@ func (a *Agent) usageHandlers() (resource, cadvisor http.Handler) {
 type usagePusher struct {
 	a       *Agent
 	stats   StatsProvider
-	tunnel  *tunnel.Client
+	tunnel  pushConn
 	sampler nodemetrics.Sampler
 	enc     usage.Encoder
 	conn    uint64    // connection enc writes for; 0: none yet
 	last    time.Time // time of the previous reading
+}
+
+// pushConn is what the pusher needs of the tunnel's client.
+type pushConn interface {
+	Conn() uint64
+	Push(conn uint64, payload []byte) error
 }
 
 // usageLoop pushes usage every Config.MetricsPeriod until ctx ends.
@@ -56,10 +62,14 @@ func (a *Agent) usageLoop(ctx context.Context, sp StatsProvider) {
 			return
 		case <-t.C:
 		}
-		s, ok := p.read(ctx)
-		if ok {
-			p.push(s)
-		}
+		p.tick(ctx)
+	}
+}
+
+// tick reads the usage and pushes it.
+func (p *usagePusher) tick(ctx context.Context) {
+	if s, ok := p.read(ctx); ok {
+		p.push(s)
 	}
 }
 
