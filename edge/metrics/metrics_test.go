@@ -275,7 +275,6 @@ func TestResourceExposition(t *testing.T) {
 		{"node_memory_working_set_bytes", "", 1500},
 		{"container_cpu_usage_seconds_total", "container=app,namespace=default,pod=web", 3},
 		{"container_memory_working_set_bytes", "container=side,namespace=default,pod=web", 50},
-		{"container_start_time_seconds", "container=app,namespace=default,pod=web", float64(s.Time.Unix() - 60)},
 		{"pod_cpu_usage_seconds_total", "namespace=default,pod=web", 4},
 		{"pod_memory_working_set_bytes", "namespace=default,pod=web", 250},
 	}
@@ -283,6 +282,10 @@ func TestResourceExposition(t *testing.T) {
 		if got := value(t, fams, c.name, c.labels, s.Time); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	start := s.Pods[0].Containers[0].StartTime
+	if got := value(t, fams, "container_start_time_seconds", "container=app,namespace=default,pod=web", start); got != float64(start.Unix()) {
+		t.Errorf("container_start_time_seconds = %v, want %v", got, start.Unix())
 	}
 	if got := value(t, fams, "scrape_error", "", time.Time{}); got != 0 {
 		t.Errorf("scrape_error %v", got)

@@ -118,7 +118,9 @@ func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- at(prometheus.MustNewConstMetric(descContainerCPU, prometheus.CounterValue, seconds(k.Stats.CPU), k.Name, p.Name, p.Namespace))
 			ch <- at(prometheus.MustNewConstMetric(descContainerMem, prometheus.GaugeValue, float64(k.Stats.WorkingSet), k.Name, p.Name, p.Namespace))
 			if !k.StartTime.IsZero() {
-				ch <- at(prometheus.MustNewConstMetric(descContainerStart, prometheus.GaugeValue, unixSeconds(k.StartTime), k.Name, p.Name, p.Namespace))
+				// Stamped with the start itself, as the kubelet does.
+				ch <- prometheus.NewMetricWithTimestamp(k.StartTime,
+					prometheus.MustNewConstMetric(descContainerStart, prometheus.GaugeValue, unixSeconds(k.StartTime), k.Name, p.Name, p.Namespace))
 			}
 		}
 		ch <- at(prometheus.MustNewConstMetric(descPodCPU, prometheus.CounterValue, seconds(cpu), p.Name, p.Namespace))
