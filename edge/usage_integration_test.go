@@ -77,6 +77,9 @@ func TestUsageThroughHub(t *testing.T) {
 		s := a.Stats()
 		return s.UsagePushes >= 3 && s.UsagePushedBytes > 0, fmt.Sprintf("%d pushes, %d bytes", s.UsagePushes, s.UsagePushedBytes)
 	})
+	if s := a.Stats(); s.UsagePushes > 0 {
+		t.Logf("%d usage pushes, %d bytes (%.1f per push)", s.UsagePushes, s.UsagePushedBytes, float64(s.UsagePushedBytes)/float64(s.UsagePushes))
+	}
 	fams, err := proxyMetrics(t, e, "usage-1", "/metrics")
 	if err != nil {
 		t.Fatal(err)
