@@ -11,6 +11,11 @@
 //	sleep [SECONDS]   sleeps (forever without an argument); exits 0 on SIGTERM
 //	get URL           fetches URL and prints the body (images have no curl)
 //	log N             prints N numbered lines, one every 100ms, then sleeps
+//	probe EVERY URL...
+//	                  fetches each URL ($VARS expanded) over a new
+//	                  connection every EVERY (a Go duration), printing
+//	                  "probe UNIXMS URL ok FIRST-LINE" or "probe UNIXMS URL
+//	                  err ERROR" per attempt, until SIGTERM
 //	webhook [ADDR]    admission webhooks over HTTPS (default :8443) with
 //	                  $WEBHOOK_CERT and $WEBHOOK_KEY: /mutate labels
 //	                  webhook=edge, /validate refuses deny=true (webhook.go)
@@ -40,6 +45,7 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -106,6 +112,13 @@ func main() {
 		}
 	case "webhook":
 		webhook(arg(2, ":8443"))
+	case "probe":
+		every, err := time.ParseDuration(arg(2, "200ms"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		probe(every, os.Args[3:])
 	case "log":
 		n, _ := strconv.Atoi(arg(2, "10"))
 		for i := 1; i <= n; i++ {
@@ -207,4 +220,44 @@ func burn(millicores int) {
 		go spin(slice * time.Duration(millicores) / 1000)
 	}
 	sleep(0)
+}
+
+// probe fetches every URL over a new connection each round, one line of
+// output per attempt, until SIGTERM.
+func probe(every time.Duration, urls []string) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range urls {
+		urls[i] = os.ExpandEnv(urls[i])
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		for _, u := range urls {
+			start := time.Now().UnixMilli()
+			resp, err := c.Get(u)
+			if err != nil {
+				fmt.Printf("probe %d %s err %v\n", start, u, err)
+				continue
+			}
+			b, err := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			line, _, _ := strings.Cut(string(b), "\n")
+			switch {
+			case err != nil:
+				fmt.Printf("probe %d %s err read body: %v\n", start, u, err)
+			case resp.StatusCode != http.StatusOK:
+				fmt.Printf("probe %d %s err status %d\n", start, u, resp.StatusCode)
+			default:
+				fmt.Printf("probe %d %s ok %s\n", start, u, line)
+			}
+		}
+		select {
+		case s := <-sig:
+			fmt.Println("got", s)
+			return
+		case <-tick.C:
+		}
+	}
 }
