@@ -636,15 +636,7 @@ func jwtClaims(t *testing.T, token string) map[string]any {
 // every container of the machine's containerd nodes.
 func containersCgroup(t *testing.T) string {
 	t.Helper()
-	root := ""
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if f, g := strings.Fields(pre), strings.Fields(post); ok && len(f) > 4 && len(g) > 0 && g[0] == "cgroup2" {
-			root = f[4]
-			break
-		}
-	}
+	root := cgroup2Root()
 	if root == "" {
 		t.Skip("no cgroup v2 hierarchy is mounted; the dataplane needs one")
 	}
@@ -653,4 +645,16 @@ func containersCgroup(t *testing.T) string {
 		t.Fatalf("containers' cgroup: %v", err)
 	}
 	return dir
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted, or "".
+func cgroup2Root() string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if f, g := strings.Fields(pre), strings.Fields(post); ok && len(f) > 4 && len(g) > 0 && g[0] == "cgroup2" {
+			return f[4]
+		}
+	}
+	return ""
 }

@@ -15,14 +15,19 @@ import (
 	"github.com/tether-edge/tether/internal/benchfmt"
 	"github.com/tether-edge/tether/internal/disconnect"
 	"github.com/tether-edge/tether/internal/sitedigest"
+	"github.com/tether-edge/tether/testbench/images"
 )
 
 // siteWorkloads are the workloads of the scenarios.
 //
+// Their image is the echo test image (a web server on 8080), which the
+// containerd node alpha-n1 runs and the sim nodes pretend to.
+//
 //   - steady: one pod on each node of alpha, default disconnect policy,
 //     behind the ClusterIP Service steady and the headless steady-hl.
 //   - mover / stayer: two pods each preferring alpha (never alpha-n3 or
-//     beta-n3, which the scenarios power off), mover with the policy
+//     beta-n3, which the scenarios power off, nor the containerd node
+//     alpha-n1, which runs the web and probe pods), mover with the policy
 //     lost-after=60s, replace=true, reconcile=keepReplacement, stayer
 //     with the default one.
 //   - victim: two pods on beta preferring beta-n3.
@@ -44,7 +49,7 @@ spec:
         podAntiAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
           - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: steady}}}
-      containers: [{name: c, image: app, ports: [{containerPort: 8080}]}]
+      containers: [{name: c, image: %[1]s, imagePullPolicy: Never, ports: [{containerPort: 8080}]}]
 ---
 apiVersion: v1
 kind: Service
@@ -81,11 +86,11 @@ spec:
             nodeSelectorTerms:
             - matchExpressions:
               - {key: topology.kubernetes.io/zone, operator: In, values: [alpha, beta]}
-              - {key: kubernetes.io/hostname, operator: NotIn, values: [alpha-n3, beta-n3]}
+              - {key: kubernetes.io/hostname, operator: NotIn, values: [alpha-n1, alpha-n3, beta-n3]}
           preferredDuringSchedulingIgnoredDuringExecution:
           - weight: 100
             preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [alpha]}]}
-      containers: [{name: c, image: app}]
+      containers: [{name: c, image: %[1]s, imagePullPolicy: Never}]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -102,11 +107,11 @@ spec:
             nodeSelectorTerms:
             - matchExpressions:
               - {key: topology.kubernetes.io/zone, operator: In, values: [alpha, beta]}
-              - {key: kubernetes.io/hostname, operator: NotIn, values: [alpha-n3, beta-n3]}
+              - {key: kubernetes.io/hostname, operator: NotIn, values: [alpha-n1, alpha-n3, beta-n3]}
           preferredDuringSchedulingIgnoredDuringExecution:
           - weight: 100
             preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [alpha]}]}
-      containers: [{name: c, image: app}]
+      containers: [{name: c, image: %[1]s, imagePullPolicy: Never}]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -124,7 +129,7 @@ spec:
           preferredDuringSchedulingIgnoredDuringExecution:
           - weight: 100
             preference: {matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [beta-n3]}]}
-      containers: [{name: c, image: app}]
+      containers: [{name: c, image: %[1]s, imagePullPolicy: Never}]
 ---
 apiVersion: v1
 kind: Pod
@@ -133,7 +138,7 @@ spec:
   nodeName: beta-n2
   tolerations:
   - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
-  containers: [{name: c, image: app}]
+  containers: [{name: c, image: %[1]s, imagePullPolicy: Never}]
 `
 
 // detection is one dead node's timeline from its power cut.
@@ -150,9 +155,16 @@ type detection struct {
 //     Services answer from alpha's own DNS, alpha's nodes Ready=Unknown
 //     with only the unreachable NoSchedule taint; after the heal all Ready
 //     again and no agent listed again.
+//   - ContainerdNode: alpha-n1 is a containerd node with the eBPF
+//     dataplane and the agent's DNS; its probe pod reaches the web
+//     Service by name and ClusterIP and the steady Service's backends.
+//   - ContainerdNodeDark: while alpha is dark, every connection of the
+//     probe pod to web, by name and by ClusterIP, is answered by a web
+//     pod, and no container of alpha-n1 stops or starts again.
 //   - LocalFailover: a node of the dark site powered off leaves the
-//     other members' DNS answers within 10 s; after the heal the hub
-//     marks it dead from the site's digest.
+//     other members' DNS answers within 10 s and the containerd node's
+//     load balancing (the probe pod's connections) from 10 s on; after
+//     the heal the hub marks it dead from the site's digest.
 //   - DisconnectPolicy: the replace=true workload of the dark site runs
 //     on beta after lost-after; its originals go on heal; the default
 //     policy's pods stay.
@@ -172,7 +184,8 @@ func TestSites(t *testing.T) {
 		dark = 10 * time.Minute
 	}
 	s := newSiteLab(t)
-	s.h.applyManifest(t, siteWorkloads)
+	s.h.applyManifest(t, fmt.Sprintf(siteWorkloads, images.Echo))
+	s.applyCtrWorkloads(t)
 	waitSite(t, "every workload Running", 90*time.Second, func() (bool, string) {
 		ps := s.pods("")
 		var run int
@@ -183,12 +196,13 @@ func TestSites(t *testing.T) {
 			}
 			out = append(out, ps[i].Name+"@"+ps[i].Spec.NodeName+"/"+string(ps[i].Status.Phase))
 		}
-		return run == 10, strings.Join(out, " ")
+		return run == 10+ctrPods, strings.Join(out, " ")
 	})
 	ok := t.Run("GossipForms", s.gossipForms)
+	ctrOK := t.Run("ContainerdNode", s.ctrServes)
 
 	var (
-		cutStarted = make(chan time.Time, 3)
+		cutStarted = make(chan time.Time, 4)
 		policyDone = make(chan struct{})
 		healed     = make(chan struct{})
 		mu         sync.Mutex
@@ -202,6 +216,15 @@ func TestSites(t *testing.T) {
 	}
 	goRun(func() {
 		t.Run("SiteDark", func(t *testing.T) { s.siteDark(t, dark, cutStarted, policyDone, healed) })
+	})
+	goRun(func() {
+		t.Run("ContainerdNodeDark", func(t *testing.T) {
+			cut := <-cutStarted
+			if s.ctr == nil || !ctrOK {
+				t.Skipf("%s runs the sim runtime or does not serve (%s)", ctrNodeName, s.ctrWhy)
+			}
+			s.ctrDark(t, cut, healed)
+		})
 	})
 	goRun(func() {
 		t.Run("LocalFailover", func(t *testing.T) { s.localFailover(t, cutStarted, healed) })
@@ -314,7 +337,8 @@ func (s *siteLab) siteDark(t *testing.T, d time.Duration, cutStarted chan<- time
 	}
 	before := map[string]podState{}
 	var steadyIPs []string
-	for _, sel := range []string{"app=steady", "app=stayer"} {
+	podSets := []string{"app=steady", "app=stayer", "app=web", "app=probe"}
+	for _, sel := range podSets {
 		for _, p := range s.pods(sel) {
 			if slices.Contains(kept, p.Spec.NodeName) {
 				before[p.Name] = podState{string(p.UID), p.Spec.NodeName, restarts(&p)}
@@ -386,7 +410,7 @@ func (s *siteLab) siteDark(t *testing.T, d time.Duration, cutStarted chan<- time
 				t.Errorf("%s of the dark site has taints %v %v after the cut; want only %s:NoSchedule", name, ts, time.Since(cut).Round(time.Second), taintUnreachable)
 			}
 		}
-		for _, sel := range []string{"app=steady", "app=stayer"} {
+		for _, sel := range podSets {
 			for _, p := range s.pods(sel) {
 				if b, ok := before[p.Name]; ok && p.DeletionTimestamp != nil {
 					t.Errorf("pod %s on %s of the dark site is being deleted (%v after the cut)", p.Name, b.node, time.Since(cut).Round(time.Second))
@@ -428,7 +452,7 @@ func (s *siteLab) siteDark(t *testing.T, d time.Duration, cutStarted chan<- time
 		}
 	}
 	now := map[string]corev1.Pod{}
-	for _, sel := range []string{"app=steady", "app=stayer"} {
+	for _, sel := range podSets {
 		for _, p := range s.pods(sel) {
 			now[p.Name] = p
 		}
@@ -499,8 +523,9 @@ func (s *siteLab) localFailover(t *testing.T, cutStarted <-chan time.Time, heale
 		return gone, strings.Join(out, "; ")
 	})
 	t.Logf("%s's pod %s left the site's DNS answers %v after its power cut", victim, ip, took.Round(time.Millisecond))
-	// The Service's load balancing follows the same view; the sim runtime
-	// runs no eBPF data plane in the lab, so DNS is what shows it here.
+	// The Service's load balancing follows the same view: the
+	// containerd node's eBPF dataplane shows it.
+	s.ctrLeavesLB(t, victim, off, cut)
 	for _, n := range []string{"alpha-n1", "alpha-n2"} {
 		if got, err := s.lookup(n, "steady.default.svc.cluster.local"); err != nil || len(got) != 1 {
 			t.Errorf("%s stopped answering the steady Service after %s died: %v %v", n, victim, got, err)

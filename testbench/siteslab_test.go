@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,11 +23,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tether-edge/tether/testbench/images"
 )
 
-// The site lab: two gossiping sites of three sim nodes each and a third
-// site whose agents run without --site (heartbeats only), all behind NAT,
-// with a real hub. The scenarios of sites_test.go run in it side by side.
+// The site lab: two gossiping sites of three nodes each and a third site
+// whose agents run without --site (heartbeats only), all behind NAT, with
+// a real hub. Every node runs the sim runtime but alpha-n1, a containerd
+// node (sitesctr_test.go). The scenarios of sites_test.go run in it side
+// by side.
 
 const (
 	siteA, siteB, siteHB = "alpha", "beta", "hb"
@@ -50,6 +55,13 @@ type siteLab struct {
 	c     kubernetes.Interface
 	token string
 
+	// ctr is alpha-n1 when it runs containerd (see sitesctr_test.go);
+	// nil with ctrWhy saying why it runs the sim runtime instead.
+	ctr      *ctrNode
+	ctrWhy   string
+	webIP    string            // the web Service's ClusterIP
+	standins map[string]string // sim pod IP -> its node, answered on ctr
+
 	mu    sync.Mutex
 	edges map[string]*Process
 }
@@ -58,20 +70,49 @@ func siteNodes(site string) []string {
 	return []string{site + "-n1", site + "-n2", site + "-n3"}
 }
 
-// newSiteLab builds the lab, starts the hub and the nine agents and waits
-// until every node is Ready.
+// newSiteLab builds the lab, starts the hub and the nine agents, alpha-n1
+// a containerd one when the machine can run it, and waits until every node
+// is Ready.
 func newSiteLab(t *testing.T) *siteLab {
+	requireRoot(t)
 	link := LinkParams{Rate: 4_000_000, Delay: Duration(20 * time.Millisecond)}
-	l := newLab(t, Spec{Sites: []SiteSpec{
+	cfg := Config{Spec: Spec{Sites: []SiteSpec{
 		{Name: siteA, Nodes: 3, Link: link},
 		{Name: siteB, Nodes: 3, Link: link},
 		{Name: siteHB, Nodes: 3, Link: link},
-	}})
+	}}, Output: t.Output(), Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	why := containerdNodeMissing()
+	archive := ""
+	if why == "" {
+		// containerd's overlayfs snapshots cannot have their upper
+		// directories on the FUSE delay layer; no scenario slows a disk.
+		cfg.PlainDisks = true
+		cfg.Spec.DiskSize = 512
+		archive = filepath.Join(t.TempDir(), "test-images.tar")
+		if err := images.Build(archive); err != nil {
+			t.Fatalf("build test images: %v", err)
+		}
+	} else {
+		t.Logf("%s runs the sim runtime: %s", ctrNodeName, why)
+	}
+	l, err := Up(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	h := startLabHub(t, l)
-	s := &siteLab{t: t, l: l, h: h, token: h.token(time.Hour), edges: map[string]*Process{}}
+	s := &siteLab{t: t, l: l, h: h, token: h.token(time.Hour), edges: map[string]*Process{}, ctrWhy: why}
 	s.c = s.client()
 	for _, site := range []string{siteA, siteB, siteHB} {
 		for _, n := range siteNodes(site) {
+			if n == ctrNodeName && why == "" {
+				s.startSiteCtrNode(t, archive)
+				continue
+			}
 			s.startAgent(n, site, site != siteHB)
 		}
 	}
