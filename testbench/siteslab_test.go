@@ -89,9 +89,11 @@ func newSiteLab(t *testing.T) *siteLab {
 		cfg.PlainDisks = true
 		cfg.Spec.DiskSize = 512
 		archive = filepath.Join(t.TempDir(), "test-images.tar")
+		start := time.Now()
 		if err := images.Build(archive); err != nil {
 			t.Fatalf("build test images: %v", err)
 		}
+		t.Logf("built the test images for %s in %v", ctrNodeName, time.Since(start).Round(time.Millisecond))
 	} else {
 		t.Logf("%s runs the sim runtime: %s", ctrNodeName, why)
 	}
@@ -107,6 +109,7 @@ func newSiteLab(t *testing.T) *siteLab {
 	h := startLabHub(t, l)
 	s := &siteLab{t: t, l: l, h: h, token: h.token(time.Hour), edges: map[string]*Process{}, ctrWhy: why}
 	s.c = s.client()
+	start := time.Now()
 	for _, site := range []string{siteA, siteB, siteHB} {
 		for _, n := range siteNodes(site) {
 			if n == ctrNodeName && why == "" {
@@ -121,6 +124,7 @@ func newSiteLab(t *testing.T) *siteLab {
 		all = append(all, siteNodes(site)...)
 	}
 	h.waitReady(120*time.Second, all...)
+	t.Logf("every node Ready %v after the agents started", time.Since(start).Round(time.Millisecond))
 	return s
 }
 
