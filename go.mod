@@ -41,6 +41,7 @@ require (
 	k8s.io/client-go v0.37.2
 	k8s.io/component-helpers v0.37.2
 	k8s.io/kube-aggregator v0.37.2
+	k8s.io/metrics v0.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2
 	sigs.k8s.io/yaml v1.6.0

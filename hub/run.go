@@ -28,6 +28,7 @@ import (
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/certificates"
 	"github.com/tether-edge/tether/hub/discovery"
+	"github.com/tether-edge/tether/hub/metrics"
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/openapi"
 	"github.com/tether-edge/tether/hub/pki"
@@ -98,6 +99,7 @@ type run struct {
 	relay  *streamDemux
 	api    *apiserver.Server
 	agg    *aggregator.Aggregator
+	usage  *metrics.Store // the resource metrics API's samples
 
 	// serve
 	srv, tunnelHTTP *http.Server
@@ -134,7 +136,7 @@ func (r *run) open(ctx context.Context) error {
 	reg, err := registry.New(registry.Config{
 		Services: registry.ServiceNetwork{CIDR: cidr},
 		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
-		Extra:    slices.Concat(admissionregistration.Kinds(), apiextensions.Kinds(), aggregator.Kinds()),
+		Extra:    slices.Concat(admissionregistration.Kinds(), apiextensions.Kinds(), aggregator.Kinds(), metrics.Kinds()),
 	})
 	if err != nil {
 		return err
@@ -227,7 +229,8 @@ func (r *run) buildAPI() error {
 		Probe:  func(ctx context.Context, node string) error { return r.edges.Probe(ctx, node) },
 		Logger: cfg.Logger.With("component", "sites"),
 	})
-	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, r.sites, cfg.Logger.With("component", "tunnel")); err != nil {
+	r.usage = metrics.NewStore(metrics.Config{Logger: cfg.Logger.With("component", "metrics")})
+	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, r.sites, r.usage, cfg.Logger.With("component", "tunnel")); err != nil {
 		return err
 	}
 	r.onClose(func() error { _ = r.edges.Close(); return nil })
@@ -244,7 +247,7 @@ func (r *run) buildAPI() error {
 	}
 	r.api, err = apiserver.New(apiserver.Config{
 		Audit:                auditLog,
-		Storage:              r.leases.Serve(r.objs),
+		Storage:              r.usage.Serve(r.leases.Serve(r.objs)),
 		Registry:             r.reg,
 		Authorizer:           r.authz,
 		DialNode:             dialNode(r.edges),

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/tether-edge/tether/hub/apiserver"
+	"github.com/tether-edge/tether/hub/metrics"
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/pki"
 	"github.com/tether-edge/tether/tunnel"
@@ -20,8 +21,8 @@ import (
 
 // newTunnelServer builds the server end of the edge tunnels: node
 // certificates only, heartbeats and connection changes fed to the Lease
-// keeper, site digests to sites.
-func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases, sites *nodes.Sites, log *slog.Logger) (*tunnel.Server, error) {
+// keeper, site digests to sites, resource usage to the metrics store.
+func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases, sites *nodes.Sites, usage *metrics.Store, log *slog.Logger) (*tunnel.Server, error) {
 	resetKey, err := loadOrCreateResetKey(filepath.Join(cfg.DataDir, "pki", "tunnel-reset.key"))
 	if err != nil {
 		return nil, err
@@ -41,6 +42,7 @@ func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases,
 		OnDisconnect: func(s *tunnel.Session, _ error) { leases.Disconnected(s.Node()) },
 		OnHeartbeat:  func(s *tunnel.Session) { leases.Heartbeat(s.Node()) },
 		OnReport:     func(s *tunnel.Session, p []byte) { sites.Report(s.Node(), p) },
+		OnPush:       usage.Push,
 		Logger:       log,
 	})
 }
@@ -118,12 +120,13 @@ func loadOrCreateResetKey(path string) (*[32]byte, error) {
 	return &key, nil
 }
 
-// extraMetrics writes the tunnel server's and the node Lease keeper's
-// counters for /metrics.
+// extraMetrics writes the counters of the tunnel server, the node Lease
+// keeper and the metrics store for /metrics.
 func (r *run) extraMetrics() func(io.Writer) {
 	tm := tunnelMetrics(r.edges, r.relay, r.sites)
 	return func(w io.Writer) {
 		tm(w)
 		r.leases.WriteMetrics(w)
+		r.usage.WriteMetrics(w)
 	}
 }

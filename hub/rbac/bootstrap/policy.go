@@ -105,6 +105,11 @@ func ClusterRoles() []rbacv1.ClusterRole {
 		clusterRole("system:aggregate-to-admin", map[string]string{AggregateToAdmin: "true"}, aggregateToAdmin()...),
 		clusterRole("system:aggregate-to-edit", map[string]string{AggregateToEdit: "true"}, aggregateToEdit()...),
 		clusterRole("system:aggregate-to-view", map[string]string{AggregateToView: "true"}, aggregateToView()...),
+		// What metrics-server installs: reading the resource metrics API
+		// is part of view, edit and admin.
+		clusterRole("system:aggregated-metrics-reader",
+			map[string]string{AggregateToView: "true", AggregateToEdit: "true", AggregateToAdmin: "true"},
+			rule(read, "metrics.k8s.io", "pods nodes")),
 		clusterRole("system:discovery", nil,
 			urls("get", "/api /api/* /apis /apis/* /healthz /livez /openapi /openapi/* /readyz /version /version/")),
 		clusterRole("system:basic-user", nil,
