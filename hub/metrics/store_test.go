@@ -236,3 +236,22 @@ func BenchmarkStoreMemory(b *testing.B) {
 		runtime.KeepAlive(sessions)
 	}
 }
+
+// TestQuantities: usage is written as metrics-server writes it, CPU in
+// nanocores and memory in bytes, both canonical quantities.
+func TestQuantities(t *testing.T) {
+	for _, c := range []struct {
+		got  func() string
+		want string
+	}{
+		{func() string { q := cpuQuantity(43629237); return q.String() }, "43629237n"},
+		{func() string { q := cpuQuantity(123456000); return q.String() }, "123456u"},
+		{func() string { q := cpuQuantity(250_000_000); return q.String() }, "250m"},
+		{func() string { q := memoryQuantity(634824 << 10); return q.String() }, "634824Ki"},
+		{func() string { q := memoryQuantity(64 << 20); return q.String() }, "64Mi"},
+	} {
+		if got := c.got(); got != c.want {
+			t.Errorf("got %s, want %s", got, c.want)
+		}
+	}
+}
