@@ -101,6 +101,9 @@ type Config struct {
 	// DisableScheduler leaves pods unscheduled by the hub, for another
 	// scheduler or for tests that run their own.
 	DisableScheduler bool
+	// DisableMetricsAPI leaves metrics.k8s.io unserved and the usage the
+	// edges push unread, for clusters that run metrics-server instead.
+	DisableMetricsAPI bool
 	// Profiling serves /debug/pprof/ (see apiserver.Config.Profiling).
 	Profiling bool
 	// Version is tether's own version, reported as gitCommit at /version.

@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 
 	"github.com/tether-edge/tether/hub/hubtest"
 	"github.com/tether-edge/tether/internal/usage"
@@ -244,6 +246,23 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 		t.Fatalf("PodMetrics of default: %+v, %v", pl.Items, err)
 	}
 
+	// client-go's metrics clientset, as the HorizontalPodAutoscaler
+	// controller reads it, in protobuf.
+	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf"
+	mc, err := metricsclient.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webs, err := mc.MetricsV1beta1().PodMetricses("top").List(t.Context(), metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil || len(webs.Items) != 1 || webs.Items[0].Name != "web-1" || len(webs.Items[0].Containers) != 2 {
+		t.Fatalf("PodMetricses(top).List(app=web) in protobuf: %+v, %v", webs, err)
+	}
+
 	// 404s with metrics-server's messages.
 	for path, msg := range map[string]string{
 		"/apis/metrics.k8s.io/v1beta1/nodes/nope":                        `node "nope" not found`,
@@ -326,5 +345,26 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 	}
 	if f := fams["tether_metrics_received_bytes_total"]; f == nil || f.GetMetric()[0].GetCounter().GetValue() == 0 {
 		t.Errorf("tether_metrics_received_bytes_total: %v", f)
+	}
+}
+
+// TestMetricsAPIDisabled: a hub started with --disable-metrics-api does
+// not serve or list metrics.k8s.io, so metrics-server can be run instead.
+func TestMetricsAPIDisabled(t *testing.T) {
+	h := hubtest.Start(t, "--disable-scheduler", "--disable-metrics-api")
+	if strings.Contains(h.MustRun("get", "--raw", "/apis"), "metrics.k8s.io") {
+		t.Error("/apis lists metrics.k8s.io")
+	}
+	if out := strings.TrimSpace(h.MustRun("api-resources", "--api-group=metrics.k8s.io", "--no-headers")); out != "" {
+		t.Errorf("kubectl api-resources --api-group=metrics.k8s.io:\n%s", out)
+	}
+	if _, err := h.Run("get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("GET /apis/metrics.k8s.io/v1beta1/nodes: %v", err)
+	}
+	if _, err := h.Run("top", "nodes"); err == nil || !strings.Contains(err.Error(), "Metrics API not available") {
+		t.Errorf("kubectl top nodes: %v", err)
+	}
+	if strings.Contains(h.MustRun("get", "--raw", "/metrics"), "tether_metrics_nodes") {
+		t.Error("/metrics counts a metrics store that does not run")
 	}
 }

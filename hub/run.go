@@ -136,7 +136,7 @@ func (r *run) open(ctx context.Context) error {
 	reg, err := registry.New(registry.Config{
 		Services: registry.ServiceNetwork{CIDR: cidr},
 		Cluster:  registry.ClusterNetwork{CIDR: netip.MustParsePrefix(cfg.ClusterCIDR), NodeMaskSize: cfg.NodeCIDRMaskSize},
-		Extra:    slices.Concat(admissionregistration.Kinds(), apiextensions.Kinds(), aggregator.Kinds(), metrics.Kinds()),
+		Extra:    slices.Concat(admissionregistration.Kinds(), apiextensions.Kinds(), aggregator.Kinds(), metricsKinds(cfg)),
 	})
 	if err != nil {
 		return err
@@ -229,7 +229,9 @@ func (r *run) buildAPI() error {
 		Probe:  func(ctx context.Context, node string) error { return r.edges.Probe(ctx, node) },
 		Logger: cfg.Logger.With("component", "sites"),
 	})
-	r.usage = metrics.NewStore(metrics.Config{Logger: cfg.Logger.With("component", "metrics")})
+	if !cfg.DisableMetricsAPI {
+		r.usage = metrics.NewStore(metrics.Config{Logger: cfg.Logger.With("component", "metrics")})
+	}
 	if r.edges, err = newTunnelServer(cfg, r.authority, r.leases, r.sites, r.usage, cfg.Logger.With("component", "tunnel")); err != nil {
 		return err
 	}
@@ -247,7 +249,7 @@ func (r *run) buildAPI() error {
 	}
 	r.api, err = apiserver.New(apiserver.Config{
 		Audit:                auditLog,
-		Storage:              r.usage.Serve(r.leases.Serve(r.objs)),
+		Storage:              r.serveMetrics(r.leases.Serve(r.objs)),
 		Registry:             r.reg,
 		Authorizer:           r.authz,
 		DialNode:             dialNode(r.edges),

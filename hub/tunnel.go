@@ -16,16 +16,23 @@ import (
 	"github.com/tether-edge/tether/hub/metrics"
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/pki"
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/tunnel"
 )
 
 // newTunnelServer builds the server end of the edge tunnels: node
 // certificates only, heartbeats and connection changes fed to the Lease
-// keeper, site digests to sites, resource usage to the metrics store.
+// keeper, site digests to sites, resource usage to the metrics store
+// (when there is one).
 func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases, sites *nodes.Sites, usage *metrics.Store, log *slog.Logger) (*tunnel.Server, error) {
 	resetKey, err := loadOrCreateResetKey(filepath.Join(cfg.DataDir, "pki", "tunnel-reset.key"))
 	if err != nil {
 		return nil, err
+	}
+	var onPush func(*tunnel.Session, []byte)
+	if usage != nil {
+		onPush = usage.Push
 	}
 	return tunnel.NewServer(tunnel.ServerConfig{
 		TLS:                 authority.ServerTLSConfig(),
@@ -42,7 +49,7 @@ func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases,
 		OnDisconnect: func(s *tunnel.Session, _ error) { leases.Disconnected(s.Node()) },
 		OnHeartbeat:  func(s *tunnel.Session) { leases.Heartbeat(s.Node()) },
 		OnReport:     func(s *tunnel.Session, p []byte) { sites.Report(s.Node(), p) },
-		OnPush:       usage.Push,
+		OnPush:       onPush,
 		Logger:       log,
 	})
 }
@@ -127,6 +134,26 @@ func (r *run) extraMetrics() func(io.Writer) {
 	return func(w io.Writer) {
 		tm(w)
 		r.leases.WriteMetrics(w)
-		r.usage.WriteMetrics(w)
+		if r.usage != nil {
+			r.usage.WriteMetrics(w)
+		}
 	}
+}
+
+// metricsKinds returns the kinds of the resource metrics API, unless cfg
+// turns it off.
+func metricsKinds(cfg Config) []*registry.Kind {
+	if cfg.DisableMetricsAPI {
+		return nil
+	}
+	return metrics.Kinds()
+}
+
+// serveMetrics returns api with the resource metrics API served from the
+// usage edges push, when it is on.
+func (r *run) serveMetrics(api storage.API) storage.API {
+	if r.usage == nil {
+		return api
+	}
+	return r.usage.Serve(api)
 }

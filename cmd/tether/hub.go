@@ -70,6 +70,7 @@ func newHubCmd() *cobra.Command {
 	f.DurationVar(&cfg.SiteKeyRotation, "site-key-rotation", 24*time.Hour, "how often each site's gossip keys are rotated (the two previous keys stay valid)")
 	f.StringVar(&cfg.LocalPathRoot, "local-path-root", "/var/lib/tether/storage", "directory of the nodes under which the local-path provisioner makes volumes (agents' --local-path-root must match)")
 	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
+	f.BoolVar(&cfg.DisableMetricsAPI, "disable-metrics-api", false, "do not serve metrics.k8s.io (kubectl top) from the usage edges push, e.g. to run metrics-server instead")
 	f.BoolVar(&cfg.Profiling, "profiling", false, "serve the Go runtime's profiles at /debug/pprof/ to authorized users")
 	f.StringVar(&cfg.Audit.Path, "audit-log-path", "", "if set, write audit.k8s.io/v1 events of API requests to this file, one JSON line each ('-' means standard out)")
 	f.StringVar(&cfg.Audit.PolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy deciding what is logged (default: every request at Metadata level)")
