@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -145,6 +148,26 @@ func kubectlEventually(t *testing.T, h *hubtest.Hub, want *regexp.Regexp, args .
 	return ""
 }
 
+// rawGet reads path from the hub with client-go, as kubectl get --raw
+// does (a request as fast as a test wants).
+func rawGet(t *testing.T, cs *kubernetes.Clientset, path string) (string, error) {
+	b, err := cs.CoreV1().RESTClient().Get().RequestURI(path).DoRaw(t.Context())
+	var st metav1.Status
+	if err != nil && json.Unmarshal(b, &st) == nil && st.Kind == "Status" {
+		return string(b), &apierrors.StatusError{ErrStatus: st}
+	}
+	return string(b), err
+}
+
+func mustRaw(t *testing.T, cs *kubernetes.Clientset, path string) string {
+	t.Helper()
+	out, err := rawGet(t, cs, path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return out
+}
+
 // lines returns out's lines with runs of spaces made one.
 func lines(out string) []string {
 	var ls []string
@@ -225,24 +248,24 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 	// The raw API: quantities as metrics-server writes them, labels,
 	// selectors.
 	var nm metricsv1beta1.NodeMetrics
-	if err := json.Unmarshal([]byte(h.MustRun("get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes/n2")), &nm); err != nil {
+	if err := json.Unmarshal([]byte(mustRaw(t, cs, "/apis/metrics.k8s.io/v1beta1/nodes/n2")), &nm); err != nil {
 		t.Fatal(err)
 	}
 	if cpu, mem := nm.Usage[corev1.ResourceCPU], nm.Usage[corev1.ResourceMemory]; cpu.String() != "3" || nm.Labels["tier"] != "edge-n2" || mem.String() != "1Gi" || nm.Window.Duration != 15*time.Second || nm.Timestamp.IsZero() {
 		t.Fatalf("NodeMetrics n2: %+v", nm)
 	}
-	raw := h.MustRun("get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/top/pods/web-1")
+	raw := mustRaw(t, cs, "/apis/metrics.k8s.io/v1beta1/namespaces/top/pods/web-1")
 	if !strings.Contains(raw, `"cpu":"250m"`) || !strings.Contains(raw, `"memory":"64Mi"`) || !strings.Contains(raw, `"app":"web"`) {
 		t.Fatalf("PodMetrics web-1: %s", raw)
 	}
 	var pl metricsv1beta1.PodMetricsList
-	if err := json.Unmarshal([]byte(h.MustRun("get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods?fieldSelector=metadata.name%3Ddb-1")), &pl); err != nil {
+	if err := json.Unmarshal([]byte(mustRaw(t, cs, "/apis/metrics.k8s.io/v1beta1/pods?fieldSelector=metadata.name%3Ddb-1")), &pl); err != nil {
 		t.Fatal(err)
 	}
 	if len(pl.Items) != 1 || pl.Items[0].Name != "db-1" || pl.Items[0].Namespace != "top" {
 		t.Fatalf("PodMetrics with metadata.name=db-1: %+v", pl.Items)
 	}
-	if err := json.Unmarshal([]byte(h.MustRun("get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods")), &pl); err != nil || len(pl.Items) != 0 {
+	if err := json.Unmarshal([]byte(mustRaw(t, cs, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods")), &pl); err != nil || len(pl.Items) != 0 {
 		t.Fatalf("PodMetrics of default: %+v, %v", pl.Items, err)
 	}
 
@@ -276,8 +299,14 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 		"/apis/metrics.k8s.io/v1beta1/namespaces/top/pods/gone-1":        `pod "gone-1" not found`,
 		"/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods/web-1": `pod "web-1" not found`,
 	} {
-		if out, err := h.Run("get", "--raw", path); err == nil || !strings.Contains(err.Error(), msg) {
-			t.Errorf("GET %s: %v\n%s\nwant %q", path, err, out, msg)
+		code := http.StatusNotFound
+		if strings.Contains(path, "watch") {
+			code = http.StatusMethodNotAllowed
+		}
+		out, err := rawGet(t, cs, path)
+		var st apierrors.APIStatus
+		if !errors.As(err, &st) || int(st.Status().Code) != code || !strings.Contains(err.Error(), msg) {
+			t.Errorf("GET %s: %v\n%s\nwant %d %q", path, err, out, code, msg)
 		}
 	}
 	if out, err := h.Run("top", "pod", "pending-1", "-n", "top"); err == nil || !strings.Contains(err.Error(), `podmetrics.metrics.k8s.io "top/pending-1" not found`) {
@@ -290,7 +319,7 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 		t.Fatalf("kubectl api-resources --api-group=metrics.k8s.io:\n%s", strings.Join(got, "\n"))
 	}
 	var rl metav1.APIResourceList
-	if err := json.Unmarshal([]byte(h.MustRun("get", "--raw", "/apis/metrics.k8s.io/v1beta1")), &rl); err != nil {
+	if err := json.Unmarshal([]byte(mustRaw(t, cs, "/apis/metrics.k8s.io/v1beta1")), &rl); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rl.APIResources {
@@ -298,7 +327,7 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 			t.Errorf("verbs of %s: %v", r.Name, r.Verbs)
 		}
 	}
-	if !strings.Contains(h.MustRun("get", "--raw", "/apis"), `"name":"metrics.k8s.io"`) {
+	if !strings.Contains(mustRaw(t, cs, "/apis"), `"name":"metrics.k8s.io"`) {
 		t.Error("/apis does not list metrics.k8s.io")
 	}
 
@@ -318,7 +347,7 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 	// A node whose tunnel closes has no metrics from then on.
 	e2.stop()
 	kubectlEventually(t, h, regexp.MustCompile(`(?m)^n2 +<unknown>`), "top", "nodes")
-	if out, err := h.Run("get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes/n2"); err == nil || !strings.Contains(err.Error(), `nodemetrics.metrics.k8s.io "n2" not found`) {
+	if out, err := rawGet(t, cs, "/apis/metrics.k8s.io/v1beta1/nodes/n2"); err == nil || !strings.Contains(err.Error(), `nodemetrics.metrics.k8s.io "n2" not found`) {
 		t.Errorf("NodeMetrics of a disconnected node: %v\n%s", err, out)
 	}
 	if got := lines(h.MustRun("top", "pod", "-n", "top")); len(got) != 2 || !strings.HasPrefix(got[1], "web-1 ") {
@@ -327,7 +356,7 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 
 	// /metrics parses as Prometheus text and counts what the store took.
 	var p expfmt.TextParser = expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(h.MustRun("get", "--raw", "/metrics")))
+	fams, err := p.TextToMetricFamilies(strings.NewReader(mustRaw(t, cs, "/metrics")))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
