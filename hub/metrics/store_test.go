@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-edge/tether/internal/benchfmt"
 	"github.com/tether-edge/tether/internal/usage"
 )
 
@@ -218,6 +219,8 @@ func TestStoreMemory(t *testing.T) {
 	}
 	used := int64(after) - int64(before)
 	t.Logf("heap for 2,000 nodes × 30 pods: %.1f MB (%d bytes per pod)", float64(used)/1e6, used/60000)
+	benchfmt.Report(t, benchfmt.Figure{Name: "metrics_store_heap_2000_nodes_30_pods", Value: float64(used) / 1e6, Unit: "MB",
+		Target: "<=150", Mode: benchfmt.Mode(false), Extra: []string{fmt.Sprintf("bytes_per_pod=%d", used/60000)}})
 	if used > 150e6 {
 		t.Fatalf("heap %d bytes, want at most 150 MB", used)
 	}
