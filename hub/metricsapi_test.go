@@ -355,8 +355,15 @@ func TestMetricsAPIKubectlTop(t *testing.T) {
 	}
 
 	// /metrics parses as Prometheus text and counts what the store took.
-	var p expfmt.TextParser = expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(mustRaw(t, cs, "/metrics")))
+	// The legacy name rules too, which Prometheus servers before 3.0
+	// scrape with.
+	text := mustRaw(t, cs, "/metrics")
+	legacy := expfmt.NewTextParser(model.LegacyValidation)
+	if _, err := legacy.TextToMetricFamilies(strings.NewReader(text)); err != nil {
+		t.Errorf("parse /metrics with legacy names: %v", err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
