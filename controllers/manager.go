@@ -76,6 +76,10 @@ type Config struct {
 	// PodGCQuarantine is how long a node must be gone before the pod
 	// garbage collector deletes its pods; 0 means 40 seconds.
 	PodGCQuarantine time.Duration
+	// HorizontalPodAutoscalerSyncPeriod is how often each
+	// HorizontalPodAutoscaler is synced, as
+	// --horizontal-pod-autoscaler-sync-period; 0 means 15 seconds.
+	HorizontalPodAutoscalerSyncPeriod time.Duration
 	// Controllers selects the controllers to run, as
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.
@@ -193,13 +197,16 @@ func New(cfg Config) (*Manager, error) {
 }
 
 // configFor returns the client configuration of controller name.
-func (m *Manager) configFor(name string) *rest.Config {
-	if m.cfg.ClientConfig != nil {
-		if c := m.cfg.ClientConfig(name); c != nil {
-			return c
+func (m *Manager) configFor(name string) *rest.Config { return m.cfg.clientConfig(name) }
+
+// clientConfig returns the client configuration of controller name.
+func (c *Config) clientConfig(name string) *rest.Config {
+	if c.ClientConfig != nil {
+		if rc := c.ClientConfig(name); rc != nil {
+			return rc
 		}
 	}
-	return m.cfg.RestConfig
+	return c.RestConfig
 }
 
 // clients builds the metadata and typed clients of one identity.

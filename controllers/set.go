@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tether-edge/tether/controllers/autoscaling"
 	"github.com/tether-edge/tether/controllers/batch"
 	"github.com/tether-edge/tether/controllers/clusterroleaggregation"
 	"github.com/tether-edge/tether/controllers/daemonset"
@@ -90,6 +91,10 @@ var builtins = []builtin{
 	// The gossip keys of every site (zone), rotated.
 	{"sitekeys", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
 		return sitekeys.New(sitekeys.Config{Client: k, Informers: inf, Logger: l, Rotation: c.SiteKeyRotation})
+	}},
+	// HorizontalPodAutoscalers, scaling their targets through /scale.
+	{"horizontalpodautoscaling", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
+		return autoscaling.New(autoscaling.Config{Client: k, Informers: inf, Logger: l, RestConfig: c.clientConfig("horizontalpodautoscaling"), SyncPeriod: c.HorizontalPodAutoscalerSyncPeriod})
 	}},
 	// The rules of aggregated ClusterRoles (admin, edit, view, ...).
 	{"clusterrole-aggregation", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, _ *Config) (runner, error) {

@@ -99,6 +99,19 @@ func Controllers() []Controller {
 			rule("update", "policy", "poddisruptionbudgets/status"),
 			rule("get", "*", "*/scale"),
 		)},
+		// Reads metrics.k8s.io and the targets' /scale; nodes, tether's
+		// own, to hold the scale of a target whose pods' nodes are
+		// unreachable.
+		{"horizontalpodautoscaling", "horizontal-pod-autoscaler", append(eventRules(),
+			rule("get list watch", "autoscaling", "horizontalpodautoscalers"),
+			rule("update", "autoscaling", "horizontalpodautoscalers/status"),
+			rule("get update", "*", "*/scale"),
+			rule("list", "core", "pods"),
+			rule("get list watch", "core", "nodes"),
+			rule("list", "metrics.k8s.io", "pods"),
+			rule("get list", "custom.metrics.k8s.io", "*"),
+			rule("get list", "external.metrics.k8s.io", "*"),
+		)},
 		{"persistentvolume-binder", "persistent-volume-binder", append(eventRules(),
 			rule("get list watch create update delete", "core", "persistentvolumes"),
 			rule("update", "core", "persistentvolumes/status"),
