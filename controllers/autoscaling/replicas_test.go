@@ -136,3 +136,30 @@ func TestRawResourceReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestContainerResourceReplicas checks a ContainerResource target: only
+// the named container's request counts, so a sidecar without one is no
+// error.
+func TestContainerResourceReplicas(t *testing.T) {
+	sidecar := func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar"})
+	}
+	lister, _ := podLister(testPod("web-0", sidecar), testPod("web-1", sidecar))
+	calc := &calculator{
+		metrics: &fakeMetrics{samples: map[string]PodMetric{"web-0": sample(900, t0), "web-1": sample(900, t0)}},
+		pods:    lister, clock: clocktesting.NewFakePassiveClock(t0),
+		tolerance: DefaultTolerance, cpuInitialization: DefaultCPUInitializationPeriod, readinessDelay: DefaultInitialReadinessDelay,
+	}
+	got, err := calc.resourceReplicas(context.Background(), 2, 60, corev1.ResourceCPU, "default", labels.Everything(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.replicas != 3 || got.utilization != 90 {
+		t.Errorf("replicas, utilization = %d, %d%%; want 3, 90%%", got.replicas, got.utilization)
+	}
+	// The lister's order, hence the pod named, is not fixed.
+	if _, err := calc.resourceReplicas(context.Background(), 2, 60, corev1.ResourceCPU, "default", labels.Everything(), ""); err == nil ||
+		!strings.HasPrefix(err.Error(), "missing request for cpu in container sidecar of Pod web-") {
+		t.Errorf("whole pod: %v", err)
+	}
+}
