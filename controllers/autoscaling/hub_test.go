@@ -186,3 +186,50 @@ spec:
 	condition(autoscalingv2.ScalingActive, corev1.ConditionTrue, "ValidMetricFound", "")
 	event("SuccessfulRescale", "New size: 1; reason: All metrics below target")
 }
+
+// TestAutoscalerInHub checks the hub's own controller: registered under
+// --controllers, acting as horizontal-pod-autoscaler, it reads the
+// target's /scale and, with no pod to sample (no nodes), says it cannot
+// compute a replica count, in upstream's words.
+func TestAutoscalerInHub(t *testing.T) {
+	h, _, kube := kittest.Hub(t, nil)
+	ctx := context.Background()
+	if _, err := h.RunInput(ctx, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - {name: app, image: app:1, resources: {requests: {cpu: 100m}}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web, namespace: default}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  maxReplicas: 3
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}
+`, nil, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	kittest.WaitFor(t, "the hub's controller to report", 60*time.Second, func() (bool, error) {
+		hpa, err := kube.AutoscalingV2().HorizontalPodAutoscalers("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got := map[autoscalingv2.HorizontalPodAutoscalerConditionType]string{}
+		for _, c := range hpa.Status.Conditions {
+			got[c.Type] = string(c.Status) + " " + c.Reason
+		}
+		ok := got[autoscalingv2.AbleToScale] == "True SucceededGetScale" &&
+			got[autoscalingv2.ScalingActive] == "False FailedGetResourceMetric" && hpa.Status.CurrentReplicas == 1
+		return ok, fmt.Errorf("status %+v", hpa.Status)
+	})
+}
