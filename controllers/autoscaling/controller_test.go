@@ -11,6 +11,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -308,6 +309,15 @@ func TestReconcileHoldsOnUnreachableNodes(t *testing.T) {
 				t.Errorf("status = %+v", got.Status)
 			}
 			e.waitEvent(ReasonNodesUnreachable, "1 of 3 pods")
+
+			// A pod being deleted from the node does not hold it.
+			gone := testPod("web-2", onNode("n2"))
+			gone.DeletionTimestamp = &metav1.Time{Time: t0}
+			_ = e.pods.Update(gone)
+			if held, _ := e.c.unreachable("default", labels.Everything(), 3); held {
+				t.Errorf("a terminating pod on an unreachable node holds the scale")
+			}
+			_ = e.pods.Update(testPod("web-2", onNode("n2")))
 
 			_ = e.nodes.Update(readyNode("n2"))
 			e.usage(map[string]int64{"web-0": 50, "web-1": 50, "web-2": 50})

@@ -8,7 +8,10 @@ import (
 )
 
 // unreachable reports whether any live pod selector matches runs on a
-// node the hub cannot reach, and the message saying so.
+// node the hub cannot reach, and the message saying so. Pods being
+// deleted (evicted from a dead node, say) do not hold the scale: the
+// algorithm ignores them anyway, and they may never go while their node
+// is away.
 func (c *Controller) unreachable(namespace string, selector labels.Selector, current int32) (bool, string) {
 	pods, err := c.pods.Pods(namespace).List(selector)
 	if err != nil {
@@ -17,7 +20,7 @@ func (c *Controller) unreachable(namespace string, selector labels.Selector, cur
 	reachable := map[string]bool{}
 	n, live := 0, 0
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		live++
