@@ -91,6 +91,9 @@ type Config struct {
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.
 	Controllers []string
+	// HorizontalPodAutoscalerSyncPeriod is how often each
+	// HorizontalPodAutoscaler is synced; zero means 15s.
+	HorizontalPodAutoscalerSyncPeriod time.Duration
 	// SiteKeyRotation is how often each site's gossip keys are rotated;
 	// zero means a day.
 	SiteKeyRotation time.Duration

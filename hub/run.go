@@ -432,6 +432,9 @@ func (r *run) startClients(ctx context.Context) error {
 		// deletion) as soon as they are served.
 		ResourcesChanged: r.reg.Changed,
 		SiteKeyRotation:  r.cfg.SiteKeyRotation,
+		// HorizontalPodAutoscalers: upstream's
+		// --horizontal-pod-autoscaler-sync-period.
+		HorizontalPodAutoscalerSyncPeriod: r.cfg.HorizontalPodAutoscalerSyncPeriod,
 	})
 	if err != nil {
 		return err

@@ -190,9 +190,11 @@ spec:
 // TestAutoscalerInHub checks the hub's own controller: registered under
 // --controllers, acting as horizontal-pod-autoscaler, it reads the
 // target's /scale and, with no pod to sample (no nodes), says it cannot
-// compute a replica count, in upstream's words.
+// compute a replica count, in upstream's words; synced every
+// --horizontal-pod-autoscaler-sync-period, it soon sees the target
+// scaled to zero by hand.
 func TestAutoscalerInHub(t *testing.T) {
-	h, _, kube := kittest.Hub(t, nil)
+	h, _, kube := kittest.Hub(t, []string{"--horizontal-pod-autoscaler-sync-period=1s"})
 	ctx := context.Background()
 	if _, err := h.RunInput(ctx, `
 apiVersion: apps/v1
@@ -231,5 +233,19 @@ spec:
 		ok := got[autoscalingv2.AbleToScale] == "True SucceededGetScale" &&
 			got[autoscalingv2.ScalingActive] == "False FailedGetResourceMetric" && hpa.Status.CurrentReplicas == 1
 		return ok, fmt.Errorf("status %+v", hpa.Status)
+	})
+	h.MustRun("scale", "deployment", "web", "--replicas=0")
+	// Well within the default period of 15s.
+	kittest.WaitFor(t, "ScalingDisabled", 6*time.Second, func() (bool, error) {
+		hpa, err := kube.AutoscalingV2().HorizontalPodAutoscalers("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range hpa.Status.Conditions {
+			if c.Type == autoscalingv2.ScalingActive && c.Reason == "ScalingDisabled" {
+				return hpa.Status.CurrentReplicas == 0, nil
+			}
+		}
+		return false, fmt.Errorf("status %+v", hpa.Status)
 	})
 }
