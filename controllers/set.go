@@ -93,8 +93,8 @@ var builtins = []builtin{
 		return sitekeys.New(sitekeys.Config{Client: k, Informers: inf, Logger: l, Rotation: c.SiteKeyRotation})
 	}},
 	// HorizontalPodAutoscalers, scaling their targets through /scale.
-	{"horizontalpodautoscaling", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
-		return autoscaling.New(autoscaling.Config{Client: k, Informers: inf, Logger: l, RestConfig: c.clientConfig("horizontalpodautoscaling"), SyncPeriod: c.HorizontalPodAutoscalerSyncPeriod})
+	{"horizontalpodautoscaling", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
+		return autoscaling.New(autoscaling.Config{Client: k, Informers: inf, Workers: w, Logger: l, RestConfig: c.clientConfig("horizontalpodautoscaling"), SyncPeriod: c.HorizontalPodAutoscalerSyncPeriod})
 	}},
 	// The rules of aggregated ClusterRoles (admin, edit, view, ...).
 	{"clusterrole-aggregation", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, _ *Config) (runner, error) {
