@@ -330,3 +330,22 @@ func TestReconcileHoldsOnUnreachableNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdatesQueued checks that a spec change syncs an autoscaler at
+// once while a status write (the controller's own) waits for the period.
+func TestUpdatesQueued(t *testing.T) {
+	e := newEnv(t, cpuHPA(50), 3)
+	old := cpuHPA(50)
+	status := old.DeepCopy()
+	status.Status.CurrentReplicas = 3
+	e.c.updated(old, status)
+	if n := e.c.queue.Len(); n != 0 {
+		t.Fatalf("status write queued %d keys", n)
+	}
+	spec := old.DeepCopy()
+	spec.Spec.MaxReplicas = 20
+	e.c.updated(old, spec)
+	if n := e.c.queue.Len(); n != 1 {
+		t.Fatalf("spec change queued %d keys, want 1", n)
+	}
+}
