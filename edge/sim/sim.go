@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -48,6 +49,13 @@ type Config struct {
 	Capacity corev1.ResourceList
 	// Version is reported as sim://<Version>; empty means "0.1.0".
 	Version string
+	// UsageJitter makes the annotated usage move as a real container's
+	// does: between two readings of Stats each running container's CPU
+	// rate is its annotated rate times a random factor within
+	// 1±UsageJitter, and its working set within 1±UsageJitter/15. Zero
+	// keeps the usage steady. The random sequence is the same for every
+	// runtime.
+	UsageJitter float64
 }
 
 // Runtime is the simulated runtime. It implements edge.Runtime.
@@ -61,6 +69,8 @@ type Runtime struct {
 	// nodeCPU is the node's synthetic CPU counter at nodeCPUAt (usage.go).
 	nodeCPU   time.Duration
 	nodeCPUAt time.Time
+	// jitter draws the usage's random factors (Config.UsageJitter).
+	jitter *mrand.Rand
 }
 
 var _ edge.Runtime = (*Runtime)(nil)
@@ -70,7 +80,7 @@ func New(cfg Config) *Runtime {
 	if cfg.Version == "" {
 		cfg.Version = "0.1.0"
 	}
-	return &Runtime{cfg: cfg, pods: map[types.UID]*pod{}, ips: ipam{used: map[string]types.UID{}}}
+	return &Runtime{cfg: cfg, pods: map[types.UID]*pod{}, ips: ipam{used: map[string]types.UID{}}, jitter: mrand.New(mrand.NewPCG(1, 2))}
 }
 
 func (r *Runtime) logInterval() time.Duration {

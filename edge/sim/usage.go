@@ -108,15 +108,22 @@ func (r *Runtime) Stats(context.Context) (metrics.Snapshot, error) {
 			if c.state != edge.ContainerRunning || inst == nil || !inst.end.IsZero() {
 				continue
 			}
-			mem := c.usage.memory
+			cpu, mem := c.usage.cpuNanoCores, c.usage.memory
+			if j := r.cfg.UsageJitter; j > 0 {
+				// The counter moves at a rate drawn for the time since
+				// the last reading, then starts afresh from now.
+				cpu = uint64(float64(cpu) * max(0, 1+j*(2*r.jitter.Float64()-1)))
+				mem = uint64(float64(mem) * max(0, 1+j/15*(2*r.jitter.Float64()-1)))
+				inst.cpu, inst.cpuSince = inst.cpuAt(cpu, now), now
+			}
 			mp.Containers = append(mp.Containers, metrics.Container{
 				Name: c.name, ID: Name + "://" + inst.id, Image: c.image, StartTime: inst.start,
 				Stats: metrics.Cgroup{
-					CPU:    inst.cpuAt(c.usage.cpuNanoCores, now),
+					CPU:    inst.cpuAt(cpu, now),
 					Memory: metrics.Memory{Usage: mem, WorkingSet: mem, RSS: mem},
 				},
 			})
-			rate += c.usage.cpuNanoCores
+			rate += cpu
 			s.Node.Usage += mem
 			s.Node.WorkingSet += mem
 			s.Node.RSS += mem

@@ -115,3 +115,45 @@ func TestAnnotatedUsage(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageJitter: with UsageJitter each reading's CPU rate and working
+// set move within their bounds around the annotated usage, the counter
+// never goes back, and two runtimes draw the same sequence.
+func TestUsageJitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		readings := func() []metrics.Container {
+			r := New(Config{UsageJitter: 0.3})
+			syncPod(t, r, testPod("web", corev1.RestartPolicyAlways, map[string]string{CPUUsage: "200m", MemoryUsage: "60Mi"}, "app"))
+			time.Sleep(time.Second)
+			synctest.Wait()
+			var out []metrics.Container
+			for range 20 {
+				time.Sleep(5 * time.Second)
+				c, ok := findContainer(stats(t, r), "web", "app")
+				if !ok {
+					t.Fatal("no container app")
+				}
+				out = append(out, c)
+			}
+			return out
+		}
+		a, b := readings(), readings()
+		rates := map[time.Duration]bool{}
+		for i := 1; i < len(a); i++ {
+			d := a[i].Stats.CPU - a[i-1].Stats.CPU
+			if d < 700*time.Millisecond || d > 1300*time.Millisecond { // 5s at 200m ± 30%
+				t.Errorf("reading %d: %v of CPU in 5s, want within 200m ± 30%%", i, d)
+			}
+			rates[d] = true
+			if ws := a[i].Stats.WorkingSet; ws < 58<<20 || ws > 62<<20 {
+				t.Errorf("reading %d: working set %d, want within 60Mi ± 2%%", i, ws)
+			}
+			if a[i].Stats != b[i].Stats {
+				t.Errorf("reading %d differs between runtimes: %+v and %+v", i, a[i].Stats, b[i].Stats)
+			}
+		}
+		if len(rates) < 10 {
+			t.Errorf("only %d distinct rates in 19 readings", len(rates))
+		}
+	})
+}
