@@ -99,7 +99,7 @@ func (l *lab) startAgent(t *testing.T) {
 	cfg := edge.Config{
 		HubURL: "https://" + l.hub.Addr, Token: l.token, DataDir: l.dir, NodeName: "edge-c",
 		NodeIP: netip.MustParseAddr("127.0.0.1"), Runtime: l.env.rt, StatusCheckInterval: time.Second,
-		TunnelBackoffCap: 2 * time.Second,
+		TunnelBackoffCap: 2 * time.Second, MetricsPeriod: labMetricsPeriod,
 	}
 	if l.opts.agent != nil {
 		l.opts.agent(&cfg)
@@ -475,6 +475,7 @@ spec:
 	})
 	t.Run("volume waits", func(t *testing.T) { labVolumeWaits(t, l) })
 	t.Run("lifecycle, probes and DNS", func(t *testing.T) { labLifecycle(t, l) })
+	t.Run("kubectl top pod of a burner agrees with its cgroup", func(t *testing.T) { labTop(t, l) })
 	t.Run("delete", func(t *testing.T) {
 		// The agent stops the containers and then finalizes the pod.
 		l.kubectl(t, "delete", "pod", "-l", "app=web", "--wait=true", "--timeout=60s")

@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -24,34 +25,47 @@ import (
 // its cgroup files, apart from edge/metrics, on cgroup v2 or v1.
 func rawCgroup(t *testing.T, id string) (cpu time.Duration, ws uint64) {
 	t.Helper()
+	cpu, ws, err := readCgroup(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpu, ws
+}
+
+// readCgroup is rawCgroup for any goroutine: it returns what fails.
+func readCgroup(id string) (cpu time.Duration, ws uint64, err error) {
 	num := func(path, key string) uint64 {
-		b, err := os.ReadFile(path)
 		if err != nil {
-			t.Fatal(err)
+			return 0
+		}
+		b, rerr := os.ReadFile(path)
+		if rerr != nil {
+			err = rerr
+			return 0
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
 			if key == "" && len(f) == 1 || len(f) == 2 && f[0] == key {
-				n, err := strconv.ParseUint(f[len(f)-1], 10, 64)
-				if err != nil {
-					t.Fatal(err)
+				n, perr := strconv.ParseUint(f[len(f)-1], 10, 64)
+				if perr != nil {
+					err = fmt.Errorf("parse %s: %w", path, perr)
 				}
 				return n
 			}
 		}
-		t.Fatalf("no %q in %s", key, path)
+		err = fmt.Errorf("read %s: no %q", path, key)
 		return 0
 	}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+	if _, serr := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); serr == nil {
 		dir := filepath.Join(cgroupRoot, Namespace, id)
 		cpu = time.Duration(num(filepath.Join(dir, "cpu.stat"), "usage_usec")) * time.Microsecond
 		usage, inactive := num(filepath.Join(dir, "memory.current"), ""), num(filepath.Join(dir, "memory.stat"), "inactive_file")
-		return cpu, usage - min(usage, inactive)
+		return cpu, usage - min(usage, inactive), err
 	}
 	cpu = time.Duration(num(filepath.Join(cgroupRoot, "cpuacct", Namespace, id, "cpuacct.usage"), ""))
 	mem := filepath.Join(cgroupRoot, "memory", Namespace, id)
 	usage, inactive := num(filepath.Join(mem, "memory.usage_in_bytes"), ""), num(filepath.Join(mem, "memory.stat"), "total_inactive_file")
-	return cpu, usage - min(usage, inactive)
+	return cpu, usage - min(usage, inactive), err
 }
 
 // TestRuntimeStats runs a pod with a container burning half a core and
