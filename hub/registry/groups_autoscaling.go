@@ -273,6 +273,22 @@ func hpaTargets(specs []autoscalingv2.MetricSpec, statuses []autoscalingv2.Metri
 	return strings.Join(list, ", ")
 }
 
+// valueTarget renders an Object or External metric's cell: its average
+// value against the target's, marked "(avg)", or else its value.
+func valueTarget(t autoscalingv2.MetricTarget, current *autoscalingv2.MetricValueStatus) string {
+	cur := "<unknown>"
+	if t.AverageValue != nil {
+		if current != nil && current.AverageValue != nil {
+			cur = current.AverageValue.String()
+		}
+		return fmt.Sprintf("%s/%s (avg)", cur, t.AverageValue.String())
+	}
+	if current != nil {
+		cur = current.Value.String()
+	}
+	return fmt.Sprintf("%s/%s", cur, t.Value.String())
+}
+
 // hpaTarget renders one metric of the Targets cell; st is the status at
 // the same index, if any.
 func hpaTarget(s *autoscalingv2.MetricSpec, st *autoscalingv2.MetricStatus) string {
@@ -283,16 +299,11 @@ func hpaTarget(s *autoscalingv2.MetricSpec, st *autoscalingv2.MetricStatus) stri
 		if s.External == nil {
 			break
 		}
-		if t := s.External.Target; t.AverageValue != nil {
-			if st != nil && st.External != nil && st.External.Current.AverageValue != nil {
-				cur = st.External.Current.AverageValue.String()
-			}
-			return fmt.Sprintf("%s/%s (avg)", cur, t.AverageValue.String())
-		}
+		var current *autoscalingv2.MetricValueStatus
 		if st != nil && st.External != nil {
-			cur = st.External.Current.Value.String()
+			current = &st.External.Current
 		}
-		return fmt.Sprintf("%s/%s", cur, s.External.Target.Value.String())
+		return valueTarget(s.External.Target, current)
 	case autoscalingv2.PodsMetricSourceType:
 		if s.Pods == nil {
 			break
@@ -305,16 +316,11 @@ func hpaTarget(s *autoscalingv2.MetricSpec, st *autoscalingv2.MetricStatus) stri
 		if s.Object == nil {
 			break
 		}
-		if t := s.Object.Target; t.AverageValue != nil {
-			if st != nil && st.Object != nil && st.Object.Current.AverageValue != nil {
-				cur = st.Object.Current.AverageValue.String()
-			}
-			return fmt.Sprintf("%s/%s (avg)", cur, t.AverageValue.String())
-		}
+		var current *autoscalingv2.MetricValueStatus
 		if st != nil && st.Object != nil {
-			cur = st.Object.Current.Value.String()
+			current = &st.Object.Current
 		}
-		return fmt.Sprintf("%s/%s", cur, s.Object.Target.Value.String())
+		return valueTarget(s.Object.Target, current)
 	case autoscalingv2.ResourceMetricSourceType:
 		if s.Resource == nil {
 			break

@@ -139,6 +139,8 @@ func TestHPATargetsCell(t *testing.T) {
 		{h.Spec.Metrics[2], &autoscalingv2.MetricStatus{Resource: &autoscalingv2.ResourceMetricStatus{Current: autoscalingv2.MetricValueStatus{AverageValue: hpaQ("50Mi")}}}, "memory: 50Mi/100Mi"},
 		{h.Spec.Metrics[3], nil, "cpu: <unknown>/70%"},
 		{h.Spec.Metrics[4], nil, "<unknown>/30 (avg)"},
+		{h.Spec.Metrics[0], &autoscalingv2.MetricStatus{Object: &autoscalingv2.ObjectMetricStatus{Current: autoscalingv2.MetricValueStatus{Value: hpaQ("7")}}}, "7/10"},
+		{h.Spec.Metrics[4], &autoscalingv2.MetricStatus{External: &autoscalingv2.ExternalMetricStatus{Current: autoscalingv2.MetricValueStatus{AverageValue: hpaQ("12")}}}, "12/30 (avg)"},
 		{autoscalingv2.MetricSpec{Type: "Bogus"}, nil, "<unknown type>"},
 	} {
 		if got := hpaTarget(&c.spec, c.st); got != c.want {
