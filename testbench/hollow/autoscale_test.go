@@ -42,7 +42,7 @@ const (
 // up under load and back down after its stabilization window, kubectl
 // autoscale of the concept pages' ReplicaSet, and a node cut off: gone
 // from the metrics API, and the scale of the workload with a pod on it
-// held.
+// held. The HPA's reaction to a load step is reported as BENCH figures.
 func TestAutoscaleEndToEnd(t *testing.T) {
 	started := time.Now()
 	h := hubtest.Start(t, fmt.Sprintf("--horizontal-pod-autoscaler-sync-period=%v", hpaSyncPeriod))
@@ -234,19 +234,29 @@ spec:
 		return currentCPU(hpa) == 10 && hpa.Status.DesiredReplicas == 1
 	})
 
-	var reactions []time.Duration
+	// reactions are the times from a load step to the HPA's first scale
+	// decision; full, to its decision on the scale the load asks for: a
+	// sample is a CPU rate over the metrics period, so the first one
+	// after the step may hold part of it only.
+	var reactions, full []time.Duration
 	for round := range reactionRounds {
 		// Load: the one pod at 250% of its request asks for five; the
 		// HPA allows four. New pods start from the template, idle; the
 		// first sample of the loaded pod alone decides the scale up.
 		loaded := time.Now()
 		h.MustRun("annotate", "pods", "-l", "app=web", "sim.tether.dev/cpu-usage=250m", "--overwrite")
-		hpa := waitHPA(t, kube, "web", "desired replicas 4", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
-			return hpa.Status.DesiredReplicas == 4
+		hpa := waitHPA(t, kube, "web", "a scale up", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
+			return hpa.Status.DesiredReplicas > 1
 		})
 		reaction := time.Since(loaded)
 		reactions = append(reactions, reaction)
-		t.Logf("round %d: the HPA decided on 4 replicas %v after the load annotation", round, reaction.Round(time.Millisecond))
+		first := hpa.Status.DesiredReplicas
+		hpa = waitHPA(t, kube, "web", "desired replicas 4", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
+			return hpa.Status.DesiredReplicas == 4
+		})
+		full = append(full, time.Since(loaded))
+		t.Logf("round %d: the HPA decided on %d replicas %v after the load annotation, on 4 after %v", round, first,
+			reaction.Round(time.Millisecond), full[round].Round(time.Millisecond))
 		if round == 0 {
 			if !hasCondition(hpa, autoscalingv2.ScalingLimited, corev1.ConditionTrue, "TooManyReplicas") {
 				t.Errorf("conditions after the scale up: %+v", hpa.Status.Conditions)
@@ -307,12 +317,17 @@ spec:
 			return currentCPU(hpa) == 10 && hpa.Status.CurrentReplicas == 1
 		})
 	}
-	slices.Sort(reactions)
-	p50 := reactions[len(reactions)/2]
-	t.Logf("HPA reaction to a load step: %v (p50 of %d), metrics period %v, sync period %v", reactions, len(reactions), metricsPeriod, hpaSyncPeriod)
-	benchfmt.Report(t, benchfmt.Figure{Name: "hpa_reaction_p50", Value: p50.Seconds(), Unit: "s",
-		Extra: []string{fmt.Sprintf("rounds=%d", len(reactions)), fmt.Sprintf("metrics_period_s=%g", metricsPeriod.Seconds()),
-			fmt.Sprintf("sync_period_s=%g", hpaSyncPeriod.Seconds()), fmt.Sprintf("max_s=%.3f", reactions[len(reactions)-1].Seconds())}})
+	t.Logf("HPA reaction to a load step: first decision %v, full scale %v, metrics period %v, sync period %v",
+		reactions, full, metricsPeriod, hpaSyncPeriod)
+	for _, r := range []struct {
+		name  string
+		times []time.Duration
+	}{{"hpa_reaction_p50", reactions}, {"hpa_reaction_full_scale_p50", full}} {
+		slices.Sort(r.times)
+		benchfmt.Report(t, benchfmt.Figure{Name: r.name, Value: r.times[len(r.times)/2].Seconds(), Unit: "s",
+			Extra: []string{fmt.Sprintf("rounds=%d", len(r.times)), fmt.Sprintf("metrics_period_s=%g", metricsPeriod.Seconds()),
+				fmt.Sprintf("sync_period_s=%g", hpaSyncPeriod.Seconds()), fmt.Sprintf("max_s=%.3f", r.times[len(r.times)-1].Seconds())}})
+	}
 }
 
 // autoscaleReplicaSet runs the concept pages' kubectl autoscale on their
