@@ -61,23 +61,23 @@ func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 // The kubelet's /metrics/resource.
 var (
 	descNodeCPU = prometheus.NewDesc("node_cpu_usage_seconds_total",
-		"Cumulative cpu time consumed by the node in core-seconds", nil, nil)
+		"CPU time the node has used, in core-seconds.", nil, nil)
 	descNodeMem = prometheus.NewDesc("node_memory_working_set_bytes",
-		"Current working set of the node in bytes", nil, nil)
+		"Working set of the node (usage less inactive file pages), in bytes.", nil, nil)
 	descContainerCPU = prometheus.NewDesc("container_cpu_usage_seconds_total",
-		"Cumulative cpu time consumed by the container in core-seconds", []string{"container", "pod", "namespace"}, nil)
+		"CPU time the container has used, in core-seconds.", []string{"container", "pod", "namespace"}, nil)
 	descContainerMem = prometheus.NewDesc("container_memory_working_set_bytes",
-		"Current working set of the container in bytes", []string{"container", "pod", "namespace"}, nil)
+		"Working set of the container (usage less inactive file pages), in bytes.", []string{"container", "pod", "namespace"}, nil)
 	descContainerStart = prometheus.NewDesc("container_start_time_seconds",
-		"Start time of the container since unix epoch in seconds", []string{"container", "pod", "namespace"}, nil)
+		"When the container started, in seconds since the Unix epoch.", []string{"container", "pod", "namespace"}, nil)
 	descPodCPU = prometheus.NewDesc("pod_cpu_usage_seconds_total",
-		"Cumulative cpu time consumed by the pod in core-seconds", []string{"pod", "namespace"}, nil)
+		"CPU time the pod's containers have used, in core-seconds.", []string{"pod", "namespace"}, nil)
 	descPodMem = prometheus.NewDesc("pod_memory_working_set_bytes",
-		"Current working set of the pod in bytes", []string{"pod", "namespace"}, nil)
+		"Working set of the pod's containers, in bytes.", []string{"pod", "namespace"}, nil)
 	descScrapeError = prometheus.NewDesc("scrape_error",
-		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
+		"1 when reading the containers' usage failed for this scrape, else 0.", nil, nil)
 	descResourceScrapeError = prometheus.NewDesc("resource_scrape_error",
-		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
+		"1 when reading the containers' usage failed for this scrape, else 0.", nil, nil)
 )
 
 type resourceCollector struct {
@@ -132,23 +132,23 @@ func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
 var (
 	cadvisorLabels = []string{"id", "container", "pod", "namespace", "name", "image"}
 
-	descCCPU      = prometheus.NewDesc("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", cadvisorLabels, nil)
-	descCMemUsage = prometheus.NewDesc("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed", cadvisorLabels, nil)
-	descCMemWS    = prometheus.NewDesc("container_memory_working_set_bytes", "Current working set in bytes.", cadvisorLabels, nil)
-	descCMemRSS   = prometheus.NewDesc("container_memory_rss", "Size of RSS in bytes.", cadvisorLabels, nil)
-	descCMemCache = prometheus.NewDesc("container_memory_cache", "Number of bytes of page cache memory.", cadvisorLabels, nil)
-	descCStart    = prometheus.NewDesc("container_start_time_seconds", "Start time of the container since unix epoch in seconds.", cadvisorLabels, nil)
-	descCCPUWait  = prometheus.NewDesc("container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion.", cadvisorLabels, nil)
-	descCCPUStall = prometheus.NewDesc("container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion.", cadvisorLabels, nil)
-	descCMemWait  = prometheus.NewDesc("container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion.", cadvisorLabels, nil)
-	descCMemStall = prometheus.NewDesc("container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion.", cadvisorLabels, nil)
+	descCCPU      = prometheus.NewDesc("container_cpu_usage_seconds_total", "CPU time used, in core-seconds.", cadvisorLabels, nil)
+	descCMemUsage = prometheus.NewDesc("container_memory_usage_bytes", "Memory charged to the cgroup, in bytes, page cache included.", cadvisorLabels, nil)
+	descCMemWS    = prometheus.NewDesc("container_memory_working_set_bytes", "Working set (usage less inactive file pages), in bytes.", cadvisorLabels, nil)
+	descCMemRSS   = prometheus.NewDesc("container_memory_rss", "Anonymous memory, in bytes.", cadvisorLabels, nil)
+	descCMemCache = prometheus.NewDesc("container_memory_cache", "Page cache charged to the cgroup, in bytes.", cadvisorLabels, nil)
+	descCStart    = prometheus.NewDesc("container_start_time_seconds", "When the container started, in seconds since the Unix epoch.", cadvisorLabels, nil)
+	descCCPUWait  = prometheus.NewDesc("container_pressure_cpu_waiting_seconds_total", "Time some of the cgroup's tasks waited for a CPU (PSI some), in seconds.", cadvisorLabels, nil)
+	descCCPUStall = prometheus.NewDesc("container_pressure_cpu_stalled_seconds_total", "Time all of the cgroup's tasks waited for a CPU (PSI full), in seconds.", cadvisorLabels, nil)
+	descCMemWait  = prometheus.NewDesc("container_pressure_memory_waiting_seconds_total", "Time some of the cgroup's tasks waited for memory (PSI some), in seconds.", cadvisorLabels, nil)
+	descCMemStall = prometheus.NewDesc("container_pressure_memory_stalled_seconds_total", "Time all of the cgroup's tasks waited for memory (PSI full), in seconds.", cadvisorLabels, nil)
 
 	fsLabels      = []string{"id", "container", "pod", "namespace", "name", "image", "device"}
-	descFSUsage   = prometheus.NewDesc("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.", fsLabels, nil)
-	descFSLimit   = prometheus.NewDesc("container_fs_limit_bytes", "Number of bytes that can be consumed by the container on this filesystem.", fsLabels, nil)
-	descFSInodes  = prometheus.NewDesc("container_fs_inodes_total", "Number of Inodes", fsLabels, nil)
-	descFSIFree   = prometheus.NewDesc("container_fs_inodes_free", "Number of available Inodes", fsLabels, nil)
-	descCScrapeOK = prometheus.NewDesc("container_scrape_error", "1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
+	descFSUsage   = prometheus.NewDesc("container_fs_usage_bytes", "Bytes used on the file system.", fsLabels, nil)
+	descFSLimit   = prometheus.NewDesc("container_fs_limit_bytes", "Size of the file system, in bytes.", fsLabels, nil)
+	descFSInodes  = prometheus.NewDesc("container_fs_inodes_total", "Inodes of the file system.", fsLabels, nil)
+	descFSIFree   = prometheus.NewDesc("container_fs_inodes_free", "Free inodes of the file system.", fsLabels, nil)
+	descCScrapeOK = prometheus.NewDesc("container_scrape_error", "1 when reading the containers' usage failed for this scrape, else 0.", nil, nil)
 )
 
 type cadvisorCollector struct {
