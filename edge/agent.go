@@ -126,7 +126,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.metrics.connected.Store(true)
 			a.metrics.connects.Add(1)
 			// The hub may have set the node's conditions to Unknown.
-			a.node.reconnected()
+			a.node.resendStatus()
 			a.log.Info("tunnel connected", "transport", p.Transport)
 			// Watches waiting to retry resume now; pods report the
 			// status they could not send.

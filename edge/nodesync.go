@@ -29,12 +29,13 @@ type nodeSync struct {
 	// resend makes the next report a write even when the status did not
 	// change here: set on every tunnel connect, because while the hub did
 	// not hear the node its lifecycle controller may have set the
-	// conditions to Unknown, which the agent does not read back.
+	// conditions to Unknown, which the agent does not read back, and when
+	// the site's Node watch shows the hub marked this node Unknown.
 	resend bool
 }
 
-// reconnected asks for the status to be written at the next check.
-func (s *nodeSync) reconnected() {
+// resendStatus asks for the status to be written at the next check.
+func (s *nodeSync) resendStatus() {
 	s.mu.Lock()
 	s.resend = true
 	s.mu.Unlock()

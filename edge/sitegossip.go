@@ -81,7 +81,11 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 		default:
 		}
 	}
-	h := cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { g.ownNode(o); poke(o) },
+		UpdateFunc: func(_, o any) { g.ownNode(o); poke(o) },
+		DeleteFunc: poke,
+	}
 
 	nodes := a.core.Nodes()
 	sel := labels.SelectorFromSet(labels.Set{LabelZone: a.cfg.Zone}).String()
@@ -112,6 +116,24 @@ func advertiseAddr(ip netip.Addr) string {
 		return ""
 	}
 	return ip.String()
+}
+
+// ownNode asks for the node's status to be written again when the site's
+// Node watch shows this node's Ready condition Unknown while the tunnel is
+// up: the hub's node lifecycle controller set it, on its site's word or
+// on a late heartbeat, and the agent does not otherwise read its Node
+// back, so the node would stay Unknown until its status is next due.
+func (g *siteGossip) ownNode(o any) {
+	n, ok := o.(*corev1.Node)
+	if !ok || n.Name != g.a.name || !g.a.tunnel.Connected() {
+		return
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionUnknown {
+			g.a.node.resendStatus()
+			return
+		}
+	}
 }
 
 // run runs the informers and the site until ctx ends.

@@ -151,6 +151,26 @@ func TestSiteGossipWiring(t *testing.T) {
 		}
 	}
 
+	// The hub marks a connected node Unknown (as its node lifecycle
+	// controller does on a site's word): the agent sees it through its
+	// site's Node watch and writes its status again at its next check.
+	n, err := e.client.CoreV1().Nodes().Get(ctx, "edge-s1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			n.Status.Conditions[i].Status, n.Status.Conditions[i].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
+			n.Status.Conditions[i].Message = "Site peers agree the node is gone."
+		}
+	}
+	if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	marked := time.Now()
+	waitNodeReady(t, e, "edge-s1")
+	t.Logf("edge-s1 reported Ready %v after the hub marked it Unknown", time.Since(marked).Round(time.Millisecond))
+
 	// A reboot of the whole site with the hub down: peers and keys come
 	// from the local state.
 	for _, a := range agents {
