@@ -224,7 +224,7 @@ func (r *run) buildAPI() error {
 	r.zones = nodes.NewZones(nodeCfg)
 	r.authz.Zones = r.zones // a node reads its site's gossip keys
 	r.sites = nodes.NewSites(nodes.SitesConfig{
-		Zones: r.zones, Live: r.leases.Alive,
+		Zones: r.zones, Live: r.leases.Alive, LastHeartbeat: r.leases.LastHeartbeat,
 		// A node its site says is dead is asked over its tunnel first.
 		Probe:  func(ctx context.Context, node string) error { return r.edges.Probe(ctx, node) },
 		Logger: cfg.Logger.With("component", "sites"),

@@ -274,6 +274,17 @@ func (l *Leases) renew(ctx context.Context, node string, at time.Time) error {
 	return err
 }
 
+// LastHeartbeat returns when the hub last heard node's heartbeat (zero:
+// never since it started).
+func (l *Leases) LastHeartbeat(node string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.nodes[node]; st != nil {
+		return st.lastHeartbeat
+	}
+	return time.Time{}
+}
+
 // Alive reports whether node's tunnel is up and its heartbeats arrive.
 func (l *Leases) Alive(node string) bool {
 	l.mu.Lock()

@@ -31,6 +31,13 @@ type SitesConfig struct {
 	Probe func(ctx context.Context, node string) error
 	// ProbeTimeout bounds a probe; zero means 3s.
 	ProbeTimeout time.Duration
+	// LastHeartbeat, when set, tells when the hub last heard node's
+	// heartbeat (Leases.LastHeartbeat). A heartbeat heard after an
+	// unanswered probe started overrides the probe: the node lives, its
+	// agent only answered late (an overloaded machine), and it is not
+	// taken as dead until a new probe goes unanswered with no heartbeat
+	// after it.
+	LastHeartbeat func(node string) time.Time
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -40,6 +47,7 @@ type probe struct {
 	incarnation uint32
 	done        bool
 	answered    bool
+	started     time.Time
 	finished    time.Time
 }
 
@@ -204,8 +212,9 @@ func (s *Sites) nodeChanged(node, from, to string) {
 // is no evidence of anything), or the view has the node suspect or gone
 // cleanly (left: its agent stopped, which says nothing of its
 // containers). A node said to be dead reads dead only once the hub's own
-// probe of it went unanswered (see SitesConfig.Probe); until then it is
-// unknown. It does not block: a probe runs in the background.
+// probe of it went unanswered (see SitesConfig.Probe) and no heartbeat of
+// it came after the probe started (SitesConfig.LastHeartbeat); until then
+// it is unknown. It does not block: a probe runs in the background.
 func (s *Sites) Peers(node string) nodelifecycle.PeerView {
 	zone, known := s.cfg.Zones.Zone(node)
 	if !known || zone == "" {
@@ -236,13 +245,16 @@ func (s *Sites) confirmDead(node string, incarnation uint32) nodelifecycle.PeerV
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.probes[node]
+	heardSince := func(t time.Time) bool {
+		return s.cfg.LastHeartbeat != nil && s.cfg.LastHeartbeat(node).After(t)
+	}
 	switch {
-	case p != nil && p.incarnation == incarnation && p.done && !p.answered:
+	case p != nil && p.incarnation == incarnation && p.done && !p.answered && !heardSince(p.started):
 		return nodelifecycle.PeersSeeDead
 	case p != nil && p.incarnation == incarnation && (!p.done || now.Sub(p.finished) < probeAgain):
 		return nodelifecycle.PeersUnknown
 	}
-	p = &probe{incarnation: incarnation}
+	p = &probe{incarnation: incarnation, started: now}
 	s.probes[node] = p
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ProbeTimeout)

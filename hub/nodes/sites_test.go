@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,5 +304,54 @@ func TestSitesProbeBeforeDead(t *testing.T) {
 	sites.Report("a1", digest(t, "A", member("a1", sitedigest.Alive, 1), member("gone", sitedigest.Dead, 3), member("lan-cut", sitedigest.Dead, 1)))
 	if got := sites.Peers("gone"); got != nodelifecycle.PeersUnknown {
 		t.Fatalf("Peers(gone) dead again before a new probe = %v", got)
+	}
+}
+
+// TestSitesHeartbeatOverridesProbe: a node its site says is dead whose
+// probe went unanswered is still not dead when the hub hears its
+// heartbeat after the probe started (an overloaded agent answers late);
+// one whose last heartbeat came before the probe is dead.
+func TestSitesHeartbeatOverridesProbe(t *testing.T) {
+	st := newStorage(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := Config{Storage: st, Logger: quiet}
+	nodesKind := mustKindT(t, "nodes")
+	for _, n := range []*corev1.Node{zoneNode("a1", "A"), zoneNode("slow", "A"), zoneNode("gone", "A")} {
+		if _, err := st.Create(ctx, nodesKind, "", n, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zones := NewZones(cfg)
+	leases := NewLeases(cfg)
+	var mu sync.Mutex
+	beats := map[string]time.Time{"gone": time.Now().Add(-time.Minute), "slow": time.Now().Add(-10 * time.Second)}
+	sites := NewSites(SitesConfig{Zones: zones, Live: leases.Alive, Logger: quiet,
+		Probe:        func(ctx context.Context, node string) error { <-ctx.Done(); return ctx.Err() },
+		ProbeTimeout: 50 * time.Millisecond,
+		LastHeartbeat: func(node string) time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return beats[node]
+		},
+	})
+	go zones.Run(ctx)
+	if !zones.WaitSynced(ctx) {
+		t.Fatal("zones not synced")
+	}
+	leases.Connected("a1")
+	sites.Report("a1", digest(t, "A", member("a1", sitedigest.Alive, 1), member("slow", sitedigest.Dead, 2), member("gone", sitedigest.Dead, 2)))
+	sites.Peers("slow")
+	sites.Peers("gone")
+	eventually(t, "gone read dead after its probe went unanswered", func() bool {
+		return sites.Peers("gone") == nodelifecycle.PeersSeeDead
+	})
+	// The slow node's heartbeat arrives after its probe started.
+	mu.Lock()
+	beats["slow"] = time.Now()
+	mu.Unlock()
+	time.Sleep(100 * time.Millisecond) // its probe has timed out
+	if got := sites.Peers("slow"); got != nodelifecycle.PeersUnknown {
+		t.Fatalf("Peers(slow), heard after its probe started = %v, want Unknown", got)
 	}
 }
