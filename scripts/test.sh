@@ -103,16 +103,32 @@ if [ -n "$left" ]; then
 fi
 fi
 
+# run_tests runs `go test` with the given arguments. A failing test's
+# output can be long (a lab test prints its processes' logs), so on failure
+# the failures and the lines the tests wrote (file:line) are printed once
+# more at the end, where a reader of a cut log still finds them.
+run_tests() {
+  local out status=0
+  out=$(mktemp)
+  go test "$@" 2>&1 | tee "$out" || status=$?
+  if [ "$status" != 0 ]; then
+    echo "== failing tests and their messages, again"
+    grep -E '^[[:space:]]*--- FAIL|^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: |^panic: |^FAIL' "$out" | tail -n 250
+  fi
+  rm -f "$out"
+  return "$status"
+}
+
 if step test; then
 echo "== go test"
 # shellcheck disable=SC2046,SC2086
-go test -count=1 -timeout 25m ${TETHER_TEST_ARGS:-} $(go list ./... | grep -vxF -f <(go list "${race_pkgs[@]}"))
+run_tests -count=1 -timeout 25m ${TETHER_TEST_ARGS:-} $(go list ./... | grep -vxF -f <(go list "${race_pkgs[@]}"))
 fi
 
 if step race; then
 echo "== go test -race ${race_pkgs[*]}"
 # shellcheck disable=SC2086
-go test -race -count=1 -timeout 15m ${TETHER_TEST_ARGS:-} "${race_pkgs[@]}"
+run_tests -race -count=1 -timeout 15m ${TETHER_TEST_ARGS:-} "${race_pkgs[@]}"
 fi
 
 if step fuzz; then
