@@ -581,7 +581,7 @@ func (r *Runtime) finishInstance(p *pod, inst *instance, cont containerd.Contain
 	ctx := context.Background()
 	if inst.task != nil {
 		if tio := inst.task.IO(); tio != nil {
-			tio.Cancel()
+			drainOutput(tio, outputDrain)
 		}
 		// Delete waits for the task's IO copies to end; never let a reader
 		// stuck elsewhere hold the exit back.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/containerd/containerd/v2/pkg/cio"
 )
@@ -106,6 +107,32 @@ func (t *copiedIO) Cancel() {
 			c.Close()
 		}
 	}
+}
+
+// outputDrain bounds how long an exit waits for the container's last
+// output. The shim copies it from the process to the FIFO after the exit
+// was reported, and closes the FIFO at the end; only a process left
+// holding the output open (a daemonized child in a shared PID namespace)
+// makes the copy last longer.
+const outputDrain = 2 * time.Second
+
+// drainOutput waits up to d for the output copies of an exited task to
+// reach the end of its output, then stops them. Stopping them first
+// (Cancel closes the FIFOs) loses what the shim still held: often the last
+// lines of a crashing container, the ones its user reads.
+func drainOutput(tio cio.IO, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		tio.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	tio.Cancel()
 }
 
 // copyOutput copies the output read from the FIFO r to w until the writer

@@ -131,3 +131,44 @@ func TestTaskIO(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTaskIOKeepsOutputAtExit checks that a container's last output is in
+// its log when it has exited: what its shim still held in the pipe and the
+// FIFO when the exit was seen is copied before the copies stop. A crashing
+// container's last lines are the ones its user reads.
+func TestTaskIOKeepsOutputAtExit(t *testing.T) {
+	if !images.HasShell() {
+		t.Skip("needs a static busybox for the container's shell")
+	}
+	e := newTestRuntime(t, "10.231.8.0/24")
+	// About 250 KB, written as fast as the shell can: more than the pipe
+	// and the FIFO hold together, so that the exit comes while output is
+	// still on its way.
+	const lines = 20000
+	pod := testPod("burst", corev1.Container{Name: "burst", Image: images.Sleeper, Command: []string{"/bin/sh", "-c",
+		fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo burst-line-$i; i=$((i+1)); done; echo last-words; exit 3", lines)}})
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	st := e.syncUntil(t, pod, 60*time.Second, "burst exited", func(st *edge.PodStatus) bool {
+		return len(st.Containers) == 1 && st.Containers[0].State == edge.ContainerExited
+	})
+	if c := st.Containers[0]; c.ExitCode != 3 {
+		t.Errorf("exit code %d, want 3", c.ExitCode)
+	}
+	var b bytes.Buffer
+	if err := e.rt.ContainerLogs(context.Background(), pod.UID, "burst", edge.LogOptions{TailLines: -1}, &b); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(got) != lines+1 || got[len(got)-1] != "last-words" {
+		last := ""
+		if len(got) > 0 {
+			last = got[len(got)-1]
+		}
+		t.Fatalf("the log of the exited container has %d lines ending with %q, want %d ending with \"last-words\"", len(got), last, lines+1)
+	}
+	for i, l := range got[:lines] {
+		if want := fmt.Sprintf("burst-line-%d", i); l != want {
+			t.Fatalf("line %d of the log is %q, want %q", i, l, want)
+		}
+	}
+}
