@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,9 +57,13 @@ func (s *Server) proxyToNode(w http.ResponseWriter, r *http.Request, node, path 
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			if !used {
 				used = true
-				return conn, nil
+				return &agentConn{Conn: conn}, nil
 			}
-			return s.cfg.DialNode(ctx, node)
+			c, err := s.cfg.DialNode(ctx, node)
+			if err != nil {
+				return nil, err
+			}
+			return &agentConn{Conn: c}, nil
 		},
 		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: 60 * time.Second,
@@ -154,4 +159,28 @@ func pickContainer(pod *corev1.Pod, name string) (string, error) {
 		}
 	}
 	return "", apierrors.NewBadRequest(fmt.Sprintf("container %s is not valid for pod %s", name, pod.Name))
+}
+
+// agentConn is a connection to a node agent that keeps relaying what the
+// agent sends after the agent stopped reading. An agent ends an exec or
+// attach by writing its status and closing its end of the stream, after
+// which writes to it fail; the upgrade proxy ends a session as soon as
+// either direction fails, and would close the client's connection with the
+// status still unread (kubectl's attach then "succeeds" with no output).
+// So once a write fails, this and later writes are dropped and reported
+// done: the agent reads nothing more either way, and the proxy ends the
+// session when the agent's side reaches its end.
+type agentConn struct {
+	net.Conn
+	writeFailed atomic.Bool
+}
+
+func (c *agentConn) Write(p []byte) (int, error) {
+	if c.writeFailed.Load() {
+		return len(p), nil
+	}
+	if _, err := c.Conn.Write(p); err != nil {
+		c.writeFailed.Store(true)
+	}
+	return len(p), nil
 }
