@@ -538,7 +538,26 @@ func (s *siteLab) localFailover(t *testing.T, cutStarted <-chan time.Time, heale
 	<-healed
 	m, _ := s.hubMetrics()
 	digests, _ := sumMetric(m, "tether_site_digests_total", `result="accepted"`)
-	took = waitSite(t, "the hub to mark "+victim+" dead after the heal", 30*time.Second, func() (bool, string) {
+	// The digest goes over the tunnel of a member that is back. After a
+	// long outage a tunnel's next attempt is drawn from its whole backoff
+	// window (up to 60 s), so the wait for the hub starts there.
+	back := waitSite(t, "a member of "+siteA+" back on its tunnel", 90*time.Second, func() (bool, string) {
+		var out []string
+		for _, n := range []string{"alpha-n1", "alpha-n2"} {
+			m, err := s.agentMetrics(n)
+			if err != nil {
+				out = append(out, fmt.Sprintf("%s: %v", n, err))
+				continue
+			}
+			if v, _ := sumMetric(m, "tether_edge_tunnel_connected"); v == 1 {
+				return true, ""
+			}
+			out = append(out, n+" not connected")
+		}
+		return false, strings.Join(out, "; ")
+	})
+	t.Logf("a member of %s was back on its tunnel %v after the heal", siteA, back.Round(time.Millisecond))
+	took = waitSite(t, "the hub to mark "+victim+" dead after a member of its site came back", 30*time.Second, func() (bool, string) {
 		node := s.node(victim)
 		if node == nil {
 			return false, "no answer"
@@ -547,7 +566,7 @@ func (s *siteLab) localFailover(t *testing.T, cutStarted <-chan time.Time, heale
 	})
 	m, _ = s.hubMetrics()
 	after, _ := sumMetric(m, "tether_site_digests_total", `result="accepted"`)
-	t.Logf("the hub marked %s dead %v after the heal; accepted site digests went from %v to %v", victim, took.Round(time.Millisecond), digests, after)
+	t.Logf("the hub marked %s dead %v after a member of its site came back; accepted site digests went from %v to %v", victim, took.Round(time.Millisecond), digests, after)
 	if after-digests < 1 {
 		t.Errorf("the hub accepted no new site digest after the heal (%v before, %v after)", digests, after)
 	}
@@ -601,7 +620,9 @@ func (s *siteLab) disconnectPolicy(t *testing.T, d time.Duration, cutStarted <-c
 	}
 	check("while dark")
 	<-healed
-	waitSite(t, "mover's originals removed after the heal", 60*time.Second, func() (bool, string) {
+	// Their agents confirm the deletion once back on their tunnels, which
+	// may take a whole backoff window (up to 60 s) after a long outage.
+	waitSite(t, "mover's originals removed after the heal", 120*time.Second, func() (bool, string) {
 		var left []string
 		for _, p := range s.pods("app=mover") {
 			if _, orig := originals["mover"][p.Name]; orig {
