@@ -118,21 +118,11 @@ func advertiseAddr(ip netip.Addr) string {
 	return ip.String()
 }
 
-// ownNode asks for the node's status to be written again when the site's
-// Node watch shows this node's Ready condition Unknown while the tunnel is
-// up: the hub's node lifecycle controller set it, on its site's word or
-// on a late heartbeat, and the agent does not otherwise read its Node
-// back, so the node would stay Unknown until its status is next due.
+// ownNode passes this node's Node, as the site's Node watch shows it, to
+// the node status reporter.
 func (g *siteGossip) ownNode(o any) {
-	n, ok := o.(*corev1.Node)
-	if !ok || n.Name != g.a.name || !g.a.tunnel.Connected() {
-		return
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionUnknown {
-			g.a.node.resendStatus()
-			return
-		}
+	if n, ok := o.(*corev1.Node); ok && n.Name == g.a.name {
+		g.a.node.observe(n)
 	}
 }
 
