@@ -28,6 +28,7 @@ import (
 	"github.com/tether-edge/tether/hub/auth"
 	"github.com/tether-edge/tether/hub/certificates"
 	"github.com/tether-edge/tether/hub/discovery"
+	"github.com/tether-edge/tether/hub/fleet"
 	"github.com/tether-edge/tether/hub/metrics"
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/openapi"
@@ -247,7 +248,15 @@ func (r *run) buildAPI() error {
 	if auditLog != nil {
 		r.onClose(auditLog.Close)
 	}
+	// The fleet page reads the hub's own API as the controllers do, from
+	// its first request until the hub stops.
+	fleetCtx, stopFleet := context.WithCancel(context.Background())
+	r.onClose(func() error { stopFleet(); return nil })
+	fleetPage := fleet.New(fleetCtx, func() (kubernetes.Interface, error) {
+		return kubernetes.NewForConfig(localConfig(r.api, r.url, bootstrap.ControllerManagerUser, "system:authenticated"))
+	})
 	r.api, err = apiserver.New(apiserver.Config{
+		Fleet:                fleetPage,
 		Audit:                auditLog,
 		Storage:              r.serveMetrics(r.leases.Serve(r.objs)),
 		Registry:             r.reg,

@@ -20,8 +20,8 @@ root=$PWD
 # (llvm-strip) and libbpf-dev to regenerate the eBPF objects and check that
 # the committed ones match (internal/repotest). containerd, runc, the CNI
 # plugins and a static busybox (the shell inside the test images) for the
-# edge's container runtime.
-packages=(gcc libc6-dev iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static)
+# edge's container runtime. Chromium for the fleet page's browser test.
+packages=(gcc libc6-dev iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static chromium)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do

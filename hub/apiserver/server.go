@@ -107,6 +107,9 @@ type Config struct {
 	// ExtraMetrics appends metrics of other parts of the hub (Prometheus
 	// text format) to /metrics; may be nil.
 	ExtraMetrics func(w io.Writer)
+	// Fleet, when set, serves the fleet page under /fleet/ to users
+	// allowed to list nodes.
+	Fleet http.Handler
 	// Profiling serves the Go runtime's profiles under /debug/pprof/ to
 	// authorized users, as kube-apiserver's --profiling does.
 	Profiling bool
@@ -327,6 +330,16 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 			s.serveResource(w, r, req, u, segs)
 			return
 		}
+	}
+	if s.cfg.Fleet != nil && (path == "/fleet" || strings.HasPrefix(path, "/fleet/")) {
+		// The fleet page shows nodes: whoever may list them may see it.
+		req.attrs = Attributes{Verb: "list", Resource: true, Version: "v1", Kind: "nodes"}
+		if err := s.authorize(r, u, req.attrs); err != nil {
+			s.writeError(w, toStatus(err))
+			return
+		}
+		s.cfg.Fleet.ServeHTTP(w, r)
+		return
 	}
 	req.attrs = Attributes{Verb: strings.ToLower(r.Method), Path: path}
 	if err := s.authorize(r, u, req.attrs); err != nil {

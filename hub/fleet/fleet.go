@@ -1,0 +1,160 @@
+// Package fleet serves the hub's fleet page: the sites, their nodes and
+// how the hub hears them (connected, partitioned, dark, dead; when each
+// node was last heard), and the pods on each, for the person who looks
+// at the fleet first in the morning. It is read-only, answers GET at
+// /fleet/ on the API port for users allowed to list nodes (opened through
+// `kubectl proxy` as any API path), and is plain server-rendered HTML
+// whose small script, served beside it, refreshes the figures every two
+// seconds. It reads the hub's own API through informers started at the
+// first request, so a hub whose page nobody opens pays nothing for it;
+// the pod informer keeps only what the page counts.
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"html/template"
+	"net/http"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Page serves the fleet page.
+type Page struct {
+	client func() (kubernetes.Interface, error)
+	ctx    context.Context
+	now    func() time.Time
+	tmpl   *template.Template
+
+	once    sync.Once
+	err     error
+	nodes   cache.Indexer
+	pods    cache.Indexer
+	leases  cache.Indexer
+	synced  []cache.InformerSynced
+	started chan struct{} // closed once the informers have synced
+}
+
+// New returns the page. client gives the API client it reads through (the
+// hub's own, in-process); the informers run until ctx ends.
+func New(ctx context.Context, client func() (kubernetes.Interface, error)) *Page {
+	return &Page{client: client, ctx: ctx, now: time.Now, tmpl: newTemplates(), started: make(chan struct{})}
+}
+
+// start runs the informers, once.
+func (p *Page) start() error {
+	p.once.Do(func() {
+		c, err := p.client()
+		if err != nil {
+			p.err = err
+			close(p.started)
+			return
+		}
+		f := informers.NewSharedInformerFactory(c, 0)
+		nodes := f.Core().V1().Nodes().Informer()
+		pods := f.Core().V1().Pods().Informer()
+		// Only the node and phase of a pod count here.
+		_ = pods.SetTransform(func(o any) (any, error) {
+			pod, ok := o.(*corev1.Pod)
+			if !ok {
+				return o, nil
+			}
+			return &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+				Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
+				Status:     corev1.PodStatus{Phase: pod.Status.Phase},
+			}, nil
+		})
+		lf := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
+		leases := lf.Coordination().V1().Leases().Informer()
+		p.nodes, p.pods, p.leases = nodes.GetIndexer(), pods.GetIndexer(), leases.GetIndexer()
+		f.Start(p.ctx.Done())
+		lf.Start(p.ctx.Done())
+		go func() {
+			defer close(p.started)
+			if !cache.WaitForCacheSync(p.ctx.Done(), nodes.HasSynced, pods.HasSynced, leases.HasSynced) {
+				p.err = p.ctx.Err()
+			}
+		}()
+	})
+	select {
+	case <-p.started:
+		return p.err
+	case <-time.After(30 * time.Second):
+		return errNotSynced
+	}
+}
+
+// view summarizes what the informers hold now.
+func (p *Page) view() View {
+	nodes := make([]*corev1.Node, 0, len(p.nodes.List()))
+	for _, o := range p.nodes.List() {
+		nodes = append(nodes, o.(*corev1.Node))
+	}
+	var pods []*corev1.Pod
+	for _, o := range p.pods.List() {
+		pods = append(pods, o.(*corev1.Pod))
+	}
+	var leases []*coordinationv1.Lease
+	for _, o := range p.leases.List() {
+		leases = append(leases, o.(*coordinationv1.Lease))
+	}
+	return Summarize(p.now(), nodes, pods, leases)
+}
+
+// ServeHTTP answers /fleet/ (the page), /fleet/?part=body (its body, which
+// the script fetches) and /fleet/fleet.js and /fleet/fleet.css.
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "the fleet page is read-only", http.StatusMethodNotAllowed)
+		return
+	}
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	switch r.URL.Path {
+	case "/fleet":
+		http.Redirect(w, r, "fleet/", http.StatusMovedPermanently)
+		return
+	case "/fleet/fleet.js":
+		h.Set("Content-Type", "text/javascript; charset=utf-8")
+		_, _ = w.Write([]byte(script))
+		return
+	case "/fleet/fleet.css":
+		h.Set("Content-Type", "text/css; charset=utf-8")
+		_, _ = w.Write([]byte(style))
+		return
+	case "/fleet/":
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if err := p.start(); err != nil {
+		http.Error(w, "the fleet page cannot read the fleet: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	// Only the page's own script and style run in it.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'")
+	v := p.view()
+	var b bytes.Buffer
+	var err error
+	if r.URL.Query().Get("part") == "body" {
+		err = p.renderBody(&b, v)
+	} else {
+		err = p.renderPage(&b, v)
+	}
+	if err != nil {
+		http.Error(w, "render the fleet page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, _ = b.WriteTo(w)
+}
