@@ -21,6 +21,7 @@ import (
 	"github.com/tether-edge/tether/controllers/podgc"
 	"github.com/tether-edge/tether/controllers/replicaset"
 	"github.com/tether-edge/tether/controllers/serviceaccount"
+	"github.com/tether-edge/tether/controllers/servicelb"
 	"github.com/tether-edge/tether/controllers/sitekeys"
 	"github.com/tether-edge/tether/controllers/statefulset"
 	"github.com/tether-edge/tether/controllers/volume"
@@ -83,6 +84,10 @@ var builtins = []builtin{
 	// Claims bound to volumes, and local-path volumes provisioned.
 	{"persistentvolume-binder", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
 		return volume.New(volume.Config{Client: k, Informers: inf, Workers: w, Logger: l, LocalPathRoot: c.LocalPathRoot})
+	}},
+	// LoadBalancer Services' ingress: the addresses of the nodes.
+	{servicelb.Name, func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, _ *Config) (runner, error) {
+		return servicelb.New(servicelb.Config{Client: k, Informers: inf, Logger: l})
 	}},
 	// The default ServiceAccount and kube-root-ca.crt of every namespace.
 	{"serviceaccount", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {

@@ -87,6 +87,11 @@ func Controllers() []Controller {
 			rule("update patch", "core", "pods/status"),
 			rule("get list watch", "coordination.k8s.io", "leases"),
 		)},
+		// LoadBalancer Services served on the node addresses.
+		{"service-lb-controller", "service-controller", append(eventRules(),
+			rule("get list watch", "core", "services nodes"),
+			rule("update patch", "core", "services/status"),
+		)},
 		{"pod-garbage-collector", "pod-garbage-collector", append(eventRules(),
 			rule("get list watch delete", "core", "pods"),
 			rule("update patch", "core", "pods/status"),
