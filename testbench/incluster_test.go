@@ -32,7 +32,8 @@ import (
 // audience is bound to its pod, the Service environment variables of the
 // Kubernetes concept page, that NodePorts answer a pod and the node itself
 // on the node's own address, that externalTrafficPolicy Local answers only
-// where a backend runs, and that a Service without a selector carries
+// where a backend runs, that a LoadBalancer Service answers on the node's
+// address at its own port, and that a Service without a selector carries
 // traffic to a hand-written Endpoints object.
 //
 // The dataplane is attached to the cgroup of the containers of the
@@ -215,7 +216,7 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 			t.Errorf("enableServiceLinks false: want only the KUBERNETES_* variables:\n%s", nolinks)
 		}
 	})
-	t.Run("NodePort and a hand-written Endpoints object", func(t *testing.T) {
+	t.Run("NodePort and LoadBalancer Services and a hand-written Endpoints object", func(t *testing.T) {
 		inClusterServices(t, h, l.Nodes("shop")[0])
 	})
 }
@@ -229,7 +230,9 @@ func TestContainerdInClusterThroughNAT(t *testing.T) {
 // Cluster one, until its EndpointSlice puts it on this node; and that a
 // Service without a selector carries traffic to the address of a
 // hand-written Endpoints object within 5s of its creation (EndpointSlice
-// mirroring, then the node's dataplane).
+// mirroring, then the node's dataplane); and that a LoadBalancer Service
+// gets the node's address as its EXTERNAL-IP and answers on it at its own
+// port.
 func inClusterServices(t *testing.T, h *labHub, node *Host) {
 	nodeIP := node.Addr
 	h.applyManifest(t, fmt.Sprintf(inClusterServiceObjects, images.Echo, images.Sleeper))
@@ -276,6 +279,26 @@ func inClusterServices(t *testing.T, h *labHub, node *Host) {
 				return len(seen) == 2, fmt.Sprint(seen)
 			})
 		}
+	}
+
+	// The LoadBalancer Service gets the node's address as its ingress
+	// (the hub's service-lb-controller) and answers on its own port
+	// there, through the node's dataplane.
+	eventually(t, 30*time.Second, "the LoadBalancer Service's EXTERNAL-IP is the node's address", func() (bool, string) {
+		out, err := h.run("get", "svc", "lb", "--no-headers")
+		f := strings.Fields(out)
+		return err == nil && len(f) > 3 && f[3] == nodeIP, out
+	})
+	for _, c := range clients {
+		seen := map[string]bool{}
+		eventually(t, 30*time.Second, "the LoadBalancer Service answers "+c.name+" on the node's address from both backends", func() (bool, string) {
+			out, err := c.get(fmt.Sprintf("http://%s:8090/", nodeIP))
+			if err != nil {
+				return false, out
+			}
+			seen[out] = true
+			return len(seen) == 2, fmt.Sprint(seen)
+		})
 	}
 
 	// A backend that the EndpointSlices place on another node: the
@@ -381,6 +404,14 @@ spec:
   externalTrafficPolicy: Local
   selector: {app: np}
   ports: [{port: 80, targetPort: 8080, nodePort: 30081}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: lb}
+spec:
+  type: LoadBalancer
+  selector: {app: np}
+  ports: [{port: 8090, targetPort: 8080}]
 ---
 apiVersion: v1
 kind: Service
