@@ -52,14 +52,24 @@ func waitExternalIP(t *testing.T, e *kittest.Env, name, want string) {
 }
 
 // TestServiceLBAgainstHub runs the hub's own service-lb-controller (under
-// its ServiceAccount and role) with two hollow nodes and follows what
-// kubectl shows of LoadBalancer Services as nodes and Services change.
+// its ServiceAccount and role) with two hollow nodes and a third whose
+// status the test writes, and follows what kubectl shows of LoadBalancer
+// Services as nodes (labels, cordons, Ready, removal) and Services
+// (conflicts, classes, types) change.
 func TestServiceLBAgainstHub(t *testing.T) {
 	e := kittest.Start(t, nil, 2)
+	// A third node whose agent is stopped at once, so that only the test
+	// writes its status (the hub's node lifecycle waits 40s before it
+	// does): it gets an ExternalIP, which it serves on.
+	gone := e.JoinNodes(t, kittest.Nodes{Prefix: "gone-", N: 1})
+	gone.Stop()
+	const goneIP = "192.0.2.7"
+	e.Kubectl(t, "patch", "node", "gone-00000", "--subresource=status", "--type=merge",
+		"-p", `{"status":{"addresses":[{"type":"InternalIP","address":"100.64.0.1"},{"type":"ExternalIP","address":"`+goneIP+`"}]}}`)
 	ctx := context.Background()
 	var nodes []*corev1.Node
 	var all []string
-	kittest.WaitFor(t, "two Ready nodes with addresses", 20*time.Second, func() (bool, error) {
+	kittest.WaitFor(t, "three Ready nodes with addresses", 20*time.Second, func() (bool, error) {
 		nl, err := e.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -69,7 +79,7 @@ func TestServiceLBAgainstHub(t *testing.T) {
 			nodes = append(nodes, &nl.Items[i])
 		}
 		all = Addresses(Eligible(nodes))
-		return len(all) == 2, nil
+		return len(all) == 3 && slices.Contains(all, goneIP), nil
 	})
 	t.Logf("node addresses: %v", all)
 
@@ -99,7 +109,7 @@ func TestServiceLBAgainstHub(t *testing.T) {
 	}
 
 	// Only labelled nodes once one is; a cordoned node drops out.
-	first := nodes[0]
+	first := nodes[slices.IndexFunc(nodes, func(n *corev1.Node) bool { return n.Name == "node-00000" })]
 	e.Kubectl(t, "label", "node", first.Name, LabelLoadBalancer+"=true")
 	waitExternalIP(t, e, "web", strings.Join(Addresses([]*corev1.Node{first}), ","))
 	e.Kubectl(t, "cordon", first.Name)
@@ -111,6 +121,21 @@ func TestServiceLBAgainstHub(t *testing.T) {
 	// The holder gone, the newer Service gets the port.
 	e.Kubectl(t, "delete", "svc", "web")
 	waitExternalIP(t, e, "web2", strings.Join(all, ","))
+
+	// A node whose Ready condition turns Unknown drops out and comes
+	// back when Ready; a removed node drops out. Its agent is stopped
+	// first, so that only the test writes its status.
+	rest := strings.Join(slices.DeleteFunc(slices.Clone(all), func(a string) bool { return a == goneIP }), ",")
+	setReady := func(status corev1.ConditionStatus) {
+		e.Kubectl(t, "patch", "node", "gone-00000", "--subresource=status", "--type=strategic",
+			"-p", `{"status":{"conditions":[{"type":"Ready","status":"`+string(status)+`"}]}}`)
+	}
+	setReady(corev1.ConditionUnknown)
+	waitExternalIP(t, e, "web2", rest)
+	setReady(corev1.ConditionTrue)
+	waitExternalIP(t, e, "web2", strings.Join(all, ","))
+	e.Kubectl(t, "delete", "node", "gone-00000")
+	waitExternalIP(t, e, "web2", rest)
 
 	// No longer a LoadBalancer: the ingress is cleared.
 	e.Kubectl(t, "patch", "svc", "dns", "--type=merge", "-p", `{"spec":{"type":"ClusterIP"}}`)
