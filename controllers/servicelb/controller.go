@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -52,6 +53,10 @@ type Controller struct {
 	// conflict is an event once, not once per sync. Only the one worker
 	// touches it.
 	reported map[string]string
+	// served are the Services whose ingress this controller wrote or
+	// found as it would write it, by UID: the ones whose ingress it may
+	// clear once another class is set. Only the one worker touches it.
+	served map[types.UID]bool
 }
 
 // New registers the controller's informers; nothing runs until Run.
@@ -69,6 +74,7 @@ func New(cfg Config) (*Controller, error) {
 		queue:    kit.NewQueue(Name, kit.WithBackoff(100*time.Millisecond, time.Minute)),
 		recorder: kit.NewRecorder(cfg.Client, Name, log),
 		reported: map[string]string{},
+		served:   map[types.UID]bool{},
 	}
 	svcInf := cfg.Informers.Core().V1().Services()
 	nodeInf := cfg.Informers.Core().V1().Nodes()
@@ -137,6 +143,7 @@ func (c *Controller) sync(ctx context.Context) error {
 	conflicts := Conflicts(svcs)
 	var errs []error
 	seen := map[string]bool{}
+	seenUID := map[types.UID]bool{}
 	for _, svc := range svcs {
 		key := svc.Namespace + "/" + svc.Name
 		seen[key] = true
@@ -147,12 +154,26 @@ func (c *Controller) sync(ctx context.Context) error {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, ReasonPortConflict, "%s", msg)
 			c.reported[key] = msg
 		}
-		want, write := Desired(svc, addrs, conflict, owned)
-		if !write || Equal(svc.Status.LoadBalancer.Ingress, want) {
+		seenUID[svc.UID] = true
+		want, write := Desired(svc, addrs, conflict, owned, c.served[svc.UID])
+		if !write {
 			continue
 		}
-		if err := c.writeIngress(ctx, svc, want); err != nil {
-			errs = append(errs, err)
+		if !Equal(svc.Status.LoadBalancer.Ingress, want) {
+			if err := c.writeIngress(ctx, svc, want); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if len(want) > 0 {
+			c.served[svc.UID] = true
+		} else {
+			delete(c.served, svc.UID)
+		}
+	}
+	for uid := range c.served {
+		if !seenUID[uid] {
+			delete(c.served, uid)
 		}
 	}
 	for key := range c.reported {

@@ -150,12 +150,18 @@ func Conflicts(svcs []*corev1.Service) map[string]string {
 
 // Desired returns the ingress svc should have, and whether the controller
 // is to write it at all. A served Service gets addrs, or nothing while in
-// conflict; another one has its ingress cleared only if owned says the
-// controller could have written it, else it is left alone.
-func Desired(svc *corev1.Service, addrs []string, conflict bool, owned sets.Set[string]) ([]corev1.LoadBalancerIngress, bool) {
+// conflict. A Service of another type has its ingress cleared if owned
+// says the controller could have written every entry: a bare IP that is
+// an address of a Node. A LoadBalancer Service of another class is left
+// alone unless ours says this controller wrote its ingress (it was served
+// before its class was set) and owned agrees.
+func Desired(svc *corev1.Service, addrs []string, conflict bool, owned sets.Set[string], ours bool) ([]corev1.LoadBalancerIngress, bool) {
 	if !Served(svc) {
 		cur := svc.Status.LoadBalancer.Ingress
 		if len(cur) == 0 || svc.DeletionTimestamp != nil {
+			return nil, false
+		}
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && !ours {
 			return nil, false
 		}
 		for _, in := range cur {

@@ -128,7 +128,7 @@ func TestDesiredIngress(t *testing.T) {
 	full := []corev1.LoadBalancerIngress{{IP: "10.0.0.1", IPMode: &vip}, {IP: "10.0.0.2", IPMode: &vip}}
 
 	svc := lbService("default", "web", 0, port(80, corev1.ProtocolTCP))
-	got, write := Desired(svc, addrs, false, owned)
+	got, write := Desired(svc, addrs, false, owned, false)
 	if !write || !Equal(got, full) {
 		t.Fatalf("served: %v %v", got, write)
 	}
@@ -136,7 +136,7 @@ func TestDesiredIngress(t *testing.T) {
 	if !Equal([]corev1.LoadBalancerIngress{{IP: "10.0.0.1"}, {IP: "10.0.0.2"}}, got) {
 		t.Fatal("unset ipMode differs from VIP")
 	}
-	if got, write := Desired(svc, addrs, true, owned); !write || len(got) != 0 {
+	if got, write := Desired(svc, addrs, true, owned, true); !write || len(got) != 0 {
 		t.Fatalf("in conflict: %v %v", got, write)
 	}
 
@@ -144,27 +144,31 @@ func TestDesiredIngress(t *testing.T) {
 	class := svc.DeepCopy()
 	class.Spec.LoadBalancerClass = new("example.com/lb")
 	class.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
-	if _, write := Desired(class, addrs, false, owned); write {
+	if _, write := Desired(class, addrs, false, owned, true); write {
 		t.Fatal("wrote the ingress of another class's Service")
 	}
-	// ...unless every entry is a node address: this controller's.
+	// Node addresses another controller wrote stay too...
 	class.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.9"}, {IP: "10.0.0.1"}}
-	if got, write := Desired(class, addrs, false, owned); !write || len(got) != 0 {
-		t.Fatalf("class with node addresses: %v %v", got, write)
+	if _, write := Desired(class, addrs, false, owned, false); write {
+		t.Fatal("cleared node addresses another class's controller wrote")
+	}
+	// ...but those this controller wrote before the class was set go.
+	if got, write := Desired(class, addrs, false, owned, true); !write || len(got) != 0 {
+		t.Fatalf("class with this controller's node addresses: %v %v", got, write)
 	}
 	// No longer a LoadBalancer: cleared when owned, kept otherwise.
 	cip := svc.DeepCopy()
 	cip.Spec.Type = corev1.ServiceTypeClusterIP
 	cip.Status.LoadBalancer.Ingress = full
-	if got, write := Desired(cip, addrs, false, owned); !write || len(got) != 0 {
+	if got, write := Desired(cip, addrs, false, owned, false); !write || len(got) != 0 {
 		t.Fatalf("ClusterIP with owned ingress: %v %v", got, write)
 	}
 	cip.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}, {Hostname: "lb.example.com"}}
-	if _, write := Desired(cip, addrs, false, owned); write {
+	if _, write := Desired(cip, addrs, false, owned, false); write {
 		t.Fatal("cleared ingress another controller wrote")
 	}
 	cip.Status.LoadBalancer.Ingress = nil
-	if _, write := Desired(cip, addrs, false, owned); write {
+	if _, write := Desired(cip, addrs, false, owned, false); write {
 		t.Fatal("wrote an empty ingress")
 	}
 }

@@ -19,7 +19,10 @@
 // (ReasonPortConflict) until the holder goes or changes.
 //
 // A Service naming another loadBalancerClass is left alone. The ingress of
-// a Service that no longer qualifies (another type, or a class) is cleared
-// only when the controller could have written it: every entry a bare IP
-// that is an address of a Node. What another controller wrote stays.
+// a Service that is no longer a LoadBalancer is cleared only when the
+// controller could have written it: every entry a bare IP that is an
+// address of a Node. That of a LoadBalancer Service that has since been
+// given a class is cleared on the same condition, and only if this
+// controller wrote it (it remembers which Services it served while it
+// runs). What another controller wrote stays.
 package servicelb
