@@ -239,9 +239,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.gossip != nil {
 		a.gossip.run(ctx, goRun)
-	} else {
-		own := a.node.watch()
-		goRun(func() { own.RunWithContext(ctx) })
 	}
 	if rm, ok := a.cfg.Runtime.(LocalVolumeRemover); ok {
 		goRun(func() { a.localVolumeLoop(ctx, rm) })

@@ -10,16 +10,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 )
 
 // nodeSync registers the Node and keeps its status current: it computes
 // the status every StatusCheckInterval and writes it when it changed or
 // when StatusInterval passed, as a patch of what changed. It never polls:
-// it follows its Node through a watch (the site's, or its own), and reads
-// it otherwise only while the hub has not yet assigned the pod range.
+// besides those writes it reads the Node only while the hub has not yet
+// assigned the pod range, and site members see it in their site's Node
+// watch (observe).
 type nodeSync struct {
 	a     *Agent
 	host  hostFacts
@@ -31,18 +30,19 @@ type nodeSync struct {
 	// resend makes the next report a write even when the status did not
 	// change here: set on every tunnel connect, because while the hub did
 	// not hear the node its lifecycle controller may have set the
-	// conditions to Unknown, and when a watch of the Node shows the hub
+	// conditions to Unknown, and when its site's Node watch shows the hub
 	// marked this node Unknown (observe).
 	resend bool
 }
 
-// observe takes the node's Node as a watch shows it. When the hub shows
-// the node's Ready condition Unknown while the tunnel is up, the hub's node
-// lifecycle set it (the node's heartbeat came late, or its site's word
-// made the hub probe it), and nothing the node reports changed: the next
-// check writes the status again rather than leave the node Unknown until
-// its status is next due. The kubelet does the same from its own Node
-// watch.
+// observe takes the node's Node as its site's Node watch shows it. When
+// the hub shows the node's Ready condition Unknown while the tunnel is up,
+// the hub's node lifecycle set it (the node's heartbeat came late, or its
+// site's word made the hub probe it), and nothing the node reports
+// changed: the next check writes the status again rather than leave the
+// node Unknown until its status is next due. A node without a site has no
+// such watch: a watch of its own Node costs the hub about 70 KB per node,
+// so it recovers at its next reconnect or status report.
 func (s *nodeSync) observe(n *corev1.Node) {
 	if n.Name != s.a.name || !s.a.tunnel.Connected() {
 		return
@@ -53,24 +53,6 @@ func (s *nodeSync) observe(n *corev1.Node) {
 			return
 		}
 	}
-}
-
-// watch returns an informer of this node's own Node that passes it to
-// observe, for agents without a site gossip (whose site's Node watch does
-// this).
-func (s *nodeSync) watch() cache.Controller {
-	nodes := s.a.core.Nodes()
-	lw := namedListWatch(fields.OneTermEqualSelector("metadata.name", s.a.name).String(), nodes.List, nodes.Watch)
-	see := func(o any) {
-		if n, ok := o.(*corev1.Node); ok {
-			s.observe(n)
-		}
-	}
-	_, ctrl := newInformer(lw, &corev1.Node{}, cache.ResourceEventHandlerFuncs{
-		AddFunc:    see,
-		UpdateFunc: func(_, o any) { see(o) },
-	})
-	return ctrl
 }
 
 // resendStatus asks for the status to be written at the next check.
