@@ -409,8 +409,10 @@ var systemPriorityClasses = map[string]int32{
 // tolerations on create and update (the unreachable one is tether's
 // disconnect policy, see admitTolerations), ServiceAccount names the default
 // account, checks that the account exists and mounts its API token on
-// create only (see admitServiceAccount), and Priority resolves the
-// priority on create and keeps the stored one on update.
+// create only (see admitServiceAccount), Priority resolves the
+// priority on create and keeps the stored one on update, and RuntimeClass
+// sets the overhead and scheduling of the pod's class on create (see
+// admitRuntimeClass).
 func mutatePod(ctx context.Context, l Lister, obj, old runtime.Object) error {
 	pod := obj.(*corev1.Pod)
 	if old != nil {
@@ -431,7 +433,10 @@ func mutatePod(ctx context.Context, l Lister, obj, old runtime.Object) error {
 			return err
 		}
 	}
-	return admitPriority(ctx, l, pod)
+	if err := admitPriority(ctx, l, pod); err != nil {
+		return err
+	}
+	return admitRuntimeClass(ctx, l, pod)
 }
 
 // keepPriority gives an update that names no priority or preemption

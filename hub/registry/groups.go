@@ -18,7 +18,7 @@ import (
 // groupKinds returns the served kinds of the named API groups, in discovery
 // order: apps, autoscaling, batch, certificates.k8s.io, discovery.k8s.io, coordination.k8s.io, events.k8s.io,
 // policy, networking.k8s.io, rbac.authorization.k8s.io, scheduling.k8s.io,
-// storage.k8s.io. served returns the kinds the registry serves now, for
+// storage.k8s.io, node.k8s.io. served returns the kinds the registry serves now, for
 // hooks that look at other kinds (see autoscalingKinds).
 func groupKinds(served func() []*Kind) []*Kind {
 	kinds := []*Kind{deploymentKind, replicaSetKind, statefulSetKind, daemonSetKind, controllerRevisionKind}
@@ -34,6 +34,7 @@ func groupKinds(served func() []*Kind) []*Kind {
 		roleKind, roleBindingKind, clusterRoleKind, clusterRoleBindingKind,
 		priorityClassKind,
 		storageClassKind,
+		runtimeClassKind,
 	)
 }
 

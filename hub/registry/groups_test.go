@@ -89,7 +89,7 @@ func TestGroupKindsOrderAndNames(t *testing.T) {
 		}
 	}
 	want := []string{"apps", "autoscaling", "batch", "certificates.k8s.io", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io", "policy",
-		"networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io", "storage.k8s.io"}
+		"networking.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io", "storage.k8s.io", "node.k8s.io"}
 	if !reflect.DeepEqual(groups, want) {
 		t.Errorf("group order %v, want %v", groups, want)
 	}
