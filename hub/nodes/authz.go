@@ -26,8 +26,8 @@ import (
 // Authorizer is the node authorizer: a node's credentials may read its own
 // Node and the pods bound to it, the secrets, config maps and claims those
 // pods reference and the PersistentVolumes bound to those claims, its
-// site's gossip key Secret (tether's own rule, see siteKey), Services
-// and EndpointSlices; write its own Node and its status, its Lease, its
+// site's gossip key Secret (tether's own rule, see siteKey), Services,
+// EndpointSlices and RuntimeClasses; write its own Node and its status, its Lease, its
 // pods' status, and events; create the mirror pods of its static pods;
 // request tokens of its pods' service accounts, bound to those pods (see
 // admitTokenRequest); and delete its pods once they stopped (graceful
@@ -301,6 +301,15 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 
 	case at.Group == "" && (at.Kind == "services" || at.Kind == "endpoints"),
 		at.Group == "discovery.k8s.io" && at.Kind == "endpointslices":
+		if read && at.Subresource == "" {
+			return ""
+		}
+		return fmt.Sprintf("node '%s' may only read %s", node, at.Kind)
+
+	case at.Group == "node.k8s.io" && at.Kind == "runtimeclasses":
+		// The agent maps a pod's runtimeClassName to its handler, as
+		// the kubelet does with the get, list and watch upstream's
+		// system:node role grants.
 		if read && at.Subresource == "" {
 			return ""
 		}

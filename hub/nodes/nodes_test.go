@@ -197,6 +197,9 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("get", "", "persistentvolumes", "", "pvc-deleted", "", ""), // the answer is 404
 		res("list", "", "services", "", "", "", ""),
 		res("watch", "discovery.k8s.io", "endpointslices", "", "", "", ""),
+		res("list", "node.k8s.io", "runtimeclasses", "", "", "", ""),
+		res("watch", "node.k8s.io", "runtimeclasses", "", "", "", ""),
+		res("get", "node.k8s.io", "runtimeclasses", "", "kata", "", ""),
 		res("get", "coordination.k8s.io", "leases", "kube-node-lease", "n1", "", ""),
 		res("update", "coordination.k8s.io", "leases", "kube-node-lease", "n1", "", ""),
 		res("create", "", "events", "shop", "", "", ""),
@@ -233,6 +236,8 @@ func TestNodeAuthorizer(t *testing.T) {
 		res("list", "", "secrets", "shop", "", "", ""),
 		res("list", "", "secrets", "", "", "", "metadata.name=s1"),
 		res("update", "", "secrets", "shop", "s1", "", ""),
+		res("create", "node.k8s.io", "runtimeclasses", "", "", "", ""),
+		res("delete", "node.k8s.io", "runtimeclasses", "", "kata", "", ""),
 		res("get", "", "configmaps", "shop", "other", "", ""),
 		res("get", "", "persistentvolumeclaims", "shop", "other-claim", "", ""),
 		res("get", "", "persistentvolumes", "", "other", "", ""),
