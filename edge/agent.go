@@ -15,6 +15,7 @@ import (
 
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	nodev1client "k8s.io/client-go/kubernetes/typed/node/v1"
 
 	"github.com/tether-edge/tether/tunnel"
 )
@@ -31,6 +32,7 @@ type Agent struct {
 	tunnel    *tunnel.Client
 	core      corev1client.CoreV1Interface
 	discovery discoveryv1client.DiscoveryV1Interface
+	nodeAPI   nodev1client.NodeV1Interface
 	httpc     *http.Client // plain HTTP to the hub over the tunnel
 
 	local    *localState // what the node runs, kept on disk (localstate.go)
@@ -41,10 +43,11 @@ type Agent struct {
 	refs     *refManager
 	status   *statusManager
 	services *serviceWatch
-	gossip   *siteGossip    // the site's gossip; nil without a zone
-	net      *nodeNet       // dataplane and DNS server; set by Run
-	relay    *apiRelay      // pods' connections to the hub; nil when off
-	dnsAddr  netip.AddrPort // where the DNS server listens
+	classes  *runtimeClassWatch // pods' runtime handlers (runtimeclasses.go)
+	gossip   *siteGossip        // the site's gossip; nil without a zone
+	net      *nodeNet           // dataplane and DNS server; set by Run
+	relay    *apiRelay          // pods' connections to the hub; nil when off
+	dnsAddr  netip.AddrPort     // where the DNS server listens
 	server   *http.Server
 	listener *pipeListener
 	sites    *siteFilter // leaves out dead site peers' endpoints; nil without sinks
@@ -153,6 +156,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.discovery, err = discoveryv1client.NewForConfig(rc); err != nil {
 		return fmt.Errorf("create API client: %w", err)
 	}
+	if a.nodeAPI, err = nodev1client.NewForConfig(rc); err != nil {
+		return fmt.Errorf("create API client: %w", err)
+	}
 	a.httpc = &http.Client{Transport: &http.Transport{DialContext: tc.DialContext}, Timeout: time.Minute}
 	a.status = newStatusManager(a.core.Pods, &a.metrics)
 	if a.cfg.Zone != "" && a.cfg.GossipPort > 0 {
@@ -197,6 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.services = newServiceWatch(a, sinks)
 	}
+	a.classes = newRuntimeClassWatch(a)
 	if u, ok := a.cfg.Runtime.(SourceUser); ok {
 		u.SetSources(agentSources{a: a})
 	}
@@ -228,6 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.services != nil {
 		a.services.run(ctx, goRun)
 	}
+	goRun(func() { a.classes.ctrl.RunWithContext(ctx) })
 	nn.run(ctx, a, goRun)
 	if a.relay != nil {
 		a.relay.dial = tc.DialContext

@@ -54,6 +54,7 @@ const (
 	keptNodes     = "nodes"
 	keptServices  = "services"
 	keptSlices    = "endpointslices"
+	keptClasses   = "runtimeclasses"
 	keptConfigMap = string(refConfigMap)
 	keptSecret    = string(refSecret)
 	keptPVC       = string(refPVC)

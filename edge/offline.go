@@ -160,7 +160,7 @@ func (l *localState) collectRefs(objs []any) {
 		}
 	}
 	for w := range watches {
-		if w == keptPods || w == keptServices || w == keptSlices || used[w] || siteWatch(w) {
+		if w == keptPods || w == keptServices || w == keptSlices || w == keptClasses || used[w] || siteWatch(w) {
 			continue
 		}
 		drop[w] = ""

@@ -235,6 +235,11 @@ type Sources interface {
 	// error wrapping ErrSourceNotReady while the node has not read the
 	// Services once. The container's own env wins over them.
 	ServiceEnv(pod *corev1.Pod) (map[string]string, error)
+	// RuntimeHandler returns the handler of the RuntimeClass named
+	// className, which a pod's spec.runtimeClassName names, or an error
+	// wrapping ErrSourceNotFound when there is no such class, or
+	// ErrSourceNotReady while the node has not read the classes once.
+	RuntimeHandler(className string) (string, error)
 }
 
 // Errors of Sources.

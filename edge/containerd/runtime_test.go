@@ -3,6 +3,7 @@ package containerd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
@@ -187,6 +188,8 @@ type fakeSources struct {
 	pvs     map[string]*corev1.PersistentVolume
 	// serviceEnv is what ServiceEnv returns (serviceenv_test.go).
 	serviceEnv map[string]string
+	// classes are the RuntimeClasses' handlers by class name.
+	classes map[string]string
 }
 
 func newFakeSources() *fakeSources {
@@ -229,6 +232,25 @@ func (f *fakeSources) Secret(ns, name string) (*corev1.Secret, error) {
 	}
 	return nil, edge.ErrSourceNotFound
 }
+
+func (f *fakeSources) RuntimeHandler(class string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h, ok := f.classes[class]; ok {
+		return h, nil
+	}
+	return "", classNotFound(class)
+}
+
+// classNotFound is the agent's error for a RuntimeClass the hub does not
+// have.
+type classNotFound string
+
+func (c classNotFound) Error() string {
+	return fmt.Sprintf("runtimeclass.node.k8s.io %q not found", string(c))
+}
+
+func (classNotFound) Is(target error) bool { return target == edge.ErrSourceNotFound }
 
 func (f *fakeSources) ServiceAccountToken(context.Context, *corev1.Pod, string, int64) (string, time.Time, error) {
 	return "token-for-tests", time.Now().Add(time.Hour), nil
