@@ -42,6 +42,7 @@ func newEdgeCmd() *cobra.Command {
 		manifestPath   string
 		gcPercent      int
 		memoryLimit    string
+		handlers       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "edge --hub https://HOST:6443 --token TOKEN --data-dir DIR",
@@ -123,6 +124,9 @@ Service environment variables (KUBERNETES_SERVICE_HOST and the rest).`,
 				}
 				cfg.Runtime = sim.New(simCfg)
 			case "containerd":
+				if ctrdCfg.RuntimeHandlers, err = runtimeHandlerFlags(handlers); err != nil {
+					return err
+				}
 				ctrdCfg.DataDir = cfg.DataDir
 				ctrdCfg.Address = containerdAddr
 				ctrdCfg.Logger = logger
@@ -166,6 +170,7 @@ Service environment variables (KUBERNETES_SERVICE_HOST and the rest).`,
 	f.StringVar(&ctrdCfg.CNIConfDir, "cni-conf-dir", "", "directory with your own CNI .conflist (default: a bridge network over the node's pod CIDR)")
 	f.StringSliceVar(&ctrdCfg.CNIBinDirs, "cni-bin-dir", nil, "directories of CNI plugins (default /usr/lib/cni,/opt/cni/bin)")
 	f.StringVar(&ctrdCfg.Bridge, "pod-bridge", "tether0", "bridge of the generated pod network")
+	f.StringArrayVar(&handlers, "runtime-handler", nil, "a runtime handler RuntimeClasses may name, NAME=TYPE[:BINARY], repeatable: NAME is the class's handler, TYPE containerd's runtime type, BINARY (runc type only) the runc-compatible program its shim runs, e.g. kata=io.containerd.kata.v2 or crun=io.containerd.runc.v2:/usr/bin/crun; handler runc ("+containerd.RuncV2+") is always there unless given; pods whose class names another handler do not start")
 	f.StringVar(&ctrdCfg.Snapshotter, "snapshotter", "", "containerd snapshotter (default: containerd's, overlayfs)")
 	f.IntVar(&ctrdCfg.ImageGCHighThresholdPercent, "image-gc-high-threshold", 85, "disk usage percent of the image store above which unused images are removed (above 100: never)")
 	f.IntVar(&ctrdCfg.ImageGCLowThresholdPercent, "image-gc-low-threshold", 80, "disk usage percent image garbage collection brings the image store back to")
@@ -194,6 +199,25 @@ Service environment variables (KUBERNETES_SERVICE_HOST and the rest).`,
 	_ = cmd.MarkFlagRequired("hub")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
+}
+
+// runtimeHandlerFlags parses the --runtime-handler flags.
+func runtimeHandlerFlags(flags []string) (map[string]containerd.RuntimeHandler, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := map[string]containerd.RuntimeHandler{}
+	for _, f := range flags {
+		name, h, err := containerd.ParseRuntimeHandler(f)
+		if err != nil {
+			return nil, fmt.Errorf("parse --runtime-handler: %w", err)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("parse --runtime-handler: handler %q given twice", name)
+		}
+		out[name] = h
+	}
+	return out, nil
 }
 
 // agentGC sets the garbage collector of the agent's process from

@@ -4,11 +4,13 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"testing"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/containerd"
 )
 
 // TestEdgeNetFlags checks the dataplane and DNS defaults of `tether edge`
@@ -152,5 +154,28 @@ func TestAgentGC(t *testing.T) {
 				t.Errorf("GC percent %d, memory limit %d, err %v; want %d, %d", percent, limit, err, c.percent, c.limit)
 			}
 		})
+	}
+}
+
+func TestRuntimeHandlerFlags(t *testing.T) {
+	got, err := runtimeHandlerFlags([]string{"kata=io.containerd.kata.v2", "crun=io.containerd.runc.v2:/usr/bin/crun"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]containerd.RuntimeHandler{
+		"kata": {Type: "io.containerd.kata.v2"},
+		"crun": {Type: containerd.RuncV2, BinaryName: "/usr/bin/crun"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("handlers %+v, want %+v", got, want)
+	}
+	for _, bad := range [][]string{
+		{"kata"}, {"Kata=io.containerd.kata.v2"}, {"k="}, {"k=:/bin/x"},
+		{"k=io.containerd.kata.v2:/usr/bin/kata"}, {"k=io.containerd.runc.v2:crun"},
+		{"a=io.containerd.runc.v2", "a=io.containerd.kata.v2"},
+	} {
+		if _, err := runtimeHandlerFlags(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

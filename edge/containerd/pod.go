@@ -61,6 +61,10 @@ type pod struct {
 	// claims are the host paths of the pod's claim volumes, by volume
 	// name, once set up.
 	claims map[string]string
+	// runtime is the runtime of the pod's RuntimeClass (nil: the
+	// default), once runtimeSet (handlers.go).
+	runtime    *RuntimeHandler
+	runtimeSet bool
 }
 
 // ctr is a container of a pod across its instances.
@@ -209,6 +213,14 @@ func (r *Runtime) SyncPod(ctx context.Context, spec *corev1.Pod, net edge.Networ
 	p.mu.Unlock()
 	if killing {
 		return nil
+	}
+	if err := r.resolveRuntime(p, spec); err != nil {
+		if !ready {
+			p.mu.Lock()
+			p.sandboxErr = err.Error()
+			p.mu.Unlock()
+		}
+		return fmt.Errorf("create sandbox of pod %s/%s: %w", spec.Namespace, spec.Name, err)
 	}
 	if !ready {
 		if err := r.createSandbox(ctx, p, spec, net); err != nil {
@@ -429,13 +441,13 @@ func (r *Runtime) start(ctx context.Context, p *pod, cs *ctr, c *corev1.Containe
 	if cs.ephemeral {
 		labels[labelEphemeral] = "true"
 	}
-	cont, err := r.client.NewContainer(ctx, id,
+	cont, err := r.client.NewContainer(ctx, id, append([]containerd.NewContainerOpts{
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		containerd.WithNewSnapshot(id, img),
 		containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(specOpts...),
-	)
+	}, p.runtimeOpts()...)...)
 	if err != nil {
 		r.event(p, cs, true, "Failed", "Error: %v", err)
 		return fail("CreateContainerError", err)

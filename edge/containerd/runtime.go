@@ -105,6 +105,11 @@ type Config struct {
 	// outside it is ever removed. Empty means /var/lib/tether/storage; it
 	// must match the hub's --local-path-root.
 	LocalPathRoot string
+	// RuntimeHandlers are the runtime handlers RuntimeClasses may name,
+	// by handler name, beyond DefaultRuntimeHandler (runc), which an
+	// entry of that name replaces. A pod whose class names another
+	// handler does not start.
+	RuntimeHandlers map[string]RuntimeHandler
 	// Capacity overrides what Info reports; missing entries come from the
 	// host.
 	Capacity corev1.ResourceList
