@@ -66,7 +66,11 @@ connections to the kubernetes Service (10.0.0.1:443) to the agent's API relay
 on the same node-local address, port 443 (--api-relay-addr), which pipes each
 one over the tunnel to the hub without terminating TLS, so the pod's service
 account token authenticates it, behind any NAT. Containers get the kubelet's
-Service environment variables (KUBERNETES_SERVICE_HOST and the rest).`,
+Service environment variables (KUBERNETES_SERVICE_HOST and the rest).
+
+A pod's RuntimeClass picks the containerd runtime its containers run with:
+the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
+(runc, containerd's io.containerd.runc.v2, is always there).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel)
