@@ -12,7 +12,8 @@ import (
 // TestKubectlRuntimeClass drives RuntimeClasses with a real kubectl:
 // discovery, apply, the table, bad input refused with field causes, and
 // pods admitted by their class (overhead, node selector, tolerations) or
-// refused with upstream's messages.
+// refused with upstream's messages, and ResourceQuota counting the
+// overhead.
 func TestKubectlRuntimeClass(t *testing.T) {
 	h := hubtest.Start(t, apiOnly...)
 	ctx := context.Background()
@@ -114,6 +115,23 @@ scheduling:
 		}
 		if _, err := h.Run("get", "pod", "p", "-n", "rc"); err == nil {
 			t.Error("a refused pod was stored")
+		}
+	})
+
+	t.Run("quota counts the overhead", func(t *testing.T) {
+		h.MustRun("create", "namespace", "rcq")
+		h.MustRun("create", "serviceaccount", "default", "-n", "rcq")
+		h.MustRun("create", "quota", "q", "-n", "rcq", "--hard=requests.cpu=1")
+		withRequest := func(name, extra string) string {
+			return pod(name, extra) + "    resources:\n      requests:\n        cpu: 800m\n"
+		}
+		_, err := h.RunInput(ctx, withRequest("sandboxed", "  runtimeClassName: kata\n"), nil, "apply", "-n", "rcq", "-f", "-")
+		want := `pods "sandboxed" is forbidden: exceeded quota: q, requested: requests.cpu=1050m, used: requests.cpu=0, limited: requests.cpu=1`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("pod with overhead under a quota: want %q, got %v", want, err)
+		}
+		if _, err := h.RunInput(ctx, withRequest("plain", ""), nil, "apply", "-n", "rcq", "-f", "-"); err != nil {
+			t.Errorf("pod without overhead under the quota: %v", err)
 		}
 	})
 }
