@@ -74,10 +74,11 @@ func computePodStatus(in podStatusInput) corev1.PodStatus {
 		}
 	}
 	waitReason, waitMsg := reasonContainerCreating, ""
-	createErr := in.syncErr != nil && !errors.Is(in.syncErr, ErrVolumeNotReady)
+	createErr := in.syncErr != nil && !errors.Is(in.syncErr, ErrVolumeNotReady) && !errors.Is(in.syncErr, ErrPodSandbox)
 	if createErr {
-		// A pod waiting for its volumes stays in ContainerCreating, as
-		// with the kubelet; its FailedMount events say why.
+		// A pod waiting for its volumes or its sandbox stays in
+		// ContainerCreating, as with the kubelet; its FailedMount or
+		// FailedCreatePodSandBox events say why.
 		waitReason, waitMsg = reasonCreateContainerErr, in.syncErr.Error()
 	}
 	for _, c := range pod.Spec.InitContainers {

@@ -211,6 +211,12 @@ func TestPodStatusNothingYet(t *testing.T) {
 	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "ContainerCreating" || w.Message != "" || st.Phase != corev1.PodPending {
 		t.Errorf("container waiting for volumes: phase %s, %+v", st.Phase, st.ContainerStatuses[0].State)
 	}
+	// So does a pod whose sandbox could not be created.
+	noRuntime := fmt.Errorf("create sandbox: %w", SandboxFailed(errors.New(`no runtime for "gvisor" is configured`)))
+	st = computePodStatus(podStatusInput{pod: pod, syncErr: noRuntime, now: t0})
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "ContainerCreating" || st.Phase != corev1.PodPending {
+		t.Errorf("container waiting for its sandbox: phase %s, %+v", st.Phase, st.ContainerStatuses[0].State)
+	}
 }
 
 func TestPodStatusTerminating(t *testing.T) {

@@ -77,6 +77,21 @@ var (
 	ErrContainerWaiting = errors.New("container is waiting to start")
 )
 
+// ErrPodSandbox is what a SyncPod error made by SandboxFailed is: the
+// pod's sandbox could not be created, so its containers wait in
+// ContainerCreating, as with the kubelet, and the runtime's
+// FailedCreatePodSandBox event says why.
+var ErrPodSandbox = errors.New("pod sandbox not created")
+
+// SandboxFailed marks err as the failure to create a pod's sandbox (see
+// ErrPodSandbox); err stays in the chain and its message is unchanged.
+func SandboxFailed(err error) error { return sandboxFailed{err} }
+
+type sandboxFailed struct{ error }
+
+func (e sandboxFailed) Unwrap() error      { return e.error }
+func (sandboxFailed) Is(target error) bool { return target == ErrPodSandbox }
+
 // RuntimeInfo describes a runtime and its node.
 type RuntimeInfo struct {
 	// Name and Version make the node's containerRuntimeVersion,

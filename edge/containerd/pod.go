@@ -220,7 +220,7 @@ func (r *Runtime) SyncPod(ctx context.Context, spec *corev1.Pod, net edge.Networ
 			p.sandboxErr = err.Error()
 			p.mu.Unlock()
 		}
-		return fmt.Errorf("create sandbox of pod %s/%s: %w", spec.Namespace, spec.Name, err)
+		return fmt.Errorf("create sandbox of pod %s/%s: %w", spec.Namespace, spec.Name, edge.SandboxFailed(err))
 	}
 	if !ready {
 		if err := r.createSandbox(ctx, p, spec, net); err != nil {
