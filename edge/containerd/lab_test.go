@@ -49,6 +49,8 @@ type labOptions struct {
 	localPathRoot string
 	// agent adjusts the agent's configuration.
 	agent func(*edge.Config)
+	// handlers are the runtime's handlers beyond runc.
+	handlers map[string]RuntimeHandler
 }
 
 type labAgent struct {
@@ -85,6 +87,7 @@ func startLabWith(t *testing.T, opts labOptions) *lab {
 	env := newTestRuntime(t, "10.42.0.0/24")
 	env.rt.Close()
 	env.localPathRoot = opts.localPathRoot
+	env.handlers = opts.handlers
 	l := &lab{t: t, hub: h, env: env, token: strings.TrimSpace(string(out)), dir: env.dir, opts: opts}
 	env.rt = nil
 	l.startAgent(t)

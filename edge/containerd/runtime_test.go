@@ -78,6 +78,8 @@ type testEnv struct {
 	// localPathRoot is the runtime's local-path root; empty: a
 	// directory of the test.
 	localPathRoot string
+	// handlers are the runtime's handlers beyond runc.
+	handlers map[string]RuntimeHandler
 }
 
 // newTestRuntime starts a runtime (and its containerd) whose state is
@@ -112,7 +114,8 @@ func (e *testEnv) config() Config {
 	if root == "" {
 		root = filepath.Join(e.dir, "storage")
 	}
-	return Config{DataDir: e.dir, Bridge: e.bridge, BackoffBase: time.Second, BackoffMax: 4 * time.Second, LocalPathRoot: root}
+	return Config{DataDir: e.dir, Bridge: e.bridge, BackoffBase: time.Second, BackoffMax: 4 * time.Second, LocalPathRoot: root,
+		RuntimeHandlers: e.handlers}
 }
 
 func (e *testEnv) start(t *testing.T) *Runtime {
