@@ -235,7 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.services != nil {
 		a.services.run(ctx, goRun)
 	}
-	goRun(func() { a.classes.ctrl.RunWithContext(ctx) })
+	goRun(func() { a.classes.run(ctx) })
 	nn.run(ctx, a, goRun)
 	if a.relay != nil {
 		a.relay.dial = tc.DialContext
