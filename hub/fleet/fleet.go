@@ -38,7 +38,6 @@ type Page struct {
 	nodes   cache.Indexer
 	pods    cache.Indexer
 	leases  cache.Indexer
-	synced  []cache.InformerSynced
 	started chan struct{} // closed once the informers have synced
 }
 
