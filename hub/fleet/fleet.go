@@ -93,19 +93,17 @@ func (p *Page) start() error {
 
 // view summarizes what the informers hold now.
 func (p *Page) view() View {
-	nodes := make([]*corev1.Node, 0, len(p.nodes.List()))
-	for _, o := range p.nodes.List() {
-		nodes = append(nodes, o.(*corev1.Node))
+	return Summarize(p.now(), items[*corev1.Node](p.nodes), items[*corev1.Pod](p.pods), items[*coordinationv1.Lease](p.leases))
+}
+
+// items lists what an informer holds, as the type it holds.
+func items[T any](s cache.Store) []T {
+	objs := s.List()
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(T))
 	}
-	var pods []*corev1.Pod
-	for _, o := range p.pods.List() {
-		pods = append(pods, o.(*corev1.Pod))
-	}
-	var leases []*coordinationv1.Lease
-	for _, o := range p.leases.List() {
-		leases = append(leases, o.(*coordinationv1.Lease))
-	}
-	return Summarize(p.now(), nodes, pods, leases)
+	return out
 }
 
 // ServeHTTP answers /fleet/ (the page), /fleet/?part=body (its body, which
