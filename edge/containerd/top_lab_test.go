@@ -93,6 +93,13 @@ func (r *cgroupRecorder) covers(t time.Time) bool {
 	return len(r.readings) > 0 && !r.readings[len(r.readings)-1].at.Before(t)
 }
 
+// startedBy reports whether a reading at or before t was taken.
+func (r *cgroupRecorder) startedBy(t time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.readings) > 0 && !r.readings[0].at.After(t)
+}
+
 // cpuAt is the cgroup's CPU counter at t, interpolated between the
 // readings bracketing t.
 func (r *cgroupRecorder) cpuAt(t time.Time) (time.Duration, error) {
@@ -154,17 +161,19 @@ func labTop(t *testing.T, l *lab) {
 	}
 
 	// The first rate of a new container covers the time since it started
-	// rather than the sample's window: compare the next sample.
+	// rather than the sample's window: compare a later sample, one whose
+	// window the recorder, started once the pod ran, saw begin.
 	first := podMetrics(t, l, "burner")
 	var pm metricsv1beta1.PodMetrics
-	l.waitFor(t, 3*labMetricsPeriod+5*time.Second, "a second PodMetrics sample", func() (bool, string) {
+	var start, end time.Time
+	l.waitFor(t, 5*labMetricsPeriod+5*time.Second, "a later PodMetrics sample within the cgroup readings", func() (bool, string) {
 		pm = podMetrics(t, l, "burner")
-		return pm.Timestamp.After(first.Timestamp.Time), pm.Timestamp.String()
+		// The timestamp is whole seconds on the wire: the sample was
+		// taken within the second after it; take its middle.
+		end = pm.Timestamp.Add(500 * time.Millisecond)
+		start = end.Add(-pm.Window.Duration)
+		return pm.Timestamp.After(first.Timestamp.Time) && rec.startedBy(start), fmt.Sprintf("sample at %s, window %v", pm.Timestamp, pm.Window.Duration)
 	})
-	// The timestamp is whole seconds on the wire: the sample was taken
-	// within the second after it; take its middle.
-	end := pm.Timestamp.Add(500 * time.Millisecond)
-	start := end.Add(-pm.Window.Duration)
 	l.waitFor(t, 10*time.Second, "cgroup readings past the sample", func() (bool, string) {
 		return rec.covers(end.Add(750 * time.Millisecond)), ""
 	})
