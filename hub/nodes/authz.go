@@ -27,12 +27,12 @@ import (
 // Node and the pods bound to it, the secrets, config maps and claims those
 // pods reference and the PersistentVolumes bound to those claims, its
 // site's gossip key Secret (tether's own rule, see siteKey), Services,
-// EndpointSlices and RuntimeClasses; write its own Node and its status, its Lease, its
-// pods' status, and events; create the mirror pods of its static pods;
-// request tokens of its pods' service accounts, bound to those pods (see
-// admitTokenRequest); and delete its pods once they stopped (graceful
-// deletion ends with the node). Anything else is 403. Requests of other
-// users go to Next.
+// EndpointSlices and RuntimeClasses; write its own Node and its status,
+// its Lease, its pods' status, and events; create the mirror pods of its
+// static pods; request tokens of its pods' service accounts, bound to
+// those pods (see admitTokenRequest); and delete its pods once they
+// stopped (graceful deletion ends with the node). Anything else is 403.
+// Requests of other users go to Next.
 //
 // Two rules are tether's own, for local-path volumes, whose data lives on
 // one node: a node may read the local-path PersistentVolumes whose node
