@@ -66,7 +66,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("create edge agent: %w", err)
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "edge"), ready: make(chan struct{})}
-	a.node = &nodeSync{a: a, ready: make(chan struct{})}
+	a.node = &nodeSync{a: a, ready: make(chan struct{}), kick: make(chan struct{}, 1)}
 	a.pods = newPodManager(a)
 	a.refs = newRefManager(a)
 	a.listener = newPipeListener()
@@ -173,7 +173,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.server = &http.Server{
 		Handler: NewNodeServer(NodeServerConfig{
 			Runtime: a.cfg.Runtime, Pods: a.pods.pods, Metrics: a.writeMetrics, Logger: a.log,
-			Resource: resource, Cadvisor: cadvisor,
+			Resource: resource, Cadvisor: cadvisor, ResendStatus: a.node.resendNow,
 		}),
 		ReadHeaderTimeout: 30 * time.Second,
 	}

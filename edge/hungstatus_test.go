@@ -105,7 +105,7 @@ func TestPodWorkerRestartsWhileStatusWritesHang(t *testing.T) {
 	const base = 200 * time.Millisecond
 	rt := &killedRuntime{runFor: 100 * time.Millisecond, backoff: RestartBackoff{Base: base, Max: 800 * time.Millisecond}}
 	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), core: client.CoreV1()}
-	a.node = &nodeSync{a: a, ready: make(chan struct{})}
+	a.node = &nodeSync{a: a, ready: make(chan struct{}), kick: make(chan struct{}, 1)}
 	close(a.node.ready)
 	a.pods = newPodManager(a)
 	a.refs = newRefManager(a)
@@ -175,7 +175,7 @@ func TestPodDeletionInterruptsSync(t *testing.T) {
 	client := fake.NewClientset(pod)
 	rt := &hangingRuntime{syncing: make(chan struct{}), killed: make(chan struct{})}
 	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), core: client.CoreV1()}
-	a.node = &nodeSync{a: a, ready: make(chan struct{})}
+	a.node = &nodeSync{a: a, ready: make(chan struct{}), kick: make(chan struct{}, 1)}
 	close(a.node.ready)
 	a.pods = newPodManager(a)
 	a.refs = newRefManager(a)

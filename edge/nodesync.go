@@ -23,6 +23,7 @@ type nodeSync struct {
 	a     *Agent
 	host  hostFacts
 	ready chan struct{} // closed once registered
+	kick  chan struct{} // a report is wanted before the next check (1 slot)
 
 	mu         sync.Mutex
 	node       *corev1.Node // as last returned by the hub
@@ -40,9 +41,10 @@ type nodeSync struct {
 // the hub's node lifecycle set it (the node's heartbeat came late, or its
 // site's word made the hub probe it), and nothing the node reports
 // changed: the next check writes the status again rather than leave the
-// node Unknown until its status is next due. A node without a site has no
-// such watch: a watch of its own Node costs the hub about 70 KB per node,
-// so it recovers at its next reconnect or status report.
+// node Unknown until its status is next due. Every node, in a site or
+// not, is also told so by the hub holding its tunnel (resendNow, from the
+// node server's POST /status/resend): a watch of its own Node would cost
+// the hub about 70 KB per node.
 func (s *nodeSync) observe(n *corev1.Node) {
 	if n.Name != s.a.name || !s.a.tunnel.Connected() {
 		return
@@ -60,6 +62,16 @@ func (s *nodeSync) resendStatus() {
 	s.mu.Lock()
 	s.resend = true
 	s.mu.Unlock()
+}
+
+// resendNow asks for the status to be written at once: the hub saw the
+// Node's Ready condition turn Unknown while the tunnel was up.
+func (s *nodeSync) resendNow() {
+	s.resendStatus()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (s *nodeSync) input(ctx context.Context) nodeInput {
@@ -158,6 +170,7 @@ func (s *nodeSync) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.kick:
 		}
 		if err := s.report(ctx); err != nil {
 			s.a.log.Warn("report node status", "err", err)

@@ -28,6 +28,9 @@ type NodeServerConfig struct {
 	// /metrics/cadvisor, the usage of the node and its containers in
 	// the kubelet's and cAdvisor's names. Nil: not found.
 	Resource, Cadvisor http.Handler
+	// ResendStatus asks the agent to write its node status again now,
+	// whatever it last wrote. Nil: not found.
+	ResendStatus func()
 	// Logger receives request errors. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -45,8 +48,12 @@ type NodeServerConfig struct {
 //	GET|POST /exec/{namespace}/{pod}/{container}?command=...&stdin=&stdout=&stderr=&tty=
 //	GET|POST /attach/{namespace}/{pod}/{container}?stdin=&stdout=&stderr=&tty=
 //	GET|POST /portForward/{namespace}/{pod}
+//	POST /status/resend                           204; the node status is written again
 //
-// The last three upgrade to SPDY (see streaming.go).
+// The exec, attach and port-forward paths upgrade to SPDY (see
+// streaming.go). The hub posts /status/resend when the Node's Ready
+// condition turns Unknown while the node's tunnel is up: the node then
+// says at once that it is alive instead of at its next periodic report.
 //
 // It does no authentication of its own: only the hub can open streams to
 // it, over the tunnel's mutually authenticated connection.
@@ -72,6 +79,12 @@ func NewNodeServer(cfg NodeServerConfig) http.Handler {
 		mux.HandleFunc(m+" /exec/{namespace}/{pod}/{container}", s.exec)
 		mux.HandleFunc(m+" /attach/{namespace}/{pod}/{container}", s.attach)
 		mux.HandleFunc(m+" /portForward/{namespace}/{pod}", s.portForward)
+	}
+	if cfg.ResendStatus != nil {
+		mux.HandleFunc("POST /status/resend", func(w http.ResponseWriter, _ *http.Request) {
+			cfg.ResendStatus()
+			w.WriteHeader(http.StatusNoContent)
+		})
 	}
 	return mux
 }

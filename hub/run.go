@@ -96,6 +96,7 @@ type run struct {
 	leases *nodes.Leases
 	zones  *nodes.Zones
 	sites  *nodes.Sites
+	nudges *nodes.Nudges
 	edges  *tunnel.Server
 	relay  *streamDemux
 	api    *apiserver.Server
@@ -237,6 +238,12 @@ func (r *run) buildAPI() error {
 		return err
 	}
 	r.onClose(func() error { _ = r.edges.Close(); return nil })
+	r.nudges = nodes.NewNudges(nodes.NudgeConfig{
+		Storage:   r.objs,
+		Connected: func(node string) bool { return r.edges.Session(node) != nil },
+		Send:      nudgeNode(r.edges),
+		Logger:    cfg.Logger.With("component", "nodes"),
+	})
 	r.relay = newStreamDemux(r.edges.Listener())
 	if err := r.newAggregator(r.reg); err != nil {
 		return err
@@ -343,6 +350,7 @@ func (r *run) serve(ctx context.Context) error {
 	go r.rbac.Run(bgCtx)
 	go r.leases.Run(bgCtx)
 	go r.zones.Run(bgCtx)
+	go r.nudges.Run(bgCtx)
 	go r.adm.Run(bgCtx)
 	go r.crds.Run(bgCtx)
 	go r.objs.KeepBootstrapped(bgCtx, r.bootCfg, 0)

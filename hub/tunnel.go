@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -89,6 +91,37 @@ func dialNode(edges *tunnel.Server) apiserver.NodeDialer {
 	}
 }
 
+// nudgeNode asks a node's agent, through its tunnel, to write its node
+// status again (POST /status/resend on its node server).
+func nudgeNode(edges *tunnel.Server) func(ctx context.Context, node string) error {
+	return func(ctx context.Context, node string) error {
+		c, err := edges.Dial(ctx, node, tunnel.TargetNode)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if d, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(d)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+node+"/status/resend", nil)
+		if err != nil {
+			return err
+		}
+		if err := req.Write(c); err != nil {
+			return fmt.Errorf("send status resend request: %w", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), req)
+		if err != nil {
+			return fmt.Errorf("read status resend response: %w", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("status resend: agent answered %s", resp.Status)
+		}
+		return nil
+	}
+}
+
 // dialPod opens a stream through node's tunnel that its agent connects to
 // addr, one of the node's pods' IP:port.
 func dialPod(edges *tunnel.Server) apiserver.PodDialer {
@@ -134,6 +167,7 @@ func (r *run) extraMetrics() func(io.Writer) {
 	return func(w io.Writer) {
 		tm(w)
 		r.leases.WriteMetrics(w)
+		r.nudges.WriteMetrics(w)
 		if r.usage != nil {
 			r.usage.WriteMetrics(w)
 		}
