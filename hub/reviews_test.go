@@ -123,6 +123,25 @@ func TestKubectlAuthReviews(t *testing.T) {
 	if u := whoamiOf(t, h, "--kubeconfig", bob); u.Username != "bob" || !slices.Equal(u.Groups, []string{"devs", "system:authenticated"}) {
 		t.Errorf("bob whoami: %+v", u)
 	}
+	// A node reviews itself (system:basic-user, through RBAC after the
+	// node rules), and gets what a role bound to system:nodes grants.
+	node := caSignedKubeconfig(t, h, "system:node:n1", "system:nodes")
+	if u := whoamiOf(t, h, "--kubeconfig", node); u.Username != "system:node:n1" || !slices.Equal(u.Groups, []string{"system:nodes", "system:authenticated"}) {
+		t.Errorf("node whoami: %+v", u)
+	}
+	if out, _ := h.Run("--kubeconfig", node, "auth", "can-i", "list", "deployments.apps"); !strings.HasPrefix(out, "no") {
+		t.Errorf("node can-i list deployments before a binding: %q", out)
+	}
+	mustKubectl(t, h, "create", "clusterrole", "read-deployments", "--verb=list", "--resource=deployments.apps")
+	mustKubectl(t, h, "create", "clusterrolebinding", "nodes-read-deployments", "--clusterrole=read-deployments", "--group=system:nodes")
+	waitFor(t, "a node to list deployments after a binding", func() bool {
+		_, err := h.Run("--kubeconfig", node, "get", "deployments.apps", "-A")
+		return err == nil
+	})
+	if _, err := h.Run("--kubeconfig", node, "get", "secrets", "-n", "default", "other"); err == nil ||
+		!strings.Contains(err.Error(), `User "system:node:n1" cannot get resource "secrets" in API group "" in the namespace "default": no relationship found between node 'n1' and this object`) {
+		t.Errorf("node get secret: %v", err)
+	}
 
 	if out := strings.TrimSpace(mustKubectl(t, h, "auth", "can-i", "create", "pods")); out != "yes" {
 		t.Errorf("admin can-i create pods: %q", out)

@@ -31,8 +31,11 @@ import (
 // its Lease, its pods' status, and events; create the mirror pods of its
 // static pods; request tokens of its pods' service accounts, bound to
 // those pods (see admitTokenRequest); and delete its pods once they
-// stopped (graceful deletion ends with the node). Anything else is 403.
-// Requests of other users go to Next.
+// stopped (graceful deletion ends with the node). Anything else goes to
+// Next, as upstream's chain (Node, then RBAC) does, so that roles bound to
+// a node or to system:nodes grant more and every node may review itself
+// (system:basic-user); what Next denies too is 403 with the node rules'
+// reason. Requests of other users go to Next.
 //
 // Two rules are tether's own, for local-path volumes, whose data lives on
 // one node: a node may read the local-path PersistentVolumes whose node
@@ -46,8 +49,9 @@ type Authorizer struct {
 	// Zones tells each node's site; a node may read its site's gossip
 	// key Secret (see siteKey). Nil: no node reads any.
 	Zones *Zones
-	// Next decides for users that are not nodes; nil is
-	// apiserver.AllowAuthenticated.
+	// Next decides for users that are not nodes, and for nodes what the
+	// node rules do not allow; nil is apiserver.AllowAuthenticated for
+	// other users and a denial for nodes.
 	Next apiserver.Authorizer
 }
 
@@ -88,6 +92,9 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 				return nil
 			}
 		}
+		if a.Next != nil && a.Next.Authorize(u, at) == nil {
+			return nil
+		}
 		return forbiddenPath(u, at)
 	}
 	if at.Verb == "create" && at.Name == "" && at.Subresource == "" && (at.Group == "" && (at.Kind == "nodes" || at.Kind == "pods") ||
@@ -96,7 +103,7 @@ func (a *Authorizer) Authorize(u *auth.User, at apiserver.Attributes) error {
 		return nil
 	}
 	why := a.decide(node, at)
-	if why == "" {
+	if why == "" || a.Next != nil && a.Next.Authorize(u, at) == nil {
 		return nil
 	}
 	return forbidden(u, at, why)
