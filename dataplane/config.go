@@ -46,6 +46,14 @@ type Config struct {
 	// NodePort traffic is forwarded to another node. Default 61000-65535,
 	// above Linux's default ephemeral range.
 	SNATPortMin, SNATPortMax uint16
+	// Masquerade is the node's IPv4 pod range. Connections its pods open
+	// to addresses outside it that leave on an uplink take the first IPv4
+	// node address and a port of the SNAT range, and their replies are
+	// turned back, per packet in the tc programs: the masquerading the CNI
+	// bridge plugin's ipMasq does with iptables rules. The zero Prefix
+	// masquerades nothing; SetMasquerade changes it later (the range is
+	// assigned by the hub after the node registers).
+	Masquerade netip.Prefix
 	// Maps sizes the maps. The frontend, slot and socket tables are
 	// preallocated, so their memory follows these sizes, not the number of
 	// Services.

@@ -191,6 +191,11 @@ func (d *Dataplane) writeNodeConfig() error {
 		}
 	}
 	cfg := lbLbCfg{SnatIp4: snat, SnatPortMin: d.cfg.SNATPortMin, SnatPortMax: d.cfg.SNATPortMax}
+	if m := d.cfg.Masquerade; m.IsValid() && m.Addr().Is4() {
+		m = m.Masked()
+		cfg.MasqNet4 = toLbAddr(as16(m.Addr())).W[3]
+		cfg.MasqMask4 = toLbAddr(as16(netip.AddrFrom4(maskBytes4(m.Bits())))).W[3]
+	}
 	if err := d.objs.LbLayout.Get(&cfg.Layout); err != nil {
 		return fmt.Errorf("read lb_layout: %w", err)
 	}
@@ -198,6 +203,33 @@ func (d *Dataplane) writeNodeConfig() error {
 		return fmt.Errorf("write lb config: %w", err)
 	}
 	return nil
+}
+
+// SetMasquerade sets Config.Masquerade, the pod range whose connections
+// leaving on an uplink take the node's address; the zero Prefix stops
+// masquerading new connections.
+func (d *Dataplane) SetMasquerade(p netip.Prefix) error {
+	if p.IsValid() && !p.Addr().Is4() {
+		return fmt.Errorf("set masquerade range %s: only IPv4 ranges are masqueraded", p)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("set masquerade range: closed")
+	}
+	d.cfg.Masquerade = p
+	return d.writeNodeConfig()
+}
+
+// maskBytes4 returns the IPv4 netmask of a prefix length.
+func maskBytes4(bits int) [4]byte {
+	var m [4]byte
+	v := ^uint32(0) << (32 - bits)
+	if bits == 0 {
+		v = 0
+	}
+	m[0], m[1], m[2], m[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+	return m
 }
 
 // UpsertService records a Service (created or changed). After the first Sync
@@ -439,6 +471,8 @@ type Stats struct {
 	NodePortRefused    uint64 // TCP resets for frontends without backends
 	NodePortDropped    uint64 // dropped north-south packets
 	SocketRevLocal     uint64 // connected sockets whose reverse translation went to socket-local storage (lb_sk_rev entry taken)
+	Masqueraded        uint64 // pod connections given the node's address on an uplink
+	MasqueradeDropped  uint64 // pod packets dropped for want of a free masquerade port
 	Frontends          int    // frontends programmed
 	FastResident       int    // socket-scope frontends found in their lb_fe_fast line
 	FastSpilled        int    // socket-scope frontends found in lb_frontends after their line
@@ -456,7 +490,8 @@ func (d *Dataplane) Stats() (Stats, error) {
 	}
 	var out Stats
 	fields := []*uint64{&out.SocketTranslations, &out.SocketRefused, &out.SocketRetries, &out.NodePortFlows,
-		&out.NodePortSNAT, &out.NodePortReverse, &out.NodePortRefused, &out.NodePortDropped, &out.SocketRevLocal}
+		&out.NodePortSNAT, &out.NodePortReverse, &out.NodePortRefused, &out.NodePortDropped, &out.SocketRevLocal,
+		&out.Masqueraded, &out.MasqueradeDropped}
 	for i, f := range fields {
 		var per []uint64
 		if err := d.objs.LbStats.Lookup(uint32(i), &per); err != nil {

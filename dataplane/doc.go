@@ -11,7 +11,10 @@
 // one of Config.NodeIPs; post_bind keeps host processes off NodePorts.
 // Traffic that arrives on Config.Uplinks for a NodePort or an externalIP
 // is translated per packet by tc programs (DNAT, and SNAT when the backend
-// runs on another node under externalTrafficPolicy Cluster). Headless and
+// runs on another node under externalTrafficPolicy Cluster). The same
+// programs masquerade the connections the node's pods open beyond the
+// node (Config.Masquerade): TCP, UDP and ICMP echoes take a node address
+// and port, and replies and ICMP errors about them go back to the pod. Headless and
 // ExternalName Services are answered by dataplane/dns; Services labelled
 // service.kubernetes.io/service-proxy-name belong to another proxy.
 //

@@ -95,6 +95,8 @@ type lbLbCfg struct {
 	SnatIp4     uint32
 	SnatPortMin uint16
 	SnatPortMax uint16
+	MasqNet4    uint32
+	MasqMask4   uint32
 }
 
 type lbRct4Val struct {
@@ -105,6 +107,7 @@ type lbRct4Val struct {
 	FePort     uint16
 	Flags      uint8
 	Pad        [3]uint8
+	Seen       uint64
 }
 
 type lbSkRev struct {

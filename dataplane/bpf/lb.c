@@ -944,12 +944,38 @@ int sock6_post_bind(struct bpf_sock *ctx)
 #define L4_DPORT_OFF (L4_OFF + 2)
 #define TCP_CSUM_OFF (L4_OFF + offsetof(struct tcphdr, check))
 #define UDP_CSUM_OFF (L4_OFF + offsetof(struct udphdr, check))
+/* linux/icmp.h pulls in libc headers: the little of it used here. */
+#define ICMP_ECHOREPLY 0
+#define ICMP_DEST_UNREACH 3
+#define ICMP_ECHO 8
+#define ICMP_TIME_EXCEEDED 11
+struct icmphdr {
+	__u8 type;
+	__u8 code;
+	__u16 checksum;
+	union {
+		struct {
+			__u16 id;
+			__u16 sequence;
+		} echo;
+		__u32 gateway;
+	} un;
+};
+#define ICMP_CSUM_OFF (L4_OFF + offsetof(struct icmphdr, checksum))
+#define ICMP_ID_OFF (L4_OFF + offsetof(struct icmphdr, un.echo.id))
+/* An ICMP error quotes the IP header and first 8 bytes of the packet it
+ * is about. */
+#define INNER_IP_OFF (L4_OFF + sizeof(struct icmphdr))
+#define INNER_IP_CSUM_OFF (INNER_IP_OFF + offsetof(struct iphdr, check))
+#define INNER_IP_SRC_OFF (INNER_IP_OFF + offsetof(struct iphdr, saddr))
+#define INNER_L4_OFF (INNER_IP_OFF + sizeof(struct iphdr))
 
 struct pkt4 {
 	struct ct4_key t;	/* the packet's own tuple */
 	__u8 tcp_flags;
 };
 
+#define TCPF_FIN 0x01
 #define TCPF_SYN 0x02
 #define TCPF_RST 0x04
 #define TCPF_ACK 0x10
@@ -990,15 +1016,22 @@ static __always_inline int parse4(struct __sk_buff *skb, struct pkt4 *p)
 }
 
 /* Rewrites one address and one port, fixing the IP and L4 checksums
- * incrementally. UDP datagrams without a checksum keep none. */
+ * incrementally. UDP datagrams without a checksum keep none. For ICMP
+ * echoes the port is the echo id (port_off ICMP_ID_OFF), and the ICMP
+ * checksum covers no pseudo-header. */
 static __always_inline void rewrite4(struct __sk_buff *skb, __u8 proto, int addr_off, __u32 old_ip,
 				     __u32 new_ip, int port_off, __u16 old_port, __u16 new_port)
 {
 	int csum_off = proto == IPPROTO_TCP ? TCP_CSUM_OFF : UDP_CSUM_OFF;
 	__u64 l4flags = proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 
+	if (proto == IPPROTO_ICMP) {
+		csum_off = ICMP_CSUM_OFF;
+		l4flags = 0;
+	}
 	if (old_ip != new_ip) {
-		bpf_l4_csum_replace(skb, csum_off, old_ip, new_ip, l4flags | BPF_F_PSEUDO_HDR | 4);
+		if (proto != IPPROTO_ICMP)
+			bpf_l4_csum_replace(skb, csum_off, old_ip, new_ip, l4flags | BPF_F_PSEUDO_HDR | 4);
 		bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_ip, new_ip, 4);
 		bpf_skb_store_bytes(skb, addr_off, &new_ip, 4, 0);
 	}
@@ -1006,6 +1039,34 @@ static __always_inline void rewrite4(struct __sk_buff *skb, __u8 proto, int addr
 		bpf_l4_csum_replace(skb, csum_off, old_port, new_port, l4flags | 2);
 		bpf_skb_store_bytes(skb, port_off, &new_port, 2, 0);
 	}
+}
+
+/* Parses an option-less IPv4 ICMP echo of type want (ICMP_ECHO or
+ * ICMP_ECHOREPLY). The echo id stands for the pod's port: a request's
+ * tuple carries it as sport, a reply's as dport, the other port 0, so
+ * that a reply's tuple is its request's turned around. */
+static __always_inline int parse_echo4(struct __sk_buff *skb, struct pkt4 *p, __u8 want)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + IP_OFF;
+	struct icmphdr *ic = data + L4_OFF;
+
+	if ((void *)(ic + 1) > end)
+		return 0;
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5 || ip->version != 4 ||
+	    (ip->frag_off & bpf_htons(0x1fff)) || ip->protocol != IPPROTO_ICMP)
+		return 0;
+	if (ic->type != want || ic->code != 0)
+		return 0;
+	p->t.src = ip->saddr;
+	p->t.dst = ip->daddr;
+	p->t.proto = IPPROTO_ICMP;
+	p->t.sport = want == ICMP_ECHO ? ic->un.echo.id : 0;
+	p->t.dport = want == ICMP_ECHO ? 0 : ic->un.echo.id;
+	p->tcp_flags = 0;
+	return 1;
 }
 
 static __always_inline __u16 csum_fold(__s64 sum)
@@ -1147,6 +1208,51 @@ static __always_inline int is_node_ip4(__u32 ip)
 	return bpf_map_lookup_elem(&lb_node_ips, &a) != NULL;
 }
 
+/* An ICMP error (destination unreachable, fragmentation needed, time
+ * exceeded) about a packet of a masqueraded pod connection goes to the pod,
+ * with the quoted packet's source turned back into the pod's address and
+ * port, so that its socket learns of the refusal or the path's MTU. The
+ * quoted header's checksum is fixed with it, which leaves the ICMP
+ * checksum to change only by the port. */
+static __always_inline int masq_icmp_error(struct __sk_buff *skb)
+{
+	struct iphdr ip, in;
+	struct icmphdr ic;
+	__u16 ports[2];
+	struct ct4_key rk = {};
+	struct rct4_val *rv, r;
+
+	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)) || ip.version != 4 || ip.ihl != 5 ||
+	    ip.protocol != IPPROTO_ICMP || (ip.frag_off & bpf_htons(0x1fff)))
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, L4_OFF, &ic, sizeof(ic)) ||
+	    (ic.type != ICMP_DEST_UNREACH && ic.type != ICMP_TIME_EXCEEDED))
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, INNER_IP_OFF, &in, sizeof(in)) || in.ihl != 5 ||
+	    (in.protocol != IPPROTO_TCP && in.protocol != IPPROTO_UDP) ||
+	    bpf_skb_load_bytes(skb, INNER_L4_OFF, ports, sizeof(ports)))
+		return TC_ACT_OK;
+	/* The quoted packet left from the node; a reply to it would come
+	 * from its destination. */
+	rk.src = in.daddr;
+	rk.dst = in.saddr;
+	rk.sport = ports[1];
+	rk.dport = ports[0];
+	rk.proto = in.protocol;
+	rv = bpf_map_lookup_elem(&lb_rct4, &rk);
+	if (!rv || !(rv->flags & CT_MASQ) || ip.daddr != in.saddr)
+		return TC_ACT_OK;
+	r = *rv;
+	bpf_l3_csum_replace(skb, INNER_IP_CSUM_OFF, in.saddr, r.client_ip, 4);
+	bpf_skb_store_bytes(skb, INNER_IP_SRC_OFF, &r.client_ip, 4, 0);
+	bpf_l4_csum_replace(skb, ICMP_CSUM_OFF, ports[0], r.client_port, 2);
+	bpf_skb_store_bytes(skb, INNER_L4_OFF, &r.client_port, 2, 0);
+	bpf_l3_csum_replace(skb, IP_CSUM_OFF, ip.daddr, r.client_ip, 4);
+	bpf_skb_store_bytes(skb, IP_DST_OFF, &r.client_ip, 4, 0);
+	count(STAT_TC_REVERSE);
+	return fib_redirect4(skb, ip.saddr, r.client_ip);
+}
+
 /* Ingress on the uplink: new and continuing client→frontend flows are
  * translated to their backend; replies of SNAT'd flows are translated back. */
 SEC("tc")
@@ -1161,21 +1267,34 @@ int nodeport_ingress(struct __sk_buff *skb)
 	__u32 nat_ip;
 	int ok;
 
-	if (!parse4(skb, &p))
-		return TC_ACT_OK;
+	if (!parse4(skb, &p)) {
+		if (!parse_echo4(skb, &p, ICMP_ECHOREPLY))
+			return masq_icmp_error(skb);
+	}
 
-	/* A reply from a remote backend to one of our SNAT ports? */
+	/* A reply from a remote backend to one of our SNAT ports, or from a
+	 * peer of a masqueraded pod connection? */
 	rv = bpf_map_lookup_elem(&lb_rct4, &p.t);
 	if (rv && (rv->flags & CT_SNAT)) {
-		struct rct4_val r = *rv;
+		struct rct4_val r;
 
-		rewrite4(skb, p.t.proto, IP_DST_OFF, p.t.dst, r.client_ip, L4_DPORT_OFF, p.t.dport,
-			 r.client_port);
+		if (rv->flags & CT_MASQ) {
+			rv->seen = bpf_ktime_get_ns();
+			rv->flags |= CT_REPLIED;
+			if (p.tcp_flags & (TCPF_FIN | TCPF_RST))
+				rv->flags |= CT_CLOSING;
+		}
+		r = *rv;
+
+		rewrite4(skb, p.t.proto, IP_DST_OFF, p.t.dst, r.client_ip,
+			 p.t.proto == IPPROTO_ICMP ? ICMP_ID_OFF : L4_DPORT_OFF, p.t.dport, r.client_port);
 		rewrite4(skb, p.t.proto, IP_SRC_OFF, p.t.src, r.fe_ip, L4_SPORT_OFF, p.t.sport, r.fe_port);
 		count(STAT_TC_REVERSE);
 		return fib_redirect4(skb, r.fe_ip, r.client_ip);
 	}
 
+	if (p.t.proto == IPPROTO_ICMP)
+		return TC_ACT_OK;
 	ctp = bpf_map_lookup_elem(&lb_ct4, &p.t);
 	if (ctp) {
 		ct = *ctp;
@@ -1283,8 +1402,120 @@ forward:
 	return TC_ACT_OK;
 }
 
+/* How long a masqueraded connection's port stays taken after its last
+ * packet: a closed TCP connection's briefly (its last ACKs), one that never
+ * got a reply as long as conntrack waits for a SYN's answer, UDP as long
+ * as conntrack keeps a stream, an open TCP connection a day. */
+#define MASQ_CLOSING_NS (10ULL * 1000000000)
+#define MASQ_UNREPLIED_NS (120ULL * 1000000000)
+#define MASQ_UDP_NS (120ULL * 1000000000)
+#define MASQ_TCP_NS (86400ULL * 1000000000)
+#define MASQ_ICMP_NS (30ULL * 1000000000)
+
+static __always_inline int masq_expired(const struct rct4_val *v, __u8 proto, __u64 now)
+{
+	__u64 idle = now - v->seen;
+
+	if (!(v->flags & CT_MASQ))
+		return 0;
+	if (v->flags & CT_CLOSING)
+		return idle > MASQ_CLOSING_NS;
+	if (proto == IPPROTO_ICMP)
+		return idle > MASQ_ICMP_NS;
+	if (!(v->flags & CT_REPLIED))
+		return idle > MASQ_UNREPLIED_NS;
+	return idle > (proto == IPPROTO_UDP ? MASQ_UDP_NS : MASQ_TCP_NS);
+}
+
+/* Reserves a node port for a pod connection by claiming its reply tuple,
+ * taking over the port of an expired connection to the same peer. */
+static __always_inline int masq_claim(struct ct4_key *rkey, const struct rct4_val *rv, const struct lb_cfg *cfg,
+				      __u64 now)
+{
+	__u16 lo = 61000, hi = 65535;
+	__u32 span, i;
+
+	if (cfg->snat_port_min && cfg->snat_port_max >= cfg->snat_port_min) {
+		lo = cfg->snat_port_min;
+		hi = cfg->snat_port_max;
+	}
+	span = (__u32)hi - lo + 1;
+	for (i = 0; i < 8; i++) {
+		struct rct4_val *old;
+
+		rkey->dport = bpf_htons(lo + bpf_get_prandom_u32() % span);
+		if (bpf_map_update_elem(&lb_rct4, rkey, rv, BPF_NOEXIST) == 0)
+			return 0;
+		old = bpf_map_lookup_elem(&lb_rct4, rkey);
+		if (old && masq_expired(old, rkey->proto, now)) {
+			struct ct4_key fk = { .src = old->client_ip, .dst = old->fe_ip, .sport = old->client_port,
+					      .dport = old->fe_port, .proto = rkey->proto };
+
+			bpf_map_delete_elem(&lb_ct4, &fk);
+			if (bpf_map_update_elem(&lb_rct4, rkey, rv, BPF_ANY) == 0)
+				return 0;
+		}
+	}
+	return -1;
+}
+
+/* A packet of one of the node's pods leaving on the uplink for an address
+ * outside the node's pod range takes the node's address and a port of the
+ * SNAT range, as the CNI bridge's ipMasq did with iptables; replies are
+ * turned back by nodeport_ingress. Multicast is left alone. */
+static __always_inline int masquerade(struct __sk_buff *skb, struct pkt4 *p)
+{
+	__u32 zero = 0;
+	struct lb_cfg *cfg = bpf_map_lookup_elem(&lb_config, &zero);
+	struct ct4_val *ctp, ct = {};
+	struct rct4_val *rv;
+	__u64 now;
+
+	if (!cfg || !cfg->masq_mask4 || !cfg->snat_ip4)
+		return TC_ACT_OK;
+	if ((p->t.src & cfg->masq_mask4) != cfg->masq_net4 || (p->t.dst & cfg->masq_mask4) == cfg->masq_net4)
+		return TC_ACT_OK;
+	if ((p->t.dst & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000))
+		return TC_ACT_OK;
+	now = bpf_ktime_get_ns();
+	ctp = bpf_map_lookup_elem(&lb_ct4, &p->t);
+	if (ctp && (ctp->flags & CT_MASQ)) {
+		struct ct4_key rk = { .src = p->t.dst, .dst = ctp->nat_ip, .sport = p->t.dport,
+				      .dport = ctp->nat_port, .proto = p->t.proto };
+
+		ct = *ctp;
+		rv = bpf_map_lookup_elem(&lb_rct4, &rk);
+		if (rv && rv->client_ip == p->t.src && rv->client_port == p->t.sport) {
+			rv->seen = now;
+			if (p->tcp_flags & (TCPF_FIN | TCPF_RST))
+				rv->flags |= CT_CLOSING;
+			goto rewrite;
+		}
+		/* Its reply entry was taken over or evicted: claim again. */
+	}
+	{
+		struct ct4_key rk = { .src = p->t.dst, .dst = cfg->snat_ip4, .sport = p->t.dport, .proto = p->t.proto };
+		struct rct4_val r = { .client_ip = p->t.src, .client_port = p->t.sport, .fe_ip = p->t.dst,
+				      .fe_port = p->t.dport, .flags = CT_SNAT | CT_MASQ, .seen = now };
+
+		if (masq_claim(&rk, &r, cfg, now) < 0) {
+			count(STAT_TC_MASQ_DROPPED);
+			return TC_ACT_SHOT;
+		}
+		ct.nat_ip = rk.dst;
+		ct.nat_port = rk.dport;
+		ct.flags = CT_MASQ;
+		bpf_map_update_elem(&lb_ct4, &p->t, &ct, BPF_ANY);
+		count(STAT_TC_MASQ);
+	}
+rewrite:
+	rewrite4(skb, p->t.proto, IP_SRC_OFF, p->t.src, ct.nat_ip, p->t.proto == IPPROTO_ICMP ? ICMP_ID_OFF : L4_SPORT_OFF,
+		 p->t.sport, ct.nat_port);
+	return TC_ACT_OK;
+}
+
 /* Egress on the uplink: replies of local backends leave with the frontend
- * as their source again. */
+ * as their source again; the node's pods' own connections are masqueraded. */
 SEC("tc")
 int nodeport_egress(struct __sk_buff *skb)
 {
@@ -1292,10 +1523,10 @@ int nodeport_egress(struct __sk_buff *skb)
 	struct rct4_val *rv;
 
 	if (!parse4(skb, &p))
-		return TC_ACT_OK;
+		return parse_echo4(skb, &p, ICMP_ECHO) ? masquerade(skb, &p) : TC_ACT_OK;
 	rv = bpf_map_lookup_elem(&lb_rct4, &p.t);
 	if (!rv || (rv->flags & CT_SNAT))
-		return TC_ACT_OK;
+		return masquerade(skb, &p);
 	{
 		struct rct4_val r = *rv;
 

@@ -18,7 +18,7 @@
  * connections (lb_sk_rev, lb_sk_rnat, lb_sock_rnat, lb_ct4, lb_rct4) are
  * kept while their sizes match: a change to what their entries mean needs
  * a new map name. */
-#define LB_LAYOUT 1
+#define LB_LAYOUT 2
 
 /* Scope of a frontend. Socket-level hooks see what a local socket asked for
  * (ClusterIP, externalIPs, load-balancer IPs reached from inside the node);
@@ -245,6 +245,9 @@ struct ct4_key {
 };
 
 #define CT_SNAT 0x01
+#define CT_MASQ 0x02		/* a pod's own connection, masqueraded on the uplink */
+#define CT_CLOSING 0x04		/* a FIN or RST was seen: the port is free again soon */
+#define CT_REPLIED 0x08		/* the peer answered */
 
 struct ct4_val {
 	__u32 be_ip;
@@ -256,7 +259,9 @@ struct ct4_val {
 	__u8 pad[3];
 };
 
-/* Keyed by a reply packet as it arrives from the backend. */
+/* Keyed by a reply packet as it arrives from the backend (or, for a
+ * masqueraded pod connection, from the remote peer: client is the pod, fe
+ * the peer). */
 struct rct4_val {
 	__u32 client_ip;
 	__u32 fe_ip;
@@ -264,6 +269,7 @@ struct rct4_val {
 	__u16 fe_port;
 	__u8 flags;
 	__u8 pad[3];
+	__u64 seen;		/* CT_MASQ: time of the flow's last packet (ns, monotonic) */
 };
 
 /* Runtime settings written by the agent (index 0 of lb_config). layout
@@ -273,6 +279,8 @@ struct lb_cfg {
 	__u32 snat_ip4;		/* source for SNAT towards remote backends when the frontend is not a node address */
 	__u16 snat_port_min;	/* host byte order */
 	__u16 snat_port_max;
+	__u32 masq_net4;	/* the node's pod range (network byte order): its */
+	__u32 masq_mask4;	/* connections leaving an uplink take snat_ip4; 0: none */
 };
 
 /* Counters (per CPU) the agent exports as metrics. */
@@ -286,5 +294,7 @@ enum lb_stat {
 	STAT_TC_REFUSED,	/* TCP resets sent for frontends without backends */
 	STAT_TC_DROPPED,	/* dropped: Local policy without local backends, no SNAT port */
 	STAT_SOCK_REV_LOCAL,	/* reverse translations kept in socket-local storage (lb_sk_rev entry taken) */
+	STAT_TC_MASQ,		/* new pod connections masqueraded on an uplink */
+	STAT_TC_MASQ_DROPPED,	/* pod packets dropped: no masquerade port free */
 	STAT_MAX,
 };
