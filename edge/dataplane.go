@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,8 @@ const dataplaneResync = 30 * time.Second
 // when the node runs none) and the DNS server (nil when off).
 type nodeNet struct {
 	dp      *dataplane.Dataplane
+	masqMu  sync.Mutex
+	masq    netip.Prefix // the pod range the dataplane masquerades
 	dns     *dns.Server
 	dnsConn net.PacketConn
 	dnsLn   net.Listener
@@ -76,6 +79,36 @@ func (a *Agent) startNodeNet() (*nodeNet, error) {
 		}
 	}
 	return n, nil
+}
+
+// masquerade has the dataplane masquerade the connections of the node's
+// pods that leave on an uplink, once the node's pod range is known, and
+// reports whether it does. It does only for a node whose pod ranges are
+// all IPv4: the CNI bridge's masquerading covers both families or none,
+// and the dataplane translates IPv4 only.
+func (a *Agent) masquerade(cidrs []netip.Prefix) bool {
+	n := a.net
+	if n == nil || n.dp == nil || len(cidrs) == 0 {
+		return false
+	}
+	for _, c := range cidrs {
+		if !c.Addr().Is4() {
+			return false
+		}
+	}
+	want := cidrs[0].Masked()
+	n.masqMu.Lock()
+	defer n.masqMu.Unlock()
+	if n.masq == want {
+		return true
+	}
+	if err := n.dp.SetMasquerade(want); err != nil {
+		a.log.Warn("masquerade pod connections in the dataplane; the pod network does it instead", "range", want, "err", err)
+		return false
+	}
+	n.masq = want
+	a.log.Info("the dataplane masquerades pod connections leaving the node", "range", want)
+	return true
 }
 
 // startDNS creates the DNS server and binds its sockets, after putting the

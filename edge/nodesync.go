@@ -101,6 +101,7 @@ func (s *nodeSync) network() Network {
 			}
 		}
 	}
+	n.DataplaneMasquerades = s.a.masquerade(n.PodCIDRs)
 	return n
 }
 

@@ -110,6 +110,10 @@ type Network struct {
 	// spec.podCIDRs, assigned by the hub). Empty until the hub assigned
 	// them.
 	PodCIDRs []netip.Prefix
+	// DataplaneMasquerades says that the node's dataplane gives the pods'
+	// connections leaving the node the node's address (eBPF, IPv4 pod
+	// ranges only): the runtime's network must not masquerade them too.
+	DataplaneMasquerades bool
 }
 
 // PodStatus is a runtime's view of a pod.

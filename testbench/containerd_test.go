@@ -63,13 +63,19 @@ func TestContainerdEdgeThroughNAT(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(regDir, labRegistry, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n := startCtrNode(t, l, h, "shop-n1", "shop", []string{archive}, "--registry-config-dir", regDir)
+	// The eBPF dataplane balances Services and masquerades the pods'
+	// connections on the node's uplink (see natEgress).
+	pins := fmt.Sprintf("/sys/fs/bpf/tether-nat-%d", os.Getpid())
+	t.Cleanup(func() { _ = os.RemoveAll(pins) })
+	n := startCtrNode(t, l, h, "shop-n1", "shop", []string{archive}, "--registry-config-dir", regDir,
+		"--dataplane", "ebpf", "--dataplane-cgroup", containersCgroup(t), "--bpf-pin-dir", pins)
 	h.waitReady(90*time.Second, "shop-n1")
 	t.Logf("shop-n1 Ready %v after the test began (test images built, lab, hub and node up)", time.Since(began).Round(time.Millisecond))
 
 	if !t.Run("workloads", func(t *testing.T) { natWorkloads(t, h, n) }) {
 		return
 	}
+	t.Run("egress", func(t *testing.T) { natEgress(t, l, h, n) })
 	t.Run("streams", func(t *testing.T) { natStreams(t, l, h) })
 	t.Run("failures", func(t *testing.T) { natFailures(t, h, n) })
 	t.Run("images", func(t *testing.T) { natImages(t, l, h, n, reg) })

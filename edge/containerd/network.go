@@ -38,6 +38,7 @@ type network struct {
 	mtu      int
 	conflist *libcni.NetworkConfigList
 	cidrs    []netip.Prefix
+	masq     bool // the generated conflist masquerades (ipMasq)
 }
 
 func newNetwork(cfg *Config, stateDir string) *network {
@@ -53,7 +54,7 @@ func newNetwork(cfg *Config, stateDir string) *network {
 
 // load returns the conflist for the node's pod ranges: the user's first
 // conflist when CNIConfDir has one, else one generated for cidrs.
-func (n *network) load(cidrs []netip.Prefix) (*libcni.NetworkConfigList, error) {
+func (n *network) load(cidrs []netip.Prefix, dataplaneMasquerades bool) (*libcni.NetworkConfigList, error) {
 	if n.confDir != "" {
 		if n.conflist != nil {
 			return n.conflist, nil
@@ -73,10 +74,12 @@ func (n *network) load(cidrs []netip.Prefix) (*libcni.NetworkConfigList, error) 
 	if len(cidrs) == 0 {
 		return nil, fmt.Errorf("the node has no pod CIDR yet")
 	}
-	if n.conflist != nil && equalPrefixes(n.cidrs, cidrs) {
+	_, iptErr := exec.LookPath("iptables")
+	masq := iptErr == nil && !dataplaneMasquerades
+	if n.conflist != nil && equalPrefixes(n.cidrs, cidrs) && n.masq == masq {
 		return n.conflist, nil
 	}
-	b := generatedConflist(n.bridge, n.ipamDir, n.mtu, cidrs)
+	b := generatedConflist(n.bridge, n.ipamDir, n.mtu, cidrs, masq, iptErr == nil)
 	if err := os.MkdirAll(n.genDir, 0o755); err != nil {
 		return nil, fmt.Errorf("write CNI configuration: %w", err)
 	}
@@ -87,7 +90,7 @@ func (n *network) load(cidrs []netip.Prefix) (*libcni.NetworkConfigList, error) 
 	if err != nil {
 		return nil, fmt.Errorf("parse generated CNI configuration: %w", err)
 	}
-	n.conflist, n.cidrs = l, cidrs
+	n.conflist, n.cidrs, n.masq = l, cidrs, masq
 	return l, nil
 }
 
@@ -104,9 +107,11 @@ func equalPrefixes(a, b []netip.Prefix) bool {
 }
 
 // generatedConflist is bridge + host-local over the node's pod ranges,
-// loopback, and portmap for hostPorts. Masquerading and portmap need
-// iptables; without it pods still reach the node and each other.
-func generatedConflist(bridge, ipamDir string, mtu int, cidrs []netip.Prefix) []byte {
+// loopback, and portmap for hostPorts (with iptables only). The bridge
+// masquerades the pods' connections with iptables when masq says so;
+// where the eBPF dataplane does it, or without iptables, it does not (and
+// without either, pods still reach the node and each other).
+func generatedConflist(bridge, ipamDir string, mtu int, cidrs []netip.Prefix, masq, haveIPTables bool) []byte {
 	var ranges [][]map[string]string
 	var routes []map[string]string
 	for _, c := range cidrs {
@@ -117,10 +122,8 @@ func generatedConflist(bridge, ipamDir string, mtu int, cidrs []netip.Prefix) []
 			routes = append(routes, map[string]string{"dst": "::/0"})
 		}
 	}
-	_, iptErr := exec.LookPath("iptables")
-	haveIPTables := iptErr == nil
 	br := map[string]any{
-		"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": haveIPTables,
+		"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": masq,
 		"hairpinMode": true,
 		"ipam":        map[string]any{"type": "host-local", "ranges": ranges, "routes": routes, "dataDir": ipamDir},
 	}
@@ -197,7 +200,7 @@ func runtimeConf(pod *corev1.Pod, nsPath string) *libcni.RuntimeConf {
 
 // setUp creates the pod's network namespace and runs CNI ADD in it.
 func (n *network) setUp(ctx context.Context, pod *corev1.Pod, net edge.Network) (nsPath string, ips []netip.Addr, err error) {
-	list, err := n.load(net.PodCIDRs)
+	list, err := n.load(net.PodCIDRs, net.DataplaneMasquerades)
 	if err != nil {
 		return "", nil, err
 	}
@@ -217,7 +220,7 @@ func (n *network) setUp(ctx context.Context, pod *corev1.Pod, net edge.Network) 
 		if statErr != nil {
 			rt.NetNS = ""
 		}
-		if err := n.del(ctx, list, rt); err != nil {
+		if err := n.del(ctx, n.addedWith(list, rt), rt); err != nil {
 			return "", nil, fmt.Errorf("release the previous pod network (CNI %s): %w", list.Name, err)
 		}
 	}
@@ -279,7 +282,7 @@ func (n *network) tearDown(ctx context.Context, pod *corev1.Pod) error {
 		if _, err := os.Stat(nsPath); err != nil {
 			rt.NetNS = "" // plugins release the address without a namespace
 		}
-		if err := n.del(ctx, list, rt); err != nil {
+		if err := n.del(ctx, n.addedWith(list, rt), rt); err != nil {
 			delErr = fmt.Errorf("tear down pod network: %w", err)
 		}
 	}
@@ -289,6 +292,23 @@ func (n *network) tearDown(ctx context.Context, pod *corev1.Pod) error {
 	// referenced) would otherwise keep it forever. The caller's retry
 	// then runs DEL without a namespace, which releases the address.
 	return errors.Join(delErr, deleteNetns(name))
+}
+
+// addedWith returns the configuration a pod's network was set up with,
+// which libcni cached at ADD, else list. A pod's network is released with
+// the plugins and settings that made it: a pod set up while the bridge
+// masqueraded with iptables leaves NAT rules that only a DEL with ipMasq
+// removes, whatever the configuration is now.
+func (n *network) addedWith(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) *libcni.NetworkConfigList {
+	b, _, err := n.cni.GetNetworkListCachedConfig(list, rt)
+	if err != nil || len(b) == 0 {
+		return list
+	}
+	l, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		return list
+	}
+	return l
 }
 
 // cniDelTimeout bounds one CNI DEL.
