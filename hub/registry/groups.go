@@ -30,7 +30,7 @@ func groupKinds(served func() []*Kind) []*Kind {
 		leaseKind,
 		eventsV1Kind,
 		podDisruptionBudgetKind,
-		networkPolicyKind,
+		ingressClassKind, ingressKind, networkPolicyKind,
 		roleKind, roleBindingKind, clusterRoleKind, clusterRoleBindingKind,
 		priorityClassKind,
 		storageClassKind,
