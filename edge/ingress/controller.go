@@ -303,9 +303,9 @@ func (c *Controller) Rebuild() {
 	}
 	t := build(s)
 	c.forgetCerts()
-	var served []*networkingv1.Ingress
+	all := make([]*networkingv1.Ingress, 0, len(c.ingresses))
 	for _, ing := range c.ingresses {
-		served = append(served, ing)
+		all = append(all, ing)
 	}
 	secretsChanged := len(t.secrets) != len(c.wanted)
 	for k := range t.secrets {
@@ -331,7 +331,7 @@ func (c *Controller) Rebuild() {
 		c.cfg.OnSecrets(refs)
 	}
 	if c.status != nil {
-		c.status.update(served, t.served)
+		c.status.update(all, t.served)
 	}
 }
 
