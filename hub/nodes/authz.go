@@ -43,6 +43,10 @@ import (
 // provisioned form pvc-<uid> that does not exist (the answer is 404),
 // which is how the node learns that it may remove the data of a deleted
 // one. It learns nothing but the absence of a volume of that name.
+//
+// Nodes that run tether's ingress controller may also read Ingresses and
+// IngressClasses, write Ingresses' status and read the TLS Secrets of the
+// Ingresses the controller serves (authz_ingress.go).
 type Authorizer struct {
 	cfg   Config
 	graph *graph
@@ -279,7 +283,8 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 			}
 			name = n
 		}
-		if a.needs(node, ref{at.Kind, at.Namespace, name}) || at.Kind == "secrets" && a.siteKey(node, at.Namespace, name) {
+		if a.needs(node, ref{at.Kind, at.Namespace, name}) || at.Kind == "secrets" && a.siteKey(node, at.Namespace, name) ||
+			at.Kind == "secrets" && a.ingressSecret(node, at.Namespace, name) {
 			return ""
 		}
 		return fmt.Sprintf("no relationship found between node '%s' and this object", node)
@@ -321,6 +326,9 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 			return ""
 		}
 		return fmt.Sprintf("node '%s' may only read %s", node, at.Kind)
+
+	case at.Group == "networking.k8s.io" && (at.Kind == "ingresses" || at.Kind == "ingressclasses"):
+		return a.decideIngress(node, at)
 
 	case at.Group == "coordination.k8s.io" && at.Kind == "leases":
 		if at.Namespace == corev1.NamespaceNodeLease && at.Name == node && at.Subresource == "" &&
