@@ -15,6 +15,7 @@ import (
 
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	nodev1client "k8s.io/client-go/kubernetes/typed/node/v1"
 
 	"github.com/tether-edge/tether/tunnel"
@@ -33,7 +34,9 @@ type Agent struct {
 	core      corev1client.CoreV1Interface
 	discovery discoveryv1client.DiscoveryV1Interface
 	nodeAPI   nodev1client.NodeV1Interface
-	httpc     *http.Client // plain HTTP to the hub over the tunnel
+	// networking reads Ingresses for the ingress controller.
+	networking networkingv1client.NetworkingV1Interface
+	httpc      *http.Client // plain HTTP to the hub over the tunnel
 
 	local    *localState // what the node runs, kept on disk (localstate.go)
 	api      apiCounters
@@ -44,6 +47,7 @@ type Agent struct {
 	status   *statusManager
 	services *serviceWatch
 	classes  *runtimeClassWatch // pods' runtime handlers (runtimeclasses.go)
+	ingress  *ingressWatch      // the ingress controller; nil when off (ingresses.go)
 	gossip   *siteGossip        // the site's gossip; nil without a zone
 	net      *nodeNet           // dataplane and DNS server; set by Run
 	relay    *apiRelay          // pods' connections to the hub; nil when off
@@ -159,6 +163,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.nodeAPI, err = nodev1client.NewForConfig(rc); err != nil {
 		return fmt.Errorf("create API client: %w", err)
 	}
+	if a.networking, err = networkingv1client.NewForConfig(rc); err != nil {
+		return fmt.Errorf("create API client: %w", err)
+	}
 	a.httpc = &http.Client{Transport: &http.Transport{DialContext: tc.DialContext}, Timeout: time.Minute}
 	a.status = newStatusManager(a.core.Pods, &a.metrics)
 	if a.cfg.Zone != "" && a.cfg.GossipPort > 0 {
@@ -197,6 +204,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Before the pods start: their containers' Service variables
 		// are read from it.
 		sinks := a.serviceSinks(nn)
+		if a.cfg.Ingress != nil {
+			if a.ingress, err = newIngressWatch(a); err != nil {
+				return fmt.Errorf("start the ingress controller: %w", err)
+			}
+			sinks = append(sinks, a.ingress.ctrl)
+		}
 		if len(sinks) > 0 {
 			a.sites = newSiteFilter(a.name, sinks, a.log, &a.metrics.siteEndpointsLeftOut)
 			sinks = []serviceSink{a.sites}
@@ -236,6 +249,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.services.run(ctx, goRun)
 	}
 	goRun(func() { a.classes.run(ctx) })
+	if a.ingress != nil {
+		a.ingress.run(ctx, goRun)
+	}
 	nn.run(ctx, a, goRun)
 	if a.relay != nil {
 		a.relay.dial = tc.DialContext

@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/tether-edge/tether/edge/ingress"
 )
 
 // KubernetesVersion is the Kubernetes version the agent reports as its
@@ -145,6 +147,14 @@ type Config struct {
 	// APIRelayMaxConns bounds the connections relayed at once; further
 	// ones are refused. Zero means DefaultAPIRelayMaxConns.
 	APIRelayMaxConns int
+	// Ingress, when set, runs the built-in ingress controller
+	// (edge/ingress) for the IngressClasses of ingress.ControllerName,
+	// listening on Ingress.HTTPAddr and HTTPSAddr (default :80 and :443),
+	// and labels the Node ingress.NodeLabel=true so that the hub lets it
+	// read Ingresses and their TLS Secrets. It needs WatchServices. The
+	// agent sets OnSecrets, and fills Addresses (the node's address),
+	// Status and Logger when they are unset.
+	Ingress *ingress.Config
 	// PodManifestPath is the directory of static pod manifests (or one
 	// manifest file), as the kubelet's staticPodPath: the pods there run
 	// without the hub, and the agent keeps a mirror pod of each on the
@@ -263,6 +273,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MetricsPeriod < 0 {
 		return fmt.Errorf("metrics period %v is negative", c.MetricsPeriod)
+	}
+	if err := c.validateIngress(); err != nil {
+		return err
 	}
 	if c.Version == "" {
 		c.Version = "devel"

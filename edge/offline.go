@@ -160,7 +160,8 @@ func (l *localState) collectRefs(objs []any) {
 		}
 	}
 	for w := range watches {
-		if w == keptPods || w == keptServices || w == keptSlices || w == keptClasses || used[w] || siteWatch(w) {
+		if w == keptPods || w == keptServices || w == keptSlices || w == keptClasses || used[w] || siteWatch(w) ||
+			w == keptIngresses || w == keptIngressClasses || isIngressSecretWatch(w) {
 			continue
 		}
 		drop[w] = ""

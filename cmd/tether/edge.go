@@ -19,6 +19,7 @@ import (
 
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/containerd"
+	"github.com/tether-edge/tether/edge/ingress"
 	"github.com/tether-edge/tether/edge/sim"
 )
 
@@ -43,6 +44,8 @@ func newEdgeCmd() *cobra.Command {
 		gcPercent      int
 		memoryLimit    string
 		handlers       []string
+		ingressOn      bool
+		ingressCfg     ingress.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "edge --hub https://HOST:6443 --token TOKEN --data-dir DIR",
@@ -99,6 +102,9 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 			}
 			if err := apiRelayFlag(&cfg, apiRelayAddr); err != nil {
 				return err
+			}
+			if ingressOn {
+				cfg.Ingress = &ingressCfg
 			}
 			switch manifestPath {
 			case "":
@@ -185,6 +191,9 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 	f.StringVar(&cfg.Zone, "site", "", "the node's site (same as --zone): the nodes of a site gossip their membership on the site's LAN, encrypted with the site key the hub gives them")
 	f.IntVar(&cfg.GossipPort, "gossip-port", edge.DefaultGossipPort, "UDP and TCP port of the site gossip, published in the Node's "+edge.AnnotationGossipPort+" annotation; -1: no gossip")
 	f.StringVar(&cfg.GossipBind, "gossip-bind", "", "address the site gossip listens on (default: every address; the other nodes reach it at --node-ip)")
+	f.BoolVar(&ingressOn, "ingress", false, "run the built-in ingress controller: serve the Ingresses whose IngressClass names the controller "+ingress.ControllerName+" on this node's ports 80 and 443 (see docs/ingress.md); the Node is labelled "+ingress.NodeLabel+"=true")
+	f.StringVar(&ingressCfg.HTTPAddr, "ingress-http-addr", ":80", "address the ingress controller serves HTTP on")
+	f.StringVar(&ingressCfg.HTTPSAddr, "ingress-https-addr", ":443", "address the ingress controller serves HTTPS on")
 	f.StringToStringVar(&cfg.Labels, "labels", nil, "extra node labels, key=value,...")
 	f.StringVar(&nodeIP, "node-ip", "", "the node's InternalIP (default: the address used to reach the hub)")
 	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "", "tunnel address HOST:PORT (default: the --hub host and port)")

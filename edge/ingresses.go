@@ -1,0 +1,202 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/tether-edge/tether/edge/ingress"
+)
+
+// The node's ingress controller (edge/ingress) is fed from the agent's
+// kept informers: the Service and EndpointSlice watches it shares with
+// the dataplane and DNS (it is one of their sinks), and watches of its
+// own on Ingresses, IngressClasses and, one at a time by name, the TLS
+// Secrets the served Ingresses name. All of them are kept in the local
+// state, so a node cut off from the hub, or restarted while cut off,
+// routes as it last knew.
+
+// Kinds and watches of the local state for the ingress controller. TLS
+// Secrets are kept apart from the Secrets pods reference, which the
+// agent forgets when no pod needs them.
+const (
+	keptIngresses      = "ingresses"
+	keptIngressClasses = "ingressclasses"
+	keptIngressSecrets = "ingresssecrets"
+)
+
+// ingressWatch runs the node's ingress controller and its watches.
+type ingressWatch struct {
+	a     *Agent
+	ctrl  *ingress.Controller
+	ctrls []cache.Controller
+
+	mu      sync.Mutex
+	ctx     context.Context // set by run
+	secrets map[types.NamespacedName]context.CancelFunc
+}
+
+func newIngressWatch(a *Agent) (*ingressWatch, error) {
+	w := &ingressWatch{a: a, secrets: map[types.NamespacedName]context.CancelFunc{}}
+	cfg := *a.cfg.Ingress
+	if a.nodeIP.IsValid() && len(cfg.Addresses) == 0 {
+		cfg.Addresses = []string{a.nodeIP.String()}
+	}
+	if cfg.Status == nil {
+		cfg.Status = a.networking
+	}
+	cfg.OnSecrets = w.setSecrets
+	if cfg.Logger == nil {
+		cfg.Logger = a.log
+	}
+	ctrl, err := ingress.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.ctrl = ctrl
+	_, c := newInformer(&listWatch{
+		keep: a.keep(keptIngresses),
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return a.networking.Ingresses(metav1.NamespaceAll).List(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return a.networking.Ingresses(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}, &networkingv1.Ingress{}, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { ctrl.UpsertIngress(obj.(*networkingv1.Ingress)) },
+		UpdateFunc: func(_, obj any) { ctrl.UpsertIngress(obj.(*networkingv1.Ingress)) },
+		DeleteFunc: func(obj any) {
+			if ing, ok := deletedObject(obj).(*networkingv1.Ingress); ok {
+				ctrl.DeleteIngress(ing.Namespace, ing.Name)
+			}
+		},
+	})
+	w.ctrls = append(w.ctrls, c)
+	_, c = newInformer(&listWatch{
+		keep: a.keep(keptIngressClasses),
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return a.networking.IngressClasses().List(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return a.networking.IngressClasses().Watch(ctx, o)
+		},
+	}, &networkingv1.IngressClass{}, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { ctrl.UpsertIngressClass(obj.(*networkingv1.IngressClass)) },
+		UpdateFunc: func(_, obj any) { ctrl.UpsertIngressClass(obj.(*networkingv1.IngressClass)) },
+		DeleteFunc: func(obj any) {
+			if ic, ok := deletedObject(obj).(*networkingv1.IngressClass); ok {
+				ctrl.DeleteIngressClass(ic.Name)
+			}
+		},
+	})
+	w.ctrls = append(w.ctrls, c)
+	return w, nil
+}
+
+// run runs the watches and the controller until ctx ends. A controller
+// that cannot listen is logged: the rest of the node keeps working.
+func (w *ingressWatch) run(ctx context.Context, goRun func(func())) {
+	w.mu.Lock()
+	w.ctx = ctx
+	w.mu.Unlock()
+	for _, c := range w.ctrls {
+		goRun(func() { c.RunWithContext(ctx) })
+	}
+	goRun(func() {
+		if err := w.ctrl.Run(ctx); err != nil {
+			w.a.log.Error("ingress controller stopped", "err", err)
+		}
+	})
+}
+
+// ingressSecretWatch is the local state's name of a TLS Secret's watch.
+func ingressSecretWatch(ref types.NamespacedName) string {
+	return keptIngressSecrets + "/" + ref.Namespace + "/" + ref.Name
+}
+
+// isIngressSecretWatch tells the watches setSecrets owns.
+func isIngressSecretWatch(name string) bool {
+	return strings.HasPrefix(name, keptIngressSecrets+"/")
+}
+
+// setSecrets watches exactly the TLS Secrets refs, each by name, and
+// forgets the others with what the local state kept of them.
+func (w *ingressWatch) setSecrets(refs []types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx == nil {
+		// Before run: the first rebuild after run calls again.
+		return
+	}
+	want := make(map[types.NamespacedName]bool, len(refs))
+	for _, ref := range refs {
+		want[ref] = true
+		if w.secrets[ref] == nil {
+			w.secrets[ref] = w.watchSecret(ref)
+		}
+	}
+	for ref, stop := range w.secrets {
+		if want[ref] {
+			continue
+		}
+		stop()
+		delete(w.secrets, ref)
+		w.ctrl.DeleteSecret(ref.Namespace, ref.Name)
+		if w.a.local != nil {
+			w.a.local.forget(keptIngressSecrets, ingressSecretWatch(ref), ref.Namespace, ref.Name)
+		}
+	}
+}
+
+// watchSecret starts the kept watch of one TLS Secret.
+func (w *ingressWatch) watchSecret(ref types.NamespacedName) context.CancelFunc {
+	ctx, cancel := context.WithCancel(w.ctx)
+	client := w.a.core.Secrets(ref.Namespace)
+	lw := namedListWatch(fields.OneTermEqualSelector("metadata.name", ref.Name).String(), client.List, client.Watch)
+	if w.a.local != nil {
+		lw.keep = &keepSpec{local: w.a.local, kind: keptIngressSecrets, watch: ingressSecretWatch(ref), namespace: ref.Namespace, name: ref.Name}
+	}
+	upsert := func(obj any) {
+		if s, ok := obj.(*corev1.Secret); ok {
+			w.ctrl.UpsertSecret(s)
+		}
+	}
+	_, c := newInformer(lw, &corev1.Secret{}, cache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
+		DeleteFunc: func(obj any) {
+			if s, ok := deletedObject(obj).(*corev1.Secret); ok {
+				w.ctrl.DeleteSecret(s.Namespace, s.Name)
+			}
+		},
+	})
+	go c.RunWithContext(ctx)
+	return cancel
+}
+
+// validateIngress checks the ingress settings of c.
+func (c *Config) validateIngress() error {
+	if c.Ingress == nil {
+		return nil
+	}
+	if !c.WatchServices {
+		return fmt.Errorf("the ingress controller needs WatchServices")
+	}
+	labels := make(map[string]string, len(c.Labels)+1)
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	labels[ingress.NodeLabel] = "true"
+	c.Labels = labels
+	return nil
+}
