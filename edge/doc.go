@@ -20,6 +20,10 @@
 // without waiting for the hub, and resumes its watches from it when the hub
 // answers again.
 //
+// With Config.Ingress the agent also runs the built-in ingress controller
+// (edge/ingress, ingresses.go), fed from kept watches of Ingresses,
+// IngressClasses and their TLS Secrets and from the Service watches.
+//
 // Static pods come from manifest files on the node (staticpods.go); the
 // hub sees each through a mirror pod the agent keeps (mirror.go).
 //
