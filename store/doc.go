@@ -13,8 +13,9 @@
 //
 // Every error a Store returns for a reason the caller can act on matches, with
 // errors.Is, exactly one of the sentinels [ErrNotFound], [ErrExists],
-// [ErrConflict], [ErrCompacted], [ErrFutureRevision], [ErrTooLarge] or
-// [ErrClosed]. Anything else is an internal failure.
+// [ErrConflict], [ErrCompacted], [ErrFutureRevision], [ErrTooLarge],
+// [ErrClosed] or [ErrUnavailable] (a networked backend whose database is
+// unreachable). Anything else is an internal failure.
 //
 // # Concurrency
 //

@@ -27,6 +27,10 @@ var (
 	ErrTooLarge = errors.New("value too large")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnavailable: the backend's database cannot be reached for now; the
+	// operation may be retried once it is back. A write that fails with it
+	// may or may not have been committed.
+	ErrUnavailable = errors.New("database unavailable")
 	// ErrWatchOverflow ends a watch whose consumer fell too far behind; the
 	// consumer may watch again from the last revision it received.
 	ErrWatchOverflow = errors.New("watch consumer too slow")

@@ -42,6 +42,8 @@ func storeError(err error, gr schema.GroupResource, name string) error {
 		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("object %s %q exceeds the size limit", gr, name))
 	case errors.Is(err, store.ErrClosed):
 		return apierrors.NewServiceUnavailable("the store is closed")
+	case errors.Is(err, store.ErrUnavailable):
+		return apierrors.NewServiceUnavailable("the store's database is unavailable; retry once it is back: " + err.Error())
 	}
 	return apierrors.NewInternalError(err)
 }
