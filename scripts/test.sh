@@ -21,7 +21,9 @@ root=$PWD
 # the committed ones match (internal/repotest). containerd, runc, the CNI
 # plugins and a static busybox (the shell inside the test images) for the
 # edge's container runtime. Chromium for the fleet page's browser test.
-packages=(gcc libc6-dev iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static chromium)
+# PostgreSQL for the store's PostgreSQL backend (store/postgres/pgtest
+# starts throw-away clusters with its initdb and pg_ctl).
+packages=(gcc libc6-dev postgresql iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static chromium)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do

@@ -1,0 +1,106 @@
+package postgres
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// encodeMap writes a string map as a count followed by length-prefixed keys
+// and values in key order; nil and empty maps encode as nil.
+func encodeMap(m map[string]string) []byte {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	n := binary.MaxVarintLen64
+	for k, v := range m {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2*binary.MaxVarintLen64
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, n)
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		v := m[k]
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
+var errCorrupt = errors.New("corrupt map encoding")
+
+func decodeMap(b []byte) (map[string]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, errCorrupt
+	}
+	b = b[k:]
+	m := make(map[string]string, n)
+	next := func() (string, error) {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < l {
+			return "", errCorrupt
+		}
+		s := string(b[k : k+int(l)])
+		b = b[k+int(l):]
+		return s, nil
+	}
+	for range n {
+		key, err := next()
+		if err != nil {
+			return nil, err
+		}
+		val, err := next()
+		if err != nil {
+			return nil, err
+		}
+		m[key] = val
+	}
+	return m, nil
+}
+
+// continueToken is the position after which a limited list resumes.
+type continueToken struct {
+	rev       int64
+	namespace string
+	name      string
+}
+
+func (c continueToken) encode() string {
+	b := binary.AppendVarint(nil, c.rev)
+	b = binary.AppendUvarint(b, uint64(len(c.namespace)))
+	b = append(b, c.namespace...)
+	b = append(b, c.name...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeContinue(s string) (continueToken, error) {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		return continueToken{}, fmt.Errorf("decode continue token: %w", err)
+	}
+	var c continueToken
+	var k int
+	c.rev, k = binary.Varint(b)
+	if k <= 0 {
+		return continueToken{}, errors.New("decode continue token: bad revision")
+	}
+	b = b[k:]
+	l, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < l {
+		return continueToken{}, errors.New("decode continue token: bad namespace")
+	}
+	c.namespace = string(b[k : k+int(l)])
+	c.name = string(b[k+int(l):])
+	return c, nil
+}

@@ -1,0 +1,250 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tether-edge/tether/store"
+)
+
+// feedChunk is how many log rows the feed reads per query.
+const feedChunk = 1000
+
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// poke wakes the feed.
+func (s *Store) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits for d or the end of the store; false when the store ends.
+func (s *Store) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// listen holds a connection that LISTENs for commits and wakes the feed for
+// each; it reconnects with backoff when the connection breaks and wakes the
+// feed once more after each reconnect, for what it missed meanwhile.
+func (s *Store) listen() {
+	backoff := minBackoff
+	for s.ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(s.ctx, s.connCfg.Copy())
+		if err == nil {
+			_, err = conn.Exec(s.ctx, "LISTEN "+notifyChannel)
+		}
+		if err == nil {
+			backoff = minBackoff
+			s.poke()
+			for {
+				if _, err = conn.WaitForNotification(s.ctx); err != nil {
+					break
+				}
+				s.poke()
+			}
+		}
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("listen for changes", "err", unavailable(err), "retry", backoff)
+		if !s.sleep(backoff) {
+			return
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// feed reads the change log above the newest revision it published whenever
+// woken, and fans the events out to the watchers. A failed read is retried
+// with backoff until the database answers again.
+func (s *Store) feed() {
+	backoff := minBackoff
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		case <-retry:
+		}
+		retry = nil
+		if err := s.catchUp(); err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("read change log", "err", err, "retry", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+	}
+}
+
+// catchUp publishes every committed revision above the feed's position.
+func (s *Store) catchUp() error {
+	for {
+		s.mu.Lock()
+		from := s.feedRev
+		s.mu.Unlock()
+		evs, to, head, compacted, err := s.readChunk(from)
+		if err != nil {
+			return err
+		}
+		s.noteRev(head)
+		s.noteCompacted(compacted)
+		// Revisions have no gaps (see the package documentation): what is
+		// missing was compacted while this server was not reading, and its
+		// watchers cannot be told what happened.
+		lost := func(at int64) {
+			s.resetLocked(fmt.Errorf("change feed at revision %d found the log compacted to %d: %w", at, compacted, store.ErrCompacted), at)
+		}
+		s.mu.Lock()
+		for _, ev := range evs {
+			r := ev.Object.Revision
+			if r != s.feedRev+1 {
+				lost(r - 1)
+			}
+			s.publishLocked(ev)
+			s.feedRev = r
+		}
+		if s.feedRev < to {
+			lost(to)
+			s.feedRev = to
+		}
+		done := s.feedRev >= head
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+	}
+}
+
+// resetLocked ends every watch with err and restarts the recent events
+// above base; s.mu is held.
+func (s *Store) resetLocked(err error, base int64) {
+	s.log.Error("change feed lost events", "err", err)
+	for w := range s.watchers {
+		w.end(err)
+		s.removeWatcherLocked(w)
+	}
+	s.ring = nil
+	s.ringBase = base
+}
+
+// readChunk reads up to feedChunk log rows above from in one snapshot,
+// with the newest and the compacted revision of that snapshot.
+func (s *Store) readChunk(from int64) (evs []*store.Event, to, head, compacted int64, err error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("begin feed read: %w", unavailable(err))
+	}
+	defer tx.Rollback(context.Background())
+	if err := tx.QueryRow(ctx, `SELECT rev, compacted FROM tether_counter WHERE id = 1`).Scan(&head, &compacted); err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("read revision: %w", unavailable(err))
+	}
+	if head <= from {
+		return nil, from, head, compacted, nil
+	}
+	to = min(head, from+feedChunk)
+	err = scanLog(ctx, tx, from, to, "", "", func(ev store.Event) error {
+		evs = append(evs, &ev)
+		return nil
+	})
+	return evs, to, head, compacted, err
+}
+
+// scanLog calls fn with the events of the log in (from, to], oldest first,
+// limited to one resource and namespace if given.
+func scanLog(ctx context.Context, tx pgx.Tx, from, to int64, resource, namespace string, fn func(store.Event) error) error {
+	q := `SELECT l.rev, l.type, l.resource, l.namespace, l.name, l.value, l.labels, l.fields,
+			p.rev, p.value, p.labels, p.fields
+		FROM tether_log l LEFT JOIN tether_log p ON p.rev = l.prev_rev AND l.prev_rev > 0
+		WHERE l.rev > $1 AND l.rev <= $2`
+	args := []any{from, to}
+	if resource != "" {
+		args = append(args, resource)
+		q += fmt.Sprintf(" AND l.resource = $%d", len(args))
+	}
+	if namespace != "" {
+		args = append(args, namespace)
+		q += fmt.Sprintf(" AND l.namespace = $%d", len(args))
+	}
+	q += ` ORDER BY l.rev`
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("query change log: %w", unavailable(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			rev            int64
+			typ            int16
+			k              store.Key
+			val, lb, fb    []byte
+			prev           *int64
+			pval, plb, pfb []byte
+		)
+		if err := rows.Scan(&rev, &typ, &k.Resource, &k.Namespace, &k.Name, &val, &lb, &fb, &prev, &pval, &plb, &pfb); err != nil {
+			return fmt.Errorf("read change log: %w", unavailable(err))
+		}
+		ev := store.Event{Type: store.EventType(typ)}
+		var pobj *store.Object
+		if prev != nil {
+			o := store.Object{Key: k, Value: nonNil(pval), Revision: *prev}
+			if o.Labels, err = decodeMap(plb); err != nil {
+				return fmt.Errorf("read change log at %d: %w", rev, err)
+			}
+			if o.Fields, err = decodeMap(pfb); err != nil {
+				return fmt.Errorf("read change log at %d: %w", rev, err)
+			}
+			pobj = &o
+		}
+		if ev.Type == store.Deleted {
+			if pobj == nil {
+				return fmt.Errorf("read change log at %d: deletion without previous state", rev)
+			}
+			ev.Object = *pobj
+			ev.Object.Revision = rev
+			ev.Prev = pobj
+		} else {
+			ev.Object = store.Object{Key: k, Value: nonNil(val), Revision: rev}
+			if ev.Object.Labels, err = decodeMap(lb); err != nil {
+				return fmt.Errorf("read change log at %d: %w", rev, err)
+			}
+			if ev.Object.Fields, err = decodeMap(fb); err != nil {
+				return fmt.Errorf("read change log at %d: %w", rev, err)
+			}
+			if ev.Type == store.Modified {
+				ev.Prev = pobj
+			}
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read change log: %w", unavailable(err))
+	}
+	return nil
+}

@@ -1,0 +1,336 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/tether-edge/tether/store"
+)
+
+type watcher struct {
+	s    *Store
+	opts store.WatchOptions
+	out  chan store.Event
+	// index is the field an equality term of the watch's field selector
+	// requires, and value its value: the watch is routed only the events
+	// whose object has (or had) that value. Empty: every event of the
+	// resource is queued and filtered by the watch.
+	index, value string
+
+	// replay (from, to] from the change log before the queue, if to > from.
+	replayFrom, replayTo int64
+	// after: events at or below it are not queued (the feed may not have
+	// reached the revision the watch starts from).
+	after int64
+
+	mu     sync.Mutex
+	queue  []*store.Event
+	signal chan struct{}
+
+	endOnce sync.Once
+	ended   chan struct{}
+	err     error
+}
+
+func (w *watcher) Events() <-chan store.Event { return w.out }
+
+func (w *watcher) Err() error {
+	<-w.ended
+	return w.err
+}
+
+func (w *watcher) Stop() {
+	w.s.mu.Lock()
+	w.s.removeWatcherLocked(w)
+	w.s.mu.Unlock()
+	w.end(nil)
+}
+
+// watchIndex returns the field and value of the first equality term of a
+// field selector, if any. A thousand agents each watching the pods bound to
+// their node would otherwise wake a thousand goroutines per pod change.
+func watchIndex(opts store.WatchOptions) (field, value string) {
+	if opts.Resource == "" || opts.Field == nil {
+		return "", ""
+	}
+	for _, r := range opts.Field.Requirements() {
+		if r.Operator == selection.Equals || r.Operator == selection.DoubleEquals {
+			return r.Field, r.Value
+		}
+	}
+	return "", ""
+}
+
+// watchRoutes holds the watchers of one resource that have an index.
+type watchRoutes map[string]map[string]map[*watcher]struct{} // field → value → watchers
+
+func (s *Store) addWatcherLocked(w *watcher) {
+	s.watchers[w] = struct{}{}
+	if w.index == "" {
+		s.unindexed[w] = struct{}{}
+		return
+	}
+	r := s.routes[w.opts.Resource]
+	if r == nil {
+		r = watchRoutes{}
+		s.routes[w.opts.Resource] = r
+	}
+	byValue := r[w.index]
+	if byValue == nil {
+		byValue = map[string]map[*watcher]struct{}{}
+		r[w.index] = byValue
+	}
+	set := byValue[w.value]
+	if set == nil {
+		set = map[*watcher]struct{}{}
+		byValue[w.value] = set
+	}
+	set[w] = struct{}{}
+}
+
+func (s *Store) removeWatcherLocked(w *watcher) {
+	if _, ok := s.watchers[w]; !ok {
+		return
+	}
+	delete(s.watchers, w)
+	if w.index == "" {
+		delete(s.unindexed, w)
+		return
+	}
+	r := s.routes[w.opts.Resource]
+	set := r[w.index][w.value]
+	delete(set, w)
+	if len(set) == 0 {
+		delete(r[w.index], w.value)
+		if len(r[w.index]) == 0 {
+			delete(r, w.index)
+			if len(r) == 0 {
+				delete(s.routes, w.opts.Resource)
+			}
+		}
+	}
+}
+
+func (w *watcher) end(err error) {
+	w.endOnce.Do(func() {
+		w.err = err
+		close(w.ended)
+	})
+}
+
+func (w *watcher) wants(ev *store.Event) bool {
+	k := ev.Object.Key
+	return (w.opts.Resource == "" || w.opts.Resource == k.Resource) &&
+		(w.opts.Namespace == "" || w.opts.Namespace == k.Namespace)
+}
+
+// push queues one event; called with the store lock held. It reports false
+// when the watcher overflowed and must be dropped.
+func (w *watcher) push(ev *store.Event) bool {
+	if ev.Object.Revision <= w.after || !w.wants(ev) {
+		return true
+	}
+	w.mu.Lock()
+	if len(w.queue) >= w.s.cfg.WatchQueue {
+		w.queue = nil
+		w.mu.Unlock()
+		w.end(store.ErrWatchOverflow)
+		return false
+	}
+	w.queue = append(w.queue, ev)
+	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// publishLocked records a committed event and fans it out; s.mu is held.
+func (s *Store) publishLocked(ev *store.Event) {
+	s.ring = append(s.ring, ev)
+	if len(s.ring) >= 2*s.cfg.WatchCache {
+		drop := len(s.ring) - s.cfg.WatchCache
+		s.ringBase = s.ring[drop-1].Object.Revision
+		s.ring = append(s.ring[:0:0], s.ring[drop:]...)
+	}
+	for w := range s.unindexed {
+		if !w.push(ev) {
+			s.removeWatcherLocked(w)
+		}
+	}
+	for field, byValue := range s.routes[ev.Object.Key.Resource] {
+		v := ev.Object.Fields[field]
+		for w := range byValue[v] {
+			if !w.push(ev) {
+				s.removeWatcherLocked(w)
+			}
+		}
+		// An object that leaves a watch's selection is still its event.
+		if ev.Prev != nil {
+			if pv := ev.Prev.Fields[field]; pv != v {
+				for w := range byValue[pv] {
+					if !w.push(ev) {
+						s.removeWatcherLocked(w)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Watch starts a watch; see store.WatchOptions.
+func (s *Store) Watch(ctx context.Context, opts store.WatchOptions) (store.Watcher, error) {
+	w := &watcher{
+		s:      s,
+		opts:   opts,
+		after:  opts.Revision,
+		out:    make(chan store.Event, 64),
+		signal: make(chan struct{}, 1),
+		ended:  make(chan struct{}),
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed.Load():
+		s.mu.Unlock()
+		return nil, store.ErrClosed
+	case opts.Revision < s.compacted.Load():
+		c := s.compacted.Load()
+		s.mu.Unlock()
+		return nil, fmt.Errorf("watch from revision %d, compacted %d: %w", opts.Revision, c, store.ErrCompacted)
+	case opts.Revision > s.rev.Load():
+		r := s.rev.Load()
+		s.mu.Unlock()
+		return nil, fmt.Errorf("watch from revision %d, current %d: %w", opts.Revision, r, store.ErrFutureRevision)
+	}
+	if opts.Revision >= s.ringBase {
+		i := sort.Search(len(s.ring), func(i int) bool { return s.ring[i].Object.Revision > opts.Revision })
+		for _, ev := range s.ring[i:] {
+			if w.wants(ev) {
+				w.queue = append(w.queue, ev)
+			}
+		}
+	} else {
+		w.replayFrom, w.replayTo = opts.Revision, s.feedRev
+	}
+	w.index, w.value = watchIndex(opts)
+	s.addWatcherLocked(w)
+	s.mu.Unlock()
+	go w.run(ctx)
+	return w, nil
+}
+
+func (w *watcher) run(ctx context.Context) {
+	defer close(w.out)
+	defer func() {
+		w.s.mu.Lock()
+		w.s.removeWatcherLocked(w)
+		w.s.mu.Unlock()
+	}()
+	if w.replayTo > w.replayFrom {
+		if err := w.replay(ctx); err != nil {
+			if ctx.Err() != nil {
+				err = nil
+			}
+			w.end(err)
+			return
+		}
+	}
+	for {
+		w.mu.Lock()
+		q := w.queue
+		w.queue = nil
+		w.mu.Unlock()
+		for _, ev := range q {
+			if !w.send(ctx, *ev, w.opts.ReadOnly) {
+				return
+			}
+		}
+		if len(q) > 0 {
+			continue
+		}
+		select {
+		case <-w.signal:
+		case <-w.ended:
+			return
+		case <-ctx.Done():
+			w.end(nil)
+			return
+		}
+	}
+}
+
+// send filters and delivers one event; false when the watch ended. An
+// event that shares the store's state is copied unless shared says the
+// consumer may have it as it is: it was read for this watch alone, or the
+// watch is read-only.
+func (w *watcher) send(ctx context.Context, ev store.Event, shared bool) bool {
+	ev, ok := store.FilterEvent(w.opts.Label, w.opts.Field, ev)
+	if !ok {
+		return true
+	}
+	if !shared {
+		ev.Object = cloneObject(ev.Object)
+		if ev.Prev != nil {
+			p := cloneObject(*ev.Prev)
+			ev.Prev = &p
+		}
+	}
+	select {
+	case <-w.ended:
+		return false
+	default:
+	}
+	select {
+	case w.out <- ev:
+		return true
+	case <-w.ended:
+		return false
+	case <-ctx.Done():
+		w.end(nil)
+		return false
+	}
+}
+
+// replay delivers (replayFrom, replayTo] from the change log in one
+// snapshot, so compaction cannot remove rows underneath it.
+func (w *watcher) replay(ctx context.Context) error {
+	tx, err := w.s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin replay: %w", unavailable(err))
+	}
+	defer tx.Rollback(context.Background())
+	var compacted int64
+	if err := tx.QueryRow(ctx, `SELECT compacted FROM tether_counter WHERE id = 1`).Scan(&compacted); err != nil {
+		return fmt.Errorf("read compacted revision: %w", unavailable(err))
+	}
+	if w.replayFrom < compacted {
+		return fmt.Errorf("replay from revision %d, compacted %d: %w", w.replayFrom, compacted, store.ErrCompacted)
+	}
+	stopped := errors.New("watch ended")
+	err = scanLog(ctx, tx, w.replayFrom, w.replayTo, w.opts.Resource, w.opts.Namespace, func(ev store.Event) error {
+		if !w.send(ctx, ev, true) {
+			return stopped
+		}
+		return nil
+	})
+	if err == stopped {
+		return w.errOr(nil)
+	}
+	return err
+}
+
+func (w *watcher) errOr(def error) error {
+	select {
+	case <-w.ended:
+		return w.err
+	default:
+		return def
+	}
+}

@@ -1,0 +1,368 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tether-edge/tether/store"
+)
+
+type opKind int
+
+const (
+	opCreate opKind = iota
+	opUpdate
+	opDelete
+)
+
+type op struct {
+	kind     opKind
+	obj      store.Object
+	expected int64
+	res      chan opResult
+}
+
+type opResult struct {
+	rev int64
+	obj store.Object
+	err error
+}
+
+// current is one key's state as the database holds it.
+type current struct {
+	value          []byte
+	labels, fields map[string]string
+	rev            int64
+}
+
+func (c *current) object(k store.Key) store.Object {
+	return store.Object{Key: k, Value: c.value, Labels: c.labels, Fields: c.fields, Revision: c.rev}
+}
+
+// logRow is one change-log row a batch writes.
+type logRow struct {
+	rev     int64
+	typ     store.EventType
+	key     store.Key
+	next    *current // nil for deletions
+	prevRev int64
+}
+
+type writer struct {
+	s *Store
+}
+
+func (s *Store) submit(ctx context.Context, o *op) (opResult, error) {
+	o.res = make(chan opResult, 1)
+	// sendMu orders sends before Close: once Close holds it, nothing more
+	// enters the queue, so the writer's final drain answers every op.
+	s.sendMu.RLock()
+	if s.sendClosed {
+		s.sendMu.RUnlock()
+		return opResult{}, store.ErrClosed
+	}
+	select {
+	case s.ops <- o:
+		s.sendMu.RUnlock()
+	case <-ctx.Done():
+		s.sendMu.RUnlock()
+		return opResult{}, fmt.Errorf("queue write: %w", ctx.Err())
+	}
+	// Once queued, the write is attempted; wait for it even if ctx ends so
+	// the caller never mistakes a committed write for a failed one.
+	r := <-o.res
+	return r, r.err
+}
+
+func (s *Store) checkObject(obj store.Object) error {
+	if obj.Resource == "" || obj.Name == "" {
+		return fmt.Errorf("write %v: resource and name are required", obj.Key)
+	}
+	if len(obj.Value) > s.cfg.MaxValueSize {
+		return fmt.Errorf("write %v: %d bytes: %w", obj.Key, len(obj.Value), store.ErrTooLarge)
+	}
+	return nil
+}
+
+// Create stores a new object.
+func (s *Store) Create(ctx context.Context, obj store.Object) (int64, error) {
+	if err := s.checkObject(obj); err != nil {
+		return 0, err
+	}
+	r, err := s.submit(ctx, &op{kind: opCreate, obj: cloneObject(obj)})
+	return r.rev, err
+}
+
+// Update replaces an existing object.
+func (s *Store) Update(ctx context.Context, obj store.Object, expected int64) (int64, error) {
+	if err := s.checkObject(obj); err != nil {
+		return 0, err
+	}
+	r, err := s.submit(ctx, &op{kind: opUpdate, obj: cloneObject(obj), expected: expected})
+	return r.rev, err
+}
+
+// Delete removes an object and returns its last state.
+func (s *Store) Delete(ctx context.Context, key store.Key, expected int64) (store.Object, error) {
+	r, err := s.submit(ctx, &op{kind: opDelete, obj: store.Object{Key: key}, expected: expected})
+	return r.obj, err
+}
+
+// run drains the queue into one transaction per batch until Close.
+func (w *writer) run() {
+	s := w.s
+	defer close(s.done)
+	batch := make([]*op, 0, s.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		case <-s.quit:
+			for {
+				select {
+				case o := <-s.ops:
+					batch = append(batch, o)
+					if len(batch) == s.cfg.MaxBatch {
+						w.commit(batch)
+						batch = batch[:0]
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if len(batch) > 0 {
+				w.commit(batch)
+			}
+			return
+		}
+	fill:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		w.commit(batch)
+	}
+}
+
+func sameMap(a, b map[string]string) bool {
+	return len(a) == len(b) && maps.Equal(a, b)
+}
+
+func verb(k opKind) string {
+	switch k {
+	case opCreate:
+		return "create"
+	case opUpdate:
+		return "update"
+	}
+	return "delete"
+}
+
+// commit runs one batch in one transaction and answers its operations.
+func (w *writer) commit(batch []*op) {
+	s := w.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+	defer cancel()
+	results := make([]opResult, len(batch))
+	last, err := w.apply(ctx, batch, results)
+	if err != nil {
+		err = unavailable(err)
+		s.log.Error("commit batch", "ops", len(batch), "err", err)
+		for i := range batch {
+			batch[i].res <- opResult{err: fmt.Errorf("%s %v: %w", verb(batch[i].kind), batch[i].obj.Key, err)}
+		}
+		return
+	}
+	if last > 0 {
+		s.noteRev(last)
+		s.poke()
+	}
+	for i := range batch {
+		batch[i].res <- results[i]
+	}
+}
+
+// apply checks the batch against the current state under the write lock,
+// writes it and commits; it returns the newest revision written (zero if
+// none) and fills in each operation's result.
+func (w *writer) apply(ctx context.Context, batch []*op, results []opResult) (int64, error) {
+	s := w.s
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	// See the package documentation: the lock orders revisions by commit.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, writeLock); err != nil {
+		return 0, fmt.Errorf("take write lock: %w", err)
+	}
+	var rev int64
+	if err := tx.QueryRow(ctx, `SELECT rev FROM tether_counter WHERE id = 1`).Scan(&rev); err != nil {
+		return 0, fmt.Errorf("read revision: %w", err)
+	}
+	cur, err := loadCurrent(ctx, tx, batch)
+	if err != nil {
+		return 0, err
+	}
+	var rows []logRow
+	for i, o := range batch {
+		k := o.obj.Key
+		c := cur[k]
+		switch o.kind {
+		case opCreate:
+			if c != nil {
+				results[i].err = fmt.Errorf("create %v: %w", k, store.ErrExists)
+				continue
+			}
+		case opUpdate, opDelete:
+			if c == nil {
+				results[i].err = fmt.Errorf("%s %v: %w", verb(o.kind), k, store.ErrNotFound)
+				continue
+			}
+			if o.expected != 0 && o.expected != c.rev {
+				results[i].err = fmt.Errorf("%s %v at revision %d, current %d: %w", verb(o.kind), k, o.expected, c.rev, store.ErrConflict)
+				continue
+			}
+			if o.kind == opUpdate && bytes.Equal(c.value, o.obj.Value) && sameMap(c.labels, o.obj.Labels) && sameMap(c.fields, o.obj.Fields) {
+				results[i].rev = c.rev
+				continue
+			}
+		}
+		rev++
+		row := logRow{rev: rev, key: k}
+		if c != nil {
+			row.prevRev = c.rev
+		}
+		if o.kind == opDelete {
+			row.typ = store.Deleted
+			dead := c.object(k)
+			dead.Revision = rev
+			results[i].obj = cloneObject(dead)
+			cur[k] = nil
+		} else {
+			row.typ = store.Added
+			if c != nil {
+				row.typ = store.Modified
+			}
+			row.next = &current{value: nonNil(o.obj.Value), labels: o.obj.Labels, fields: o.obj.Fields, rev: rev}
+			cur[k] = row.next
+		}
+		results[i].rev = rev
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	if err := writeRows(ctx, tx, rows, rev); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return rev, nil
+}
+
+// loadCurrent reads the current state of the batch's keys.
+func loadCurrent(ctx context.Context, tx pgx.Tx, batch []*op) (map[store.Key]*current, error) {
+	cur := make(map[store.Key]*current, len(batch))
+	var res, nss, names []string
+	for _, o := range batch {
+		k := o.obj.Key
+		if _, ok := cur[k]; ok {
+			continue
+		}
+		cur[k] = nil
+		res, nss, names = append(res, k.Resource), append(nss, k.Namespace), append(names, k.Name)
+	}
+	rows, err := tx.Query(ctx, `SELECT o.resource, o.namespace, o.name, o.rev, l.value, l.labels, l.fields
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS k(resource, namespace, name)
+		JOIN tether_objects o ON o.resource = k.resource AND o.namespace = k.namespace AND o.name = k.name
+		JOIN tether_log l ON l.rev = o.rev`, res, nss, names)
+	if err != nil {
+		return nil, fmt.Errorf("read current state: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k store.Key
+		var c current
+		var lb, fb []byte
+		if err := rows.Scan(&k.Resource, &k.Namespace, &k.Name, &c.rev, &c.value, &lb, &fb); err != nil {
+			return nil, fmt.Errorf("read current state: %w", err)
+		}
+		c.value = nonNil(c.value)
+		if c.labels, err = decodeMap(lb); err != nil {
+			return nil, fmt.Errorf("read labels of %v: %w", k, err)
+		}
+		if c.fields, err = decodeMap(fb); err != nil {
+			return nil, fmt.Errorf("read fields of %v: %w", k, err)
+		}
+		cur[k] = &c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read current state: %w", err)
+	}
+	return cur, nil
+}
+
+// writeRows appends the log rows, points the objects at their newest rows,
+// moves the counter to rev and notifies listeners, in one round trip.
+func writeRows(ctx context.Context, tx pgx.Tx, rows []logRow, rev int64) error {
+	n := len(rows)
+	var (
+		revs, prevs       = make([]int64, n), make([]int64, n)
+		types             = make([]int16, n)
+		res, nss, names   = make([]string, n), make([]string, n), make([]string, n)
+		vals, lbls, flds  = make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		final             = map[store.Key]*logRow{}
+		upR, upN, upM     []string
+		upRev             []int64
+		delR, delN, delNm []string
+	)
+	for i := range rows {
+		r := &rows[i]
+		revs[i], prevs[i], types[i] = r.rev, r.prevRev, int16(r.typ)
+		res[i], nss[i], names[i] = r.key.Resource, r.key.Namespace, r.key.Name
+		if r.next != nil {
+			vals[i], lbls[i], flds[i] = r.next.value, encodeMap(r.next.labels), encodeMap(r.next.fields)
+		}
+		final[r.key] = r
+	}
+	// One row per key: a batch may write a key more than once.
+	for k, r := range final {
+		if r.next == nil {
+			delR, delN, delNm = append(delR, k.Resource), append(delN, k.Namespace), append(delNm, k.Name)
+			continue
+		}
+		upR, upN, upM, upRev = append(upR, k.Resource), append(upN, k.Namespace), append(upM, k.Name), append(upRev, r.rev)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO tether_log (rev, type, resource, namespace, name, value, labels, fields, prev_rev)
+		SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::bytea[], $9::bigint[])`,
+		revs, types, res, nss, names, vals, lbls, flds, prevs)
+	if len(delR) > 0 {
+		b.Queue(`DELETE FROM tether_objects o USING unnest($1::text[], $2::text[], $3::text[]) AS k(resource, namespace, name)
+			WHERE o.resource = k.resource AND o.namespace = k.namespace AND o.name = k.name`, delR, delN, delNm)
+	}
+	if len(upR) > 0 {
+		b.Queue(`INSERT INTO tether_objects (resource, namespace, name, rev)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+			ON CONFLICT (resource, namespace, name) DO UPDATE SET rev = excluded.rev`, upR, upN, upM, upRev)
+	}
+	b.Queue(`UPDATE tether_counter SET rev = $1 WHERE id = 1`, rev)
+	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, strconv.FormatInt(rev, 10))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write %d changes: %w", n, err)
+	}
+	return nil
+}
