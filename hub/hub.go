@@ -54,6 +54,11 @@ type Config struct {
 	// ServiceCIDR is the range of Service cluster IPs; "" means
 	// 10.0.0.0/16. Its first address is the kubernetes Service's.
 	ServiceCIDR string
+	// Datastore is where the store lives: empty for SQLite in DataDir
+	// (state.db), or a postgres:// URL for a PostgreSQL database (see
+	// store/postgres), which records the cluster's CA key hash and refuses
+	// to open another cluster's data.
+	Datastore string
 	// ChangeLogRetain is how many revisions the store's change log keeps
 	// (watches may resume from within them); zero means the store's
 	// default, 100,000.
@@ -129,6 +134,9 @@ type Hub struct {
 func New(cfg Config) (*Hub, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("create hub: no data directory")
+	}
+	if cfg.Datastore != "" && !isPostgresDatastore(cfg.Datastore) {
+		return nil, fmt.Errorf("create hub: datastore %q is neither empty (SQLite) nor a postgres:// URL", redactDSN(cfg.Datastore))
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "0.0.0.0:6443"

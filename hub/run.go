@@ -37,7 +37,6 @@ import (
 	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
-	"github.com/tether-edge/tether/store/sqlite"
 	"github.com/tether-edge/tether/tunnel"
 )
 
@@ -164,12 +163,7 @@ func (r *run) open(ctx context.Context) error {
 		return err
 	}
 
-	st, err := sqlite.Open(sqlite.Config{
-		Path:            filepath.Join(cfg.DataDir, "state.db"),
-		Retain:          cfg.ChangeLogRetain,
-		CompactInterval: cfg.CompactInterval,
-		Logger:          cfg.Logger.With("component", "store"),
-	})
+	st, err := openStore(ctx, cfg, r.authority.CAHash())
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func newHubCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "hub --data-dir DIR",
-		Short: "Run the hub: the Kubernetes API server over an embedded SQLite store",
+		Short: "Run the hub: the Kubernetes API server over an embedded SQLite store or PostgreSQL",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel)
@@ -56,6 +56,7 @@ func newHubCmd() *cobra.Command {
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "address clients and the kubernetes Service use to reach the API (default: the listen address, or the first non-loopback address when listening on all)")
 	f.StringSliceVar(&cfg.SANs, "tls-san", nil, "extra DNS names or IPs for the serving certificate")
 	f.StringVar(&cfg.ServiceCIDR, "service-cidr", "10.0.0.0/16", "range for Service cluster IPs")
+	f.StringVar(&cfg.Datastore, "datastore", "", "where the store lives: empty for SQLite in --data-dir, or a postgres:// URL of a PostgreSQL database")
 	f.Int64Var(&cfg.ChangeLogRetain, "change-log-retain", 0, "revisions the change log keeps for resuming watches (0: 100000)")
 	f.DurationVar(&cfg.CompactInterval, "compact-interval", 0, "how often the change log is compacted (0: 30s)")
 	f.StringVar(&cfg.TunnelListen, "tunnel-listen", "", "UDP address of the edge tunnel (default: the API's address and port)")
