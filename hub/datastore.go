@@ -2,7 +2,13 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -55,4 +61,25 @@ func redactDSN(ds string) string {
 		return scheme + "://" + user + ":xxxxx@" + host
 	}
 	return ds
+}
+
+// ClusterID returns the identity a hub with dataDir records in a
+// PostgreSQL datastore: the hash of its CA's public key, as
+// pki.Authority.CAHash gives it. It reads the CA certificate and creates
+// nothing.
+func ClusterID(dataDir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "pki", "ca.crt"))
+	if err != nil {
+		return "", fmt.Errorf("read the cluster's CA: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "", errors.New("read the cluster's CA: no PEM block")
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("parse the cluster's CA: %w", err)
+	}
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }

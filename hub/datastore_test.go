@@ -3,6 +3,7 @@ package hub_test
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +67,53 @@ func TestPostgresDatastore(t *testing.T) {
 	b, err = exec.CommandContext(ctx, h.Bin, "hub", "--data-dir", t.TempDir(), "--datastore", "mysql://u:secret@db/tether").CombinedOutput()
 	if err == nil || !strings.Contains(string(b), `datastore "mysql://u:xxxxx@db/tether" is neither empty (SQLite) nor a postgres:// URL`) {
 		t.Fatalf("hub with an unknown datastore: %v\n%s", err, b)
+	}
+}
+
+// TestMigrateSQLiteToPostgres copies a stopped hub's SQLite store into
+// PostgreSQL with `tether store migrate` and runs the hub on it: objects
+// and their resourceVersions are kept and new writes continue above them.
+func TestMigrateSQLiteToPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase()
+	h := hubtest.Start(t, apiOnly...)
+	h.MustRun("create", "namespace", "mig")
+	h.MustRun("-n", "mig", "create", "configmap", "a", "--from-literal=k=1")
+	h.MustRun("-n", "mig", "create", "secret", "generic", "s", "--from-literal=p=q")
+	h.MustRun("-n", "mig", "label", "configmap", "a", "tier=web")
+	h.MustRun("-n", "mig", "create", "configmap", "gone", "--from-literal=k=2")
+	h.MustRun("-n", "mig", "delete", "configmap", "gone")
+	const rvs = `{range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion} {end}`
+	before := h.MustRun("-n", "mig", "get", "configmaps,secrets", "-o", "jsonpath="+rvs)
+	h.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	migrate := func() (string, error) {
+		b, err := exec.CommandContext(ctx, h.Bin, "store", "migrate", "--from", "sqlite:"+h.DataDir, "--to", dsn).CombinedOutput()
+		return string(b), err
+	}
+	if out, err := migrate(); err != nil || !strings.Contains(out, "copied") {
+		t.Fatalf("tether store migrate: %v\n%s", err, out)
+	}
+	if out, err := migrate(); err == nil || !strings.Contains(out, "import only into an empty one") {
+		t.Fatalf("second migrate into the same database: %v\n%s", err, out)
+	}
+
+	h.Restart(append(apiOnly, "--datastore", dsn)...)
+	after := h.MustRun("-n", "mig", "get", "configmaps,secrets", "-o", "jsonpath="+rvs)
+	if after != before {
+		t.Fatalf("objects after migration:\n%s\nbefore:\n%s", after, before)
+	}
+	if out := h.MustRun("-n", "mig", "get", "configmaps", "-l", "tier=web", "-o", "name"); out != "configmap/a\n" {
+		t.Fatalf("label selector after migration: %q", out)
+	}
+	old := h.MustRun("-n", "mig", "get", "configmap", "a", "-o", "jsonpath={.metadata.resourceVersion}")
+	h.MustRun("-n", "mig", "label", "configmap", "a", "tier=db", "--overwrite")
+	now := h.MustRun("-n", "mig", "get", "configmap", "a", "-o", "jsonpath={.metadata.resourceVersion}")
+	o, _ := strconv.ParseInt(old, 10, 64)
+	n, _ := strconv.ParseInt(now, 10, 64)
+	if n <= o {
+		t.Fatalf("resourceVersion after an update on PostgreSQL %d, not above %d", n, o)
 	}
 }

@@ -22,7 +22,7 @@ const kubernetesVersion = hub.KubernetesVersion
 // commands are the subcommands of the full binary: the hub's, the join
 // tokens', the users' and the agent's.
 func commands() []*cobra.Command {
-	return []*cobra.Command{newHubCmd(), newTokenCmd(), newUserCmd(), newEdgeCmd()}
+	return []*cobra.Command{newHubCmd(), newStoreCmd(), newTokenCmd(), newUserCmd(), newEdgeCmd()}
 }
 
 func newHubCmd() *cobra.Command {
