@@ -1,4 +1,5 @@
-// Command kinebench runs the storebench workload against kine over SQLite,
+// Command kinebench runs the storebench workload against kine over SQLite
+// (or the datastore -endpoint names, e.g. PostgreSQL),
 // started in-process with endpoint.Listen and reached through an etcd v3
 // client, the way k3s runs its API server on kine. It prints the result as
 // JSON on stdout.
@@ -38,6 +39,8 @@ func run() error {
 		writers string
 		dir     string
 		sync    string
+		// datastore: kine's datastore endpoint; empty means SQLite in dir.
+		datastore string
 	)
 	flag.StringVar(&cfg.Name, "name", "", "result name (default kine, or kine-full with -synchronous=FULL)")
 	flag.IntVar(&cfg.Objects, "objects", 10000, "pods created and updated per write phase")
@@ -45,6 +48,7 @@ func run() error {
 	flag.IntVar(&cfg.Lists, "lists", 50, "timed full lists")
 	flag.StringVar(&dir, "dir", "", "data directory (default: a new temporary one, removed afterwards)")
 	flag.StringVar(&sync, "synchronous", "", "override _synchronous in kine's default DSN (e.g. FULL)")
+	flag.StringVar(&datastore, "endpoint", "", "kine's datastore endpoint instead of SQLite in -dir, e.g. postgres://...")
 	flag.Parse()
 	ws, err := storebench.ParseWriters(writers)
 	if err != nil {
@@ -72,10 +76,15 @@ func run() error {
 		params = strings.Replace(params, "_synchronous=NORMAL", "_synchronous="+sync, 1)
 	}
 	dbPath := filepath.Join(dir, "state.db")
+	if datastore == "" {
+		datastore = "sqlite://" + dbPath + "?" + params
+	} else if cfg.Name == "kine" {
+		cfg.Name = "kine-" + strings.SplitN(datastore, ":", 2)[0]
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ecfg, err := endpoint.Listen(ctx, endpoint.Config{
-		Endpoint: "sqlite://" + dbPath + "?" + params,
+		Endpoint: datastore,
 		Listener: "unix://" + filepath.Join(dir, "kine.sock"),
 		// The defaults of kine's own command line.
 		ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
@@ -102,6 +111,16 @@ func run() error {
 	t := &target{cli: cli, size: func() (int64, error) {
 		return storebench.FilesSize(dbPath, dbPath+"-wal", dbPath+"-shm")
 	}}
+	if !strings.HasPrefix(datastore, "sqlite://") {
+		// kine reports its table's size as the database size.
+		t.size = func() (int64, error) {
+			st, err := cli.Status(ctx, ecfg.Endpoints[0])
+			if err != nil {
+				return 0, fmt.Errorf("read kine's size: %w", err)
+			}
+			return st.DbSize, nil
+		}
+	}
 	res, err := storebench.Run(ctx, t, cfg)
 	if err != nil {
 		return fmt.Errorf("run workload: %w", err)

@@ -1,0 +1,67 @@
+package storebench_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tether-edge/tether/store/postgres"
+	"github.com/tether-edge/tether/store/postgres/pgtest"
+	"github.com/tether-edge/tether/store/storebench"
+)
+
+// pgSize is the on-disk size of tether's tables in the database at dsn.
+func pgSize(ctx context.Context, dsn string) (int64, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c))::bigint
+		FROM unnest('{tether_log,tether_objects,tether_counter,tether_meta}'::regclass[]) AS c`).Scan(&n)
+	return n, err
+}
+
+// TestComparePostgres runs the workload against tether's PostgreSQL backend
+// and kine over PostgreSQL, each on its own database of one throw-away
+// cluster, and prints the comparison. Short by default; -storebench.full
+// runs the full workload.
+func TestComparePostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	cfg := storebench.Config{Objects: 1000, Writers: []int{1, 16, 64}, Lists: 5}
+	if *full {
+		cfg = storebench.Config{Objects: 10000, Writers: []int{1, 16, 64}, Lists: 50}
+	}
+	kineBin := filepath.Join(t.TempDir(), "kinebench")
+	buildPeer(t, "kine", kineBin)
+	ctx := context.Background()
+	var teth, kine []storebench.Result
+	for range max(1, *runs) {
+		dsn := pg.NewDatabase()
+		s, err := postgres.Open(ctx, postgres.Config{DSN: dsn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt := &tetherTarget{s: s, size: func() (int64, error) { return pgSize(ctx, dsn) }}
+		c := cfg
+		c.Name = "tether-postgres"
+		res, err := storebench.Run(ctx, tt, c)
+		tt.Close()
+		if err != nil {
+			t.Fatalf("run tether on postgres: %v", err)
+		}
+		teth = append(teth, res)
+		kine = append(kine, runPeer(t, kineBin, cfg, "-endpoint", pg.NewDatabase()))
+	}
+	var b bytes.Buffer
+	if err := storebench.WriteTable(&b, storebench.Median(teth), storebench.Median(kine)); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stdout, "store comparison on PostgreSQL (median of %d run(s)):\n%s", max(1, *runs), b.String())
+}
