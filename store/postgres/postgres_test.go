@@ -284,3 +284,76 @@ func TestDatabaseRestart(t *testing.T) {
 	}
 	t.Logf("%d writes acknowledged across the outage, %d refused", len(acked), len(failed))
 }
+
+// TestTwoServersShareRevisions writes through two Stores on one database at
+// once, as two hubs would: the revisions they acknowledge are exactly
+// 1..n, no gaps and no duplicates, and a watch on either Store delivers all
+// of them in order, including the other's.
+func TestTwoServersShareRevisions(t *testing.T) {
+	c := pgtest.Start(t)
+	dsn := c.NewDatabase()
+	a := mustOpen(t, Config{DSN: dsn})
+	b := mustOpen(t, Config{DSN: dsn})
+	ctx := context.Background()
+	var watchers []store.Watcher
+	for _, s := range []*Store{a, b} {
+		w, err := s.Watch(ctx, store.WatchOptions{Resource: "pods"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		watchers = append(watchers, w)
+	}
+	const each = 150
+	var mu sync.Mutex
+	var acked []int64
+	var wg sync.WaitGroup
+	for i, s := range []*Store{a, b} {
+		for g := range 6 {
+			wg.Go(func() {
+				for j := range each {
+					k := store.Key{Resource: "pods", Namespace: "ns", Name: fmt.Sprintf("s%d-%d-%d", i, g, j%10)}
+					var rev int64
+					var err error
+					if j < 10 {
+						rev, err = s.Create(ctx, store.Object{Key: k, Value: []byte("v0")})
+					} else {
+						rev, err = s.Update(ctx, store.Object{Key: k, Value: fmt.Appendf(nil, "v%d", j)}, 0)
+					}
+					if err != nil {
+						t.Errorf("write through server %d: %v", i, err)
+						return
+					}
+					mu.Lock()
+					acked = append(acked, rev)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	slices.Sort(acked)
+	for i, r := range acked {
+		if r != int64(i+1) {
+			t.Fatalf("acknowledged revisions are not 1..%d: at %d found %d", len(acked), i+1, r)
+		}
+	}
+	for i, w := range watchers {
+		for n := range len(acked) {
+			select {
+			case ev, ok := <-w.Events():
+				if !ok {
+					t.Fatalf("watch on server %d ended: %v", i, w.Err())
+				}
+				if ev.Object.Revision != int64(n+1) {
+					t.Fatalf("watch on server %d delivered revision %d as event %d", i, ev.Object.Revision, n+1)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("watch on server %d delivered %d of %d events", i, n, len(acked))
+			}
+		}
+	}
+	if a.Revision() != int64(len(acked)) || b.Revision() != int64(len(acked)) {
+		t.Fatalf("revisions %d and %d after %d writes", a.Revision(), b.Revision(), len(acked))
+	}
+}
