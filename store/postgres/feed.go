@@ -150,33 +150,53 @@ func (s *Store) resetLocked(err error, base int64) {
 	s.ringBase = base
 }
 
-// readChunk reads up to feedChunk log rows above from in one snapshot,
-// with the newest and the compacted revision of that snapshot.
+// readChunk reads the log rows in (from, from+feedChunk] with the newest
+// and the compacted revision, in one snapshot and one round trip.
 func (s *Store) readChunk(from int64) (evs []*store.Event, to, head, compacted int64, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("connect for the change feed: %w", unavailable(err))
+	}
+	defer conn.Release()
+	// The snapshot is taken by the first query, so every log row it shows
+	// is at or below the counter it shows.
+	q, args := logQuery(from, from+feedChunk, "", "")
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
+	b.Queue(`SELECT rev, compacted FROM tether_counter WHERE id = 1`)
+	b.Queue(q, args...)
+	b.Queue(`COMMIT`)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
 		return nil, 0, 0, 0, fmt.Errorf("begin feed read: %w", unavailable(err))
 	}
-	defer tx.Rollback(context.Background())
-	if err := tx.QueryRow(ctx, `SELECT rev, compacted FROM tether_counter WHERE id = 1`).Scan(&head, &compacted); err != nil {
+	if err := br.QueryRow().Scan(&head, &compacted); err != nil {
 		return nil, 0, 0, 0, fmt.Errorf("read revision: %w", unavailable(err))
 	}
-	if head <= from {
-		return nil, from, head, compacted, nil
+	rows, err := br.Query()
+	if err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("query change log: %w", unavailable(err))
 	}
-	to = min(head, from+feedChunk)
-	err = scanLog(ctx, tx, from, to, "", "", func(ev store.Event) error {
+	err = scanEvents(rows, func(ev store.Event) error {
 		evs = append(evs, &ev)
 		return nil
 	})
-	return evs, to, head, compacted, err
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("end feed read: %w", unavailable(err))
+	}
+	return evs, max(from, min(head, from+feedChunk)), head, compacted, nil
 }
 
-// scanLog calls fn with the events of the log in (from, to], oldest first,
-// limited to one resource and namespace if given.
-func scanLog(ctx context.Context, tx pgx.Tx, from, to int64, resource, namespace string, fn func(store.Event) error) error {
+// logQuery selects the events of the log in (from, to], oldest first,
+// limited to one resource and namespace if given, with each row's previous
+// state.
+func logQuery(from, to int64, resource, namespace string) (string, []any) {
 	q := `SELECT l.rev, l.type, l.resource, l.namespace, l.name, l.value, l.labels, l.fields,
 			p.rev, p.value, p.labels, p.fields
 		FROM tether_log l LEFT JOIN tether_log p ON p.rev = l.prev_rev AND l.prev_rev > 0
@@ -190,12 +210,13 @@ func scanLog(ctx context.Context, tx pgx.Tx, from, to int64, resource, namespace
 		args = append(args, namespace)
 		q += fmt.Sprintf(" AND l.namespace = $%d", len(args))
 	}
-	q += ` ORDER BY l.rev`
-	rows, err := tx.Query(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("query change log: %w", unavailable(err))
-	}
+	return q + ` ORDER BY l.rev`, args
+}
+
+// scanEvents turns logQuery's rows into events and calls fn with each.
+func scanEvents(rows pgx.Rows, fn func(store.Event) error) error {
 	defer rows.Close()
+	var err error
 	for rows.Next() {
 		var (
 			rev            int64

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tether-edge/tether/store"
 )
 
@@ -48,7 +50,7 @@ func (s *Store) Import(ctx context.Context, rev int64, objs []store.Object) erro
 			rows[i] = logRow{rev: o.Revision, typ: store.Added, key: o.Key,
 				next: &current{value: nonNil(o.Value), labels: o.Labels, fields: o.Fields, rev: o.Revision}}
 		}
-		if err := writeRows(ctx, tx, rows, rev); err != nil {
+		if err := tx.SendBatch(ctx, queueRows(&pgx.Batch{}, rows, rev)).Close(); err != nil {
 			return fmt.Errorf("import: %w", unavailable(err))
 		}
 	}

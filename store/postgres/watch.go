@@ -314,7 +314,12 @@ func (w *watcher) replay(ctx context.Context) error {
 		return fmt.Errorf("replay from revision %d, compacted %d: %w", w.replayFrom, compacted, store.ErrCompacted)
 	}
 	stopped := errors.New("watch ended")
-	err = scanLog(ctx, tx, w.replayFrom, w.replayTo, w.opts.Resource, w.opts.Namespace, func(ev store.Event) error {
+	q, args := logQuery(w.replayFrom, w.replayTo, w.opts.Resource, w.opts.Namespace)
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("query change log: %w", unavailable(err))
+	}
+	err = scanEvents(rows, func(ev store.Event) error {
 		if !w.send(ctx, ev, true) {
 			return stopped
 		}

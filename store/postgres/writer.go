@@ -198,22 +198,44 @@ func (w *writer) commit(batch []*op) {
 // none) and fills in each operation's result.
 func (w *writer) apply(ctx context.Context, batch []*op, results []opResult) (int64, error) {
 	s := w.s
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
+		return 0, fmt.Errorf("connect: %w", err)
+	}
+	// A connection left inside the transaction by a failure is closed
+	// rather than reused, which rolls the transaction back.
+	defer conn.Release()
+	// One round trip: begin, take the lock (see the package
+	// documentation: it orders revisions by commit), then read the counter
+	// and the batch's keys. Each statement after the lock takes a snapshot
+	// of its own, so they see every commit that came before the lock.
+	keys := batchKeys(batch)
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(`SELECT pg_advisory_xact_lock($1)`, writeLock)
+	b.Queue(`SELECT rev FROM tether_counter WHERE id = 1`)
+	b.Queue(currentQuery, keys.res, keys.nss, keys.names)
+	br := conn.SendBatch(ctx, b)
+	var rev int64
+	if _, err := br.Exec(); err != nil {
+		br.Close()
 		return 0, fmt.Errorf("begin: %w", err)
 	}
-	defer tx.Rollback(context.Background())
-	// See the package documentation: the lock orders revisions by commit.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, writeLock); err != nil {
+	if _, err := br.Exec(); err != nil {
+		br.Close()
 		return 0, fmt.Errorf("take write lock: %w", err)
 	}
-	var rev int64
-	if err := tx.QueryRow(ctx, `SELECT rev FROM tether_counter WHERE id = 1`).Scan(&rev); err != nil {
+	if err := br.QueryRow().Scan(&rev); err != nil {
+		br.Close()
 		return 0, fmt.Errorf("read revision: %w", err)
 	}
-	cur, err := loadCurrent(ctx, tx, batch)
+	cur, err := scanCurrent(br, len(batch))
 	if err != nil {
+		br.Close()
 		return 0, err
+	}
+	if err := br.Close(); err != nil {
+		return 0, fmt.Errorf("read current state: %w", err)
 	}
 	var rows []logRow
 	for i, o := range batch {
@@ -262,33 +284,47 @@ func (w *writer) apply(ctx context.Context, batch []*op, results []opResult) (in
 		rows = append(rows, row)
 	}
 	if len(rows) == 0 {
+		if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
+			return 0, fmt.Errorf("end transaction: %w", err)
+		}
 		return 0, nil
 	}
-	if err := writeRows(ctx, tx, rows, rev); err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+	// The second and last round trip: the rows, the counter, the
+	// notification and the commit.
+	b = queueRows(&pgx.Batch{}, rows, rev)
+	b.Queue(`COMMIT`)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("write %d changes and commit: %w", len(rows), err)
 	}
 	return rev, nil
 }
 
-// loadCurrent reads the current state of the batch's keys.
-func loadCurrent(ctx context.Context, tx pgx.Tx, batch []*op) (map[store.Key]*current, error) {
-	cur := make(map[store.Key]*current, len(batch))
-	var res, nss, names []string
+type keyArrays struct{ res, nss, names []string }
+
+// batchKeys returns the distinct keys of a batch as arrays for unnest.
+func batchKeys(batch []*op) keyArrays {
+	seen := make(map[store.Key]bool, len(batch))
+	var k keyArrays
 	for _, o := range batch {
-		k := o.obj.Key
-		if _, ok := cur[k]; ok {
+		if seen[o.obj.Key] {
 			continue
 		}
-		cur[k] = nil
-		res, nss, names = append(res, k.Resource), append(nss, k.Namespace), append(names, k.Name)
+		seen[o.obj.Key] = true
+		k.res, k.nss, k.names = append(k.res, o.obj.Resource), append(k.nss, o.obj.Namespace), append(k.names, o.obj.Name)
 	}
-	rows, err := tx.Query(ctx, `SELECT o.resource, o.namespace, o.name, o.rev, l.value, l.labels, l.fields
-		FROM unnest($1::text[], $2::text[], $3::text[]) AS k(resource, namespace, name)
-		JOIN tether_objects o ON o.resource = k.resource AND o.namespace = k.namespace AND o.name = k.name
-		JOIN tether_log l ON l.rev = o.rev`, res, nss, names)
+	return k
+}
+
+// currentQuery reads the current state of the keys given as three arrays.
+const currentQuery = `SELECT o.resource, o.namespace, o.name, o.rev, l.value, l.labels, l.fields
+	FROM unnest($1::text[], $2::text[], $3::text[]) AS k(resource, namespace, name)
+	JOIN tether_objects o ON o.resource = k.resource AND o.namespace = k.namespace AND o.name = k.name
+	JOIN tether_log l ON l.rev = o.rev`
+
+// scanCurrent reads currentQuery's result; keys it lacks do not exist.
+func scanCurrent(br pgx.BatchResults, n int) (map[store.Key]*current, error) {
+	cur := make(map[store.Key]*current, n)
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("read current state: %w", err)
 	}
@@ -315,9 +351,9 @@ func loadCurrent(ctx context.Context, tx pgx.Tx, batch []*op) (map[store.Key]*cu
 	return cur, nil
 }
 
-// writeRows appends the log rows, points the objects at their newest rows,
-// moves the counter to rev and notifies listeners, in one round trip.
-func writeRows(ctx context.Context, tx pgx.Tx, rows []logRow, rev int64) error {
+// queueRows queues statements that append the log rows, point the objects
+// at their newest rows, move the counter to rev and notify listeners.
+func queueRows(b *pgx.Batch, rows []logRow, rev int64) *pgx.Batch {
 	n := len(rows)
 	var (
 		revs, prevs       = make([]int64, n), make([]int64, n)
@@ -346,7 +382,6 @@ func writeRows(ctx context.Context, tx pgx.Tx, rows []logRow, rev int64) error {
 		}
 		upR, upN, upM, upRev = append(upR, k.Resource), append(upN, k.Namespace), append(upM, k.Name), append(upRev, r.rev)
 	}
-	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO tether_log (rev, type, resource, namespace, name, value, labels, fields, prev_rev)
 		SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::bytea[], $9::bigint[])`,
 		revs, types, res, nss, names, vals, lbls, flds, prevs)
@@ -361,8 +396,5 @@ func writeRows(ctx context.Context, tx pgx.Tx, rows []logRow, rev int64) error {
 	}
 	b.Queue(`UPDATE tether_counter SET rev = $1 WHERE id = 1`, rev)
 	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, strconv.FormatInt(rev, 10))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("write %d changes: %w", n, err)
-	}
-	return nil
+	return b
 }
