@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tether-edge/tether/store"
 )
@@ -17,6 +19,13 @@ const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 5 * time.Second
 )
+
+// feedPosition returns the newest revision the feed published.
+func (s *Store) feedPosition() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.feedRev
+}
 
 // poke wakes the feed.
 func (s *Store) poke() {
@@ -52,8 +61,13 @@ func (s *Store) listen() {
 			backoff = minBackoff
 			s.poke()
 			for {
-				if _, err = conn.WaitForNotification(s.ctx); err != nil {
+				var n *pgconn.Notification
+				if n, err = conn.WaitForNotification(s.ctx); err != nil {
 					break
+				}
+				// This server's own commits woke the feed already.
+				if rev, perr := strconv.ParseInt(n.Payload, 10, 64); perr == nil && rev <= s.feedPosition() {
+					continue
 				}
 				s.poke()
 			}
@@ -155,14 +169,28 @@ func (s *Store) resetLocked(err error, base int64) {
 func (s *Store) readChunk(from int64) (evs []*store.Event, to, head, compacted int64, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
+	err = s.readLog(ctx, from, from+feedChunk, "", "", &head, &compacted, func(ev store.Event) error {
+		evs = append(evs, &ev)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	return evs, max(from, min(head, from+feedChunk)), head, compacted, nil
+}
+
+// readLog calls fn with the events of the log in (from, to], limited to one
+// resource and namespace if given, and sets head and compacted to the newest
+// and the compacted revision, all from one snapshot read in one round trip.
+// The snapshot is taken by its first query, so every log row it shows is at
+// or below the head it shows.
+func (s *Store) readLog(ctx context.Context, from, to int64, resource, namespace string, head, compacted *int64, fn func(store.Event) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, 0, 0, 0, fmt.Errorf("connect for the change feed: %w", unavailable(err))
+		return fmt.Errorf("connect to read the change log: %w", unavailable(err))
 	}
 	defer conn.Release()
-	// The snapshot is taken by the first query, so every log row it shows
-	// is at or below the counter it shows.
-	q, args := logQuery(from, from+feedChunk, "", "")
+	q, args := logQuery(from, to, resource, namespace)
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
 	b.Queue(`SELECT rev, compacted FROM tether_counter WHERE id = 1`)
@@ -171,26 +199,22 @@ func (s *Store) readChunk(from int64) (evs []*store.Event, to, head, compacted i
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, 0, 0, 0, fmt.Errorf("begin feed read: %w", unavailable(err))
+		return fmt.Errorf("begin reading the change log: %w", unavailable(err))
 	}
-	if err := br.QueryRow().Scan(&head, &compacted); err != nil {
-		return nil, 0, 0, 0, fmt.Errorf("read revision: %w", unavailable(err))
+	if err := br.QueryRow().Scan(head, compacted); err != nil {
+		return fmt.Errorf("read revision: %w", unavailable(err))
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, 0, 0, 0, fmt.Errorf("query change log: %w", unavailable(err))
+		return fmt.Errorf("query change log: %w", unavailable(err))
 	}
-	err = scanEvents(rows, func(ev store.Event) error {
-		evs = append(evs, &ev)
-		return nil
-	})
-	if err != nil {
-		return nil, 0, 0, 0, err
+	if err := scanEvents(rows, fn); err != nil {
+		return err
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, 0, 0, 0, fmt.Errorf("end feed read: %w", unavailable(err))
+		return fmt.Errorf("end reading the change log: %w", unavailable(err))
 	}
-	return evs, max(from, min(head, from+feedChunk)), head, compacted, nil
+	return nil
 }
 
 // logQuery selects the events of the log in (from, to], oldest first,

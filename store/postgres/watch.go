@@ -2,12 +2,10 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/tether-edge/tether/store"
@@ -298,37 +296,37 @@ func (w *watcher) send(ctx context.Context, ev store.Event, shared bool) bool {
 	}
 }
 
-// replay delivers (replayFrom, replayTo] from the change log in one
-// snapshot, so compaction cannot remove rows underneath it.
+// replayChunk is how many revisions a replay reads per snapshot.
+const replayChunk = 1000
+
+// replay delivers (replayFrom, replayTo] from the change log, a chunk of
+// revisions per snapshot, holding no connection while it sends: a slow
+// consumer must not keep a connection of the pool. Each chunk starts at or
+// above the compacted revision of its snapshot, and compaction never
+// removes a row above it, nor the previous state of one.
 func (w *watcher) replay(ctx context.Context) error {
-	tx, err := w.s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("begin replay: %w", unavailable(err))
-	}
-	defer tx.Rollback(context.Background())
-	var compacted int64
-	if err := tx.QueryRow(ctx, `SELECT compacted FROM tether_counter WHERE id = 1`).Scan(&compacted); err != nil {
-		return fmt.Errorf("read compacted revision: %w", unavailable(err))
-	}
-	if w.replayFrom < compacted {
-		return fmt.Errorf("replay from revision %d, compacted %d: %w", w.replayFrom, compacted, store.ErrCompacted)
-	}
-	stopped := errors.New("watch ended")
-	q, args := logQuery(w.replayFrom, w.replayTo, w.opts.Resource, w.opts.Namespace)
-	rows, err := tx.Query(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("query change log: %w", unavailable(err))
-	}
-	err = scanEvents(rows, func(ev store.Event) error {
-		if !w.send(ctx, ev, true) {
-			return stopped
+	for pos := w.replayFrom; pos < w.replayTo; {
+		to := min(pos+replayChunk, w.replayTo)
+		var evs []store.Event
+		var head, compacted int64
+		err := w.s.readLog(ctx, pos, to, w.opts.Resource, w.opts.Namespace, &head, &compacted, func(ev store.Event) error {
+			evs = append(evs, ev)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err == stopped {
-		return w.errOr(nil)
+		if pos < compacted {
+			return fmt.Errorf("replay from revision %d, compacted %d: %w", pos, compacted, store.ErrCompacted)
+		}
+		for _, ev := range evs {
+			if !w.send(ctx, ev, true) {
+				return w.errOr(nil)
+			}
+		}
+		pos = to
 	}
-	return err
+	return nil
 }
 
 func (w *watcher) errOr(def error) error {
