@@ -263,6 +263,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	// pgx prepares statements, and PostgreSQL may switch a prepared
+	// statement to a generic plan made while the tables were small: a
+	// sequential scan of the log or the objects, kept as they grow. Plans
+	// made for each execution's parameters and the tables' current size
+	// use the indexes.
+	pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	pcfg.HealthCheckPeriod = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
