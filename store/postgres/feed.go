@@ -128,8 +128,9 @@ func (s *Store) catchUp() error {
 		// Revisions have no gaps (see the package documentation): what is
 		// missing was compacted while this server was not reading, and its
 		// watchers cannot be told what happened.
-		lost := func(at int64) {
-			s.resetLocked(fmt.Errorf("change feed at revision %d found the log compacted to %d: %w", at, compacted, store.ErrCompacted), at)
+		lost := func(upTo int64) {
+			err := fmt.Errorf("change feed found revisions %d to %d compacted (to %d) before it read them: %w", s.feedRev+1, upTo, compacted, store.ErrCompacted)
+			s.resetLocked(err, upTo)
 		}
 		s.mu.Lock()
 		for _, ev := range evs {

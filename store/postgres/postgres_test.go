@@ -357,3 +357,50 @@ func TestTwoServersShareRevisions(t *testing.T) {
 		t.Fatalf("revisions %d and %d after %d writes", a.Revision(), b.Revision(), len(acked))
 	}
 }
+
+// TestFeedReportsCompactedGap rewinds the change feed below a compaction,
+// as if this server had not read the log while another compacted it: the
+// feed finds revisions missing and ends its watches with ErrCompacted
+// rather than skipping events silently.
+func TestFeedReportsCompactedGap(t *testing.T) {
+	c := pgtest.Start(t)
+	s := mustOpen(t, Config{DSN: c.NewDatabase()})
+	ctx := context.Background()
+	k := store.Key{Resource: "pods", Namespace: "ns", Name: "a"}
+	rev, err := s.Create(ctx, store.Object{Key: k, Value: []byte("0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if rev, err = s.Update(ctx, store.Object{Key: k, Value: fmt.Appendf(nil, "%d", i+1)}, rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the feed to catch up", func() bool { return s.feedPosition() == rev })
+	w, err := s.Watch(ctx, store.WatchOptions{Revision: rev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.feedRev = 5
+	s.mu.Unlock()
+	s.poke()
+	select {
+	case ev, ok := <-w.Events():
+		if ok {
+			t.Fatalf("event at %d from a feed with a gap", ev.Object.Revision)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("watch not ended by the gap")
+	}
+	if err := w.Err(); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("watch ended with %v, want ErrCompacted", err)
+	}
+	t.Logf("watch ended: %v", w.Err())
+	if s.feedPosition() != rev {
+		t.Fatalf("feed at %d after the gap, want %d", s.feedPosition(), rev)
+	}
+}
