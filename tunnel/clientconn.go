@@ -26,6 +26,8 @@ type clientSession struct {
 
 	heartbeat time.Duration
 	echo      bool // the hub echoes heartbeats (TCP): use them for dead-peer detection
+	hubBulk   bool // the hub accepts bulk lanes
+	lanes     clientLanes
 	goAway    chan time.Duration
 	// reportKick wakes reports() when Report was called.
 	reportKick chan struct{}
@@ -159,9 +161,16 @@ func (cs *clientSession) hello(ctx context.Context) error {
 	if err := cs.writeControl(frameHello, marshalHello(cs.c.cfg.Hello())); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
+	var features uint64
 	if cs.fec != nil {
+		features |= featureParity
+	}
+	if !cs.c.cfg.DisableBulk {
+		features |= featureBulk
+	}
+	if features != 0 {
 		// A hub that does not know the frame skips it.
-		if err := cs.writeControl(frameFeatures, marshalFeatures(featureParity)); err != nil {
+		if err := cs.writeControl(frameFeatures, marshalFeatures(features)); err != nil {
 			return fmt.Errorf("send features: %w", err)
 		}
 	}
@@ -179,6 +188,7 @@ func (cs *clientSession) hello(ctx context.Context) error {
 	}
 	st.SetReadDeadline(time.Time{})
 	cs.echo = w.echo
+	cs.hubBulk = w.bulk && !cs.c.cfg.DisableBulk
 	if cs.fec != nil {
 		cs.fec.track(cs.qconn, w.parity)
 	}
@@ -222,6 +232,9 @@ func (cs *clientSession) readControl() {
 			case cs.goAway <- time.Duration(ms) * time.Millisecond:
 			default:
 			}
+		}
+		if typ == frameLaneAsk && cs.hubBulk {
+			go cs.bulkLane(cs.ctx, true)
 		}
 		// Heartbeat echoes only refresh the deadline; unknown frames are
 		// skipped by design.
@@ -370,6 +383,7 @@ func (cs *clientSession) close(code uint64, cause error) {
 		if cs.cancel != nil {
 			cs.cancel()
 		}
+		cs.closeLanes()
 		cs.m.close(code, cause.Error())
 		if cs.tr != nil {
 			cs.tr.Close()
@@ -411,6 +425,9 @@ func (cs *clientSession) addStats(st *ClientStats) {
 		st.BytesSent += cs.tcp.sent.Load()
 		st.BytesReceived += cs.tcp.received.Load()
 	}
+	sent, received := cs.lanes.bytes()
+	st.BytesSent += sent
+	st.BytesReceived += received
 }
 
 // countingConn counts the bytes of the fallback's TCP connection.

@@ -20,6 +20,7 @@ import (
 const (
 	dataFrameData  byte = 0x00 // uvarint length, payload
 	dataFrameReset byte = 0x01 // uvarint error code; the stream ends
+	dataFrameFin   byte = 0x02 // uvarint 0; the sender's graceful end (bulk lanes only)
 )
 
 // maxDataChunk bounds one data frame, so a frame never waits on more yamux
@@ -29,6 +30,13 @@ const maxDataChunk = 32 << 10
 // yamuxStream frames payload on a yamux stream.
 type yamuxStream struct {
 	s *yamux.Stream
+	// strict marks a bulk lane's stream: its graceful end is a fin frame,
+	// so an end of stream without one is the lane's loss, surfaced as a
+	// *ResetError rather than io.EOF. The fallback's streams are not
+	// strict, for peers that predate the fin frame.
+	strict  bool
+	sess    *yamux.Session
+	finSent atomic.Bool
 
 	rmu sync.Mutex // guards fr
 	fr  *dataFrameReader
@@ -40,13 +48,26 @@ type yamuxStream struct {
 	stopped atomic.Bool                // stopReading was called
 }
 
-func newYamuxStream(s *yamux.Stream) *yamuxStream {
-	return &yamuxStream{s: s}
+func newYamuxStream(s *yamux.Stream, sess *yamux.Session, strict bool) *yamuxStream {
+	return &yamuxStream{s: s, sess: sess, strict: strict}
 }
 
 // rawRead reads unframed bytes; used for preambles and the dial status,
 // which precede the framed payload.
-func (y *yamuxStream) rawRead(p []byte) (int, error) { return y.s.Read(p) }
+func (y *yamuxStream) rawRead(p []byte) (int, error) {
+	n, err := y.s.Read(p)
+	if err == io.EOF && y.strict {
+		return n, y.lost()
+	}
+	return n, err
+}
+
+// lost records and returns the reset of a stream whose bulk lane ended
+// under it.
+func (y *yamuxStream) lost() error {
+	y.reset.CompareAndSwap(nil, &ResetError{Code: codeLaneLost})
+	return y.reset.Load()
+}
 
 // rawWrite writes unframed bytes (preambles, dial status).
 func (y *yamuxStream) rawWrite(p []byte) (int, error) { return y.s.Write(p) }
@@ -67,6 +88,9 @@ func (y *yamuxStream) Read(p []byte) (int, error) {
 		y.s.Close()
 		return 0, y.reset.Load()
 	}
+	if err == io.EOF && y.strict && !y.fr.fin {
+		return n, y.lost()
+	}
 	if err != nil {
 		return n, y.readErr(err)
 	}
@@ -77,6 +101,7 @@ func (y *yamuxStream) Read(p []byte) (int, error) {
 type dataFrameReader struct {
 	br        *bufio.Reader
 	remaining uint64 // payload bytes left in the current data frame
+	fin       bool   // a fin frame arrived: the sender ended gracefully
 }
 
 func newDataFrameReader(r io.Reader) *dataFrameReader {
@@ -100,6 +125,9 @@ func (f *dataFrameReader) read(p []byte) (n int, resetCode uint64, isReset bool,
 			f.remaining = v
 		case dataFrameReset:
 			return 0, v, true, nil
+		case dataFrameFin:
+			f.fin = true
+			return 0, 0, false, io.EOF
 		default:
 			return 0, 0, false, fmt.Errorf("read fallback frame: unknown type %#x", typ)
 		}
@@ -164,6 +192,9 @@ func (y *yamuxStream) write(pre, p []byte) (int, error) {
 			if e := y.reset.Load(); e != nil {
 				return written, e
 			}
+			if y.strict && y.sess.IsClosed() {
+				return written, y.lost()
+			}
 			return written, err
 		}
 		written += len(chunk)
@@ -172,7 +203,17 @@ func (y *yamuxStream) write(pre, p []byte) (int, error) {
 	return written, nil
 }
 
-func (y *yamuxStream) closeWrite() error { return y.s.Close() }
+func (y *yamuxStream) closeWrite() error {
+	if y.strict && y.finSent.CompareAndSwap(false, true) {
+		y.wmu.Lock()
+		_, err := y.s.Write([]byte{dataFrameFin, 0})
+		y.wmu.Unlock()
+		if err != nil && y.sess.IsClosed() {
+			return y.lost()
+		}
+	}
+	return y.s.Close()
+}
 
 // abort sends a reset frame and ends the stream. The frame may have to wait
 // for yamux window if the peer stopped reading, so it is sent off the

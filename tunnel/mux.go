@@ -83,6 +83,8 @@ func (m quicMux) tlsState() tls.ConnectionState { return m.c.ConnectionState().T
 type yamuxMux struct {
 	s  *yamux.Session
 	tc *tls.Conn
+	// strict: a bulk lane, whose streams end with fin frames.
+	strict bool
 
 	mu       sync.Mutex // guards closeErr
 	closeErr error
@@ -126,7 +128,7 @@ func (m *yamuxMux) openStream(ctx context.Context) (rawStream, error) {
 	if err != nil {
 		return nil, m.wrap(err)
 	}
-	return newYamuxStream(s), nil
+	return newYamuxStream(s, m.s, m.strict), nil
 }
 
 func (m *yamuxMux) acceptStream(ctx context.Context) (rawStream, error) {
@@ -134,7 +136,7 @@ func (m *yamuxMux) acceptStream(ctx context.Context) (rawStream, error) {
 	if err != nil {
 		return nil, m.wrap(err)
 	}
-	return newYamuxStream(s), nil
+	return newYamuxStream(s, m.s, m.strict), nil
 }
 
 // wrap reports why the session closed when yamux only says it did.

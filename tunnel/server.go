@@ -100,6 +100,16 @@ type ServerConfig struct {
 	// hub's QUIC packets stay at 1280 bytes (no path MTU probing), so that
 	// a packet and its parity fit in one datagram.
 	DisableFEC bool
+	// DisableBulk refuses bulk lanes: streams marked with WithBulk travel
+	// on the tunnel, and edges are told not to open lanes.
+	DisableBulk bool
+	// BulkCongestion is the congestion control set on the hub's end of a
+	// bulk lane, which sends the data of hub→edge bulk streams. If empty,
+	// "bbr"; where the kernel lacks it the lane keeps the kernel's
+	// default, logged and counted in ServerStats.BulkDefaultCongestion.
+	BulkCongestion string
+	// setsockopt sets the lane's congestion control; tests make it fail.
+	setsockopt setsockoptString
 	// OnConnect and OnDisconnect are called when a session starts and ends.
 	// They run on the session's goroutine and must not block for long.
 	OnConnect    func(*Session)
@@ -141,6 +151,12 @@ func (c *ServerConfig) setDefaults() error {
 	setInt(&c.ConnWindow, 8<<20)
 	if c.MemoryBudget == 0 {
 		c.MemoryBudget = 1 << 30
+	}
+	if c.BulkCongestion == "" {
+		c.BulkCongestion = DefaultBulkCongestion
+	}
+	if c.setsockopt == nil {
+		c.setsockopt = setsockoptStringOS
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -192,6 +208,13 @@ type ServerStats struct {
 	// FEC counts the parity the hub sent and what it rebuilt from the
 	// edges' parity.
 	FEC FECStats
+	// BulkLanes is the number of bulk lanes open now; BulkStreams counts
+	// the streams that travelled on lanes, both ways; and
+	// BulkDefaultCongestion counts lanes whose hub end kept the kernel's
+	// congestion control because BulkCongestion could not be set.
+	BulkLanes             int
+	BulkStreams           uint64
+	BulkDefaultCongestion uint64
 }
 
 // Server is the hub side of the tunnel. Its methods are safe for concurrent
@@ -220,6 +243,8 @@ type Server struct {
 
 	handshakes, refused, sessRefused atomic.Uint64
 	streams, dials, dialsRefused     atomic.Uint64
+	bulkLanesOpen                    atomic.Int64
+	bulkStreams, bulkDefaultCC       atomic.Uint64
 }
 
 // NewServer checks cfg and returns a server that serves nothing until
@@ -478,7 +503,9 @@ func (s *Server) Sessions() []*Session {
 
 // Dial opens a stream to target on node's edge: TargetNode or
 // "tcp:HOST:PORT". It returns as soon as the request is on its way; the
-// caller may write at once. If the edge cannot connect the target, Read
+// caller may write at once. A ctx marked with WithBulk puts the stream on
+// the node's bulk lane; without one, the hub asks the edge to open one
+// and waits for it (at most HandshakeTimeout). If the edge cannot connect the target, Read
 // and Write return a *DialError. It fails with ErrNoSession when the node
 // is not connected and with ErrTooManyDials at the per-edge cap.
 func (s *Server) Dial(ctx context.Context, node, target string) (net.Conn, error) {
@@ -584,6 +611,9 @@ func (s *Server) Stats() ServerStats {
 		DialsRefused:            s.dialsRefused.Load(),
 		WindowReserved:          s.budget.used.Load(),
 		WindowDenied:            s.budget.denied.Load(),
+		BulkLanes:               int(s.bulkLanesOpen.Load()),
+		BulkStreams:             s.bulkStreams.Load(),
+		BulkDefaultCongestion:   s.bulkDefaultCC.Load(),
 	}
 	s.mu.Lock()
 	st.FEC = s.fecFolded

@@ -27,6 +27,14 @@ type Session struct {
 	dials   atomic.Int64 // hub-opened streams now open
 	streams atomic.Int64 // edge-opened streams now open (enforced here over TCP)
 
+	edgeBulk    atomic.Bool // the edge opens bulk lanes when asked
+	lanesMu     sync.Mutex  // guards the following fields
+	lane        *lane       // the lane bulk dials use; nil: none
+	lanes       map[*lane]struct{}
+	laneChanged chan struct{} // closed and replaced when lane is set
+	laneAsked   time.Time     // when the edge was last asked for a lane
+	laneFailed  time.Time     // when the edge last failed to open one in time
+
 	ctx      context.Context // done when the session ends
 	cancel   context.CancelFunc
 	tearOnce sync.Once
@@ -65,10 +73,14 @@ func (s *Server) serve(m muxConn) {
 	}
 	s.pending[m] = struct{}{}
 	s.mu.Unlock()
-	sess, err := s.handshake(m)
+	sess, ls, err := s.handshake(m)
 	s.mu.Lock()
 	delete(s.pending, m)
 	s.mu.Unlock()
+	if ls != nil {
+		s.serveLane(m, ls)
+		return
+	}
 	if err != nil {
 		s.sessRefused.Add(1)
 		s.log.Info("refused edge", "remote", m.remoteAddr(), "transport", m.transport(), "err", err)
@@ -84,12 +96,14 @@ func (s *Server) serve(m muxConn) {
 
 // handshake reads the hello from the first edge-opened stream, registers
 // the session (replacing an older one of the same node) and welcomes it.
-func (s *Server) handshake(m muxConn) (*Session, error) {
+// A connection that opens with a lane frame instead is a bulk lane: it is
+// returned as such, for serveLane.
+func (s *Server) handshake(m muxConn) (*Session, *laneStart, error) {
 	state := m.tlsState()
 	node, err := s.cfg.Identify(state)
 	if err != nil {
 		m.close(codeIdentity, "unknown node")
-		return nil, fmt.Errorf("identify node: %w", err)
+		return nil, nil, fmt.Errorf("identify node: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
 	defer cancel()
@@ -104,10 +118,14 @@ func (s *Server) handshake(m muxConn) (*Session, error) {
 	ctrl, err := m.acceptStream(ctx)
 	if err != nil {
 		m.close(codeProtocol, "no control stream")
-		return nil, fmt.Errorf("accept control stream: %w", err)
+		return nil, nil, fmt.Errorf("accept control stream: %w", err)
 	}
 	ctrl.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	typ, payload, err := readFrame(preambleReader(ctrl))
+	if err == nil && typ == frameLane {
+		ctrl.SetReadDeadline(time.Time{})
+		return nil, &laneStart{ctrl: ctrl, node: node}, nil
+	}
 	if err == nil && typ != frameHello {
 		err = fmt.Errorf("first frame has type %#x, want hello", typ)
 	}
@@ -117,11 +135,11 @@ func (s *Server) handshake(m muxConn) (*Session, error) {
 	}
 	if err != nil {
 		m.close(codeProtocol, "bad hello")
-		return nil, fmt.Errorf("read hello: %w", err)
+		return nil, nil, fmt.Errorf("read hello: %w", err)
 	}
 	if hello.Node != node {
 		m.close(codeIdentity, "hello names another node")
-		return nil, fmt.Errorf("hello names node %q, certificate names %q", hello.Node, node)
+		return nil, nil, fmt.Errorf("hello names node %q, certificate names %q", hello.Node, node)
 	}
 	ctrl.SetReadDeadline(time.Time{})
 	now := time.Now()
@@ -140,6 +158,7 @@ func (s *Server) handshake(m muxConn) (*Session, error) {
 		ctrl:        ctrl,
 		ctx:         sctx,
 		cancel:      scancel,
+		laneChanged: make(chan struct{}),
 	}
 	sess.lastBeat.Store(now.UnixNano())
 
@@ -148,7 +167,7 @@ func (s *Server) handshake(m muxConn) (*Session, error) {
 		s.mu.Unlock()
 		scancel()
 		m.close(codeRefused, "draining")
-		return nil, errors.New("draining")
+		return nil, nil, errors.New("draining")
 	}
 	old := s.sessions[node]
 	s.sessions[node] = sess
@@ -163,12 +182,13 @@ func (s *Server) handshake(m muxConn) (*Session, error) {
 	if qm, ok := m.(quicMux); ok && qm.fec != nil {
 		w.parity = true
 	}
+	w.bulk = !s.cfg.DisableBulk
 	if err := sess.writeControl(frameWelcome, marshalWelcome(w)); err != nil {
 		sess.teardown(codeProtocol, err)
-		return nil, fmt.Errorf("write welcome: %w", err)
+		return nil, nil, fmt.Errorf("write welcome: %w", err)
 	}
 	s.log.Info("edge connected", "node", node, "transport", m.transport(), "remote", m.remoteAddr(), "version", hello.Version)
-	return sess, nil
+	return sess, nil, nil
 }
 
 // controlLoop reads heartbeats until the connection ends. The read deadline
@@ -197,6 +217,7 @@ func (s *Session) controlLoop() error {
 			if qm, ok := s.m.(quicMux); ok && qm.fec != nil {
 				qm.fec.setDecodes(flags&featureParity != 0)
 			}
+			s.edgeBulk.Store(flags&featureBulk != 0)
 			continue
 		}
 		if typ == frameReport {
@@ -253,11 +274,13 @@ func (s *Session) acceptLoop() {
 			st.abort(codeTooManyStreams)
 			continue
 		}
-		go s.handleStream(st)
+		go s.handleStream(st, s.m, s.peer)
 	}
 }
 
-func (s *Session) handleStream(st rawStream) {
+// handleStream reads the preamble of an edge-opened stream on m (the
+// tunnel or a bulk lane) and hands the stream to the listener.
+func (s *Session) handleStream(st rawStream, m muxConn, peer Peer) {
 	release := func() { s.streams.Add(-1) }
 	st.SetReadDeadline(time.Now().Add(s.srv.cfg.HandshakeTimeout))
 	typ, _, err := readFrame(preambleReader(st))
@@ -270,9 +293,9 @@ func (s *Session) handleStream(st rawStream) {
 	st.SetReadDeadline(time.Time{})
 	c := &streamConn{
 		raw:     st,
-		local:   s.m.localAddr(),
-		remote:  s.m.remoteAddr(),
-		peer:    s.peer,
+		local:   m.localAddr(),
+		remote:  m.remoteAddr(),
+		peer:    peer,
 		hasPeer: true,
 		onClose: release,
 	}
@@ -290,7 +313,22 @@ func (s *Session) dial(ctx context.Context, target string) (net.Conn, error) {
 		return nil, fmt.Errorf("dial %s on node %s: %w", target, s.node, ErrTooManyDials)
 	}
 	release := func() { s.dials.Add(-1) }
-	st, err := s.m.openStream(ctx)
+	m, peer := s.m, s.peer
+	var l *lane
+	if IsBulk(ctx) {
+		var err error
+		if l, err = s.bulkLane(ctx); err == nil {
+			m, peer.Transport = l.m, TransportBulk
+		} else {
+			s.srv.log.Debug("bulk dial travels on the tunnel", "node", s.node, "err", err)
+		}
+	}
+	st, err := m.openStream(ctx)
+	if err != nil && l != nil {
+		s.retireLane(l)
+		l, m, peer = nil, s.m, s.peer
+		st, err = m.openStream(ctx)
+	}
 	if err != nil {
 		release()
 		return nil, fmt.Errorf("dial %s on node %s: open stream: %w", target, s.node, err)
@@ -301,12 +339,15 @@ func (s *Session) dial(ctx context.Context, target string) (net.Conn, error) {
 		return nil, fmt.Errorf("dial %s on node %s: write preamble: %w", target, s.node, mapErr(err))
 	}
 	s.srv.dials.Add(1)
+	if l != nil {
+		s.srv.bulkStreams.Add(1)
+	}
 	ds := &dialState{done: make(chan struct{})}
 	c := &streamConn{
 		raw:     st,
-		local:   s.m.localAddr(),
-		remote:  s.m.remoteAddr(),
-		peer:    s.peer,
+		local:   m.localAddr(),
+		remote:  m.remoteAddr(),
+		peer:    peer,
 		hasPeer: true,
 		dial:    ds,
 		onClose: release,
@@ -349,6 +390,7 @@ func (s *Session) teardown(code uint64, cause error) {
 		if cause != nil {
 			msg = cause.Error()
 		}
+		s.closeLanes()
 		s.m.close(code, msg)
 		srv := s.srv
 		srv.mu.Lock()

@@ -23,6 +23,7 @@ const (
 	codeTooManyStreams uint64 = 0x204 // per-edge stream cap reached
 	codeAborted        uint64 = 0x205 // the local end of a tunneled connection failed
 	codeStreamProtocol uint64 = 0x206 // bad preamble
+	codeLaneLost       uint64 = 0x207 // the bulk lane carrying the stream was lost
 )
 
 // ResetError is returned by Read and Write on a tunneled connection whose

@@ -19,6 +19,9 @@ const (
 	frameFeatures  byte = 0x05 // edge→hub, after the hello: what the edge supports
 	frameReport    byte = 0x06 // edge→hub: the latest report (Client.Report), opaque to the tunnel
 	framePush      byte = 0x07 // edge→hub: one payload of a stream (Client.Push), opaque to the tunnel
+	frameLane      byte = 0x08 // edge→hub, first frame of a bulk lane's control stream instead of a hello
+	frameLaneAsk   byte = 0x09 // hub→edge on the control stream: open a bulk lane
+	frameLaneIdle  byte = 0x0a // on a bulk lane's control stream: the edge will close it; the hub's echo promises no new streams
 	frameOpen      byte = 0x10 // edge→hub stream preamble: an API stream
 	frameDial      byte = 0x11 // hub→edge stream preamble: connect this target
 )
@@ -229,6 +232,8 @@ type welcome struct {
 	echo bool
 	// parity says the hub decodes parity packets (QUIC only).
 	parity bool
+	// bulk says the hub accepts bulk lanes.
+	bulk bool
 }
 
 func marshalWelcome(w welcome) []byte {
@@ -240,6 +245,9 @@ func marshalWelcome(w welcome) []byte {
 	if w.parity {
 		flags |= 2
 	}
+	if w.bulk {
+		flags |= 4
+	}
 	return binary.AppendUvarint(b, flags)
 }
 
@@ -247,7 +255,7 @@ func unmarshalWelcome(b []byte) (welcome, error) {
 	p := payloadReader{b: b}
 	w := welcome{idleTimeoutMillis: p.uvarint()}
 	flags := p.uvarint()
-	w.echo, w.parity = flags&1 != 0, flags&2 != 0
+	w.echo, w.parity, w.bulk = flags&1 != 0, flags&2 != 0, flags&4 != 0
 	if p.err != nil {
 		return welcome{}, fmt.Errorf("decode welcome: %w", p.err)
 	}
@@ -255,7 +263,10 @@ func unmarshalWelcome(b []byte) (welcome, error) {
 }
 
 // Feature bits of the features frame.
-const featureParity = 1 // the edge decodes parity packets (see fecConn)
+const (
+	featureParity = 1 // the edge decodes parity packets (see fecConn)
+	featureBulk   = 2 // the edge opens bulk lanes when the hub asks
+)
 
 func marshalFeatures(flags uint64) []byte { return binary.AppendUvarint(nil, flags) }
 

@@ -34,7 +34,7 @@ func TestHelloRoundTrip(t *testing.T) {
 }
 
 func TestWelcomeAndFeaturesRoundTrip(t *testing.T) {
-	for _, w := range []welcome{{idleTimeoutMillis: 45000}, {echo: true}, {parity: true}, {1, true, true}} {
+	for _, w := range []welcome{{idleTimeoutMillis: 45000}, {echo: true}, {parity: true}, {bulk: true}, {1, true, true, true}} {
 		got, err := unmarshalWelcome(marshalWelcome(w))
 		if err != nil || got != w {
 			t.Fatalf("welcome %+v came back as %+v, %v", w, got, err)
