@@ -56,7 +56,7 @@ func newYamuxStream(s *yamux.Stream, sess *yamux.Session, strict bool) *yamuxStr
 // which precede the framed payload.
 func (y *yamuxStream) rawRead(p []byte) (int, error) {
 	n, err := y.s.Read(p)
-	if err == io.EOF && y.strict {
+	if y.strict && (err == io.EOF || err == io.ErrUnexpectedEOF) {
 		return n, y.lost()
 	}
 	return n, err
@@ -88,7 +88,7 @@ func (y *yamuxStream) Read(p []byte) (int, error) {
 		y.s.Close()
 		return 0, y.reset.Load()
 	}
-	if err == io.EOF && y.strict && !y.fr.fin {
+	if y.strict && !y.fr.fin && (err == io.EOF || err == io.ErrUnexpectedEOF) {
 		return n, y.lost()
 	}
 	if err != nil {
