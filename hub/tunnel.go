@@ -72,6 +72,9 @@ func tunnelMetrics(edges *tunnel.Server, relay *streamDemux, sites *nodes.Sites)
 			{"tether_tunnel_handshakes_refused_total", "counter", "Edge tunnel handshakes refused (rate limit, identity).", int64(st.HandshakesRefused)},
 			{"tether_tunnel_streams_opened_total", "counter", "Streams edges opened to the hub.", int64(st.StreamsOpened)},
 			{"tether_tunnel_dials_total", "counter", "Streams the hub opened to edges.", int64(st.Dials)},
+			{"tether_tunnel_bulk_lanes", "gauge", "Bulk lanes (TCP+TLS with BBR beside an edge's tunnel) open now.", int64(st.BulkLanes)},
+			{"tether_tunnel_bulk_streams_total", "counter", "Streams that travelled on bulk lanes.", int64(st.BulkStreams)},
+			{"tether_tunnel_bulk_default_congestion_total", "counter", "Bulk lanes whose hub end kept the kernel's congestion control because BBR could not be set.", int64(st.BulkDefaultCongestion)},
 			{"tether_tunnel_relayed_api_connections_total", "counter", "Connections of pods to the API that edges relayed over the tunnel.", relay.relayedTotal.Load()},
 		} {
 			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", m.name, m.help, m.name, m.typ, m.name, m.v)

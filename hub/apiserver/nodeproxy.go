@@ -131,6 +131,7 @@ func (s *Server) podStream(w http.ResponseWriter, r *http.Request, t target) {
 		path += "/" + container
 		q.Del("container")
 	}
+	r = r.WithContext(bulkStream(r.Context(), t.subresource, q))
 	s.proxyToNode(w, r, pod.Spec.NodeName, path, q)
 }
 
