@@ -99,6 +99,7 @@ type rig struct {
 	hubIP   string
 	srv     *tunnel.Server
 	bulk    atomic.Int64 // bytes received by the hub's /bulk handler and the TLS peer
+	peer    atomic.Int64 // of which by the TLS peer
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -204,6 +205,7 @@ func (r *rig) serveTLSPeer(ln net.Listener) {
 			for {
 				n, err := tc.Read(buf)
 				r.bulk.Add(int64(n))
+				r.peer.Add(int64(n))
 				if err != nil {
 					return
 				}
@@ -322,7 +324,31 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 // (after sample's warm-up) and returns the goodput in Mbit/s and the
 // parity c sent meanwhile.
 func (r *rig) tunnelUpload(c *tunnel.Client, d time.Duration) (float64, tunnel.FECStats) {
-	hc := &http.Client{Transport: &http.Transport{DialContext: c.DialContext}}
+	return r.tunnelUploadCtx(c, false, time.Second, d)
+}
+
+// bulkUpload is tunnelUpload on the bulk lane, after a warm-up of warm
+// (one that covers BBR's startup at the link's round trip). The lane is
+// opened for the run and closed after it, as a TCP peer's connection is.
+func (r *rig) bulkUpload(c *tunnel.Client, warm, d time.Duration) float64 {
+	rate, _ := r.tunnelUploadCtx(c, true, warm, d)
+	deadline := time.Now().Add(10 * time.Second)
+	for r.srv.Stats().BulkLanes > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return rate
+}
+
+func (r *rig) tunnelUploadCtx(c *tunnel.Client, bulk bool, warm, d time.Duration) (float64, tunnel.FECStats) {
+	dial := c.DialContext
+	if bulk {
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return c.DialContext(tunnel.WithBulk(ctx), network, addr)
+		}
+	}
+	tr := &http.Transport{DialContext: dial}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
 	f0 := c.Stats().FEC
 	stop := new(atomic.Bool)
 	done := make(chan struct{})
@@ -333,7 +359,7 @@ func (r *rig) tunnelUpload(c *tunnel.Client, d time.Duration) (float64, tunnel.F
 			resp.Body.Close()
 		}
 	}()
-	rate := sample(r, d)
+	rate := sampleAfter(r, warm, d)
 	stop.Store(true)
 	<-done
 	f := c.Stats().FEC
@@ -343,6 +369,11 @@ func (r *rig) tunnelUpload(c *tunnel.Client, d time.Duration) (float64, tunnel.F
 // tlsUpload streams to the TCP+TLS peer from the edge node with congestion
 // control cc for d and returns the goodput in Mbit/s.
 func (r *rig) tlsUpload(cc string, d time.Duration) float64 {
+	return r.tlsUploadAfter(cc, time.Second, d)
+}
+
+// tlsUploadAfter is tlsUpload after a warm-up of warm.
+func (r *rig) tlsUploadAfter(cc string, warm, d time.Duration) float64 {
 	raw, err := r.dialInNodeCC(context.Background(), r.hubIP+":"+tlsPort, cc)
 	if err != nil {
 		r.t.Fatal(err)
@@ -354,7 +385,7 @@ func (r *rig) tlsUpload(cc string, d time.Duration) float64 {
 		defer close(done)
 		io.Copy(tc, infinite{stop})
 	}()
-	rate := sample(r, d)
+	rate := sampleAfter(r, warm, d)
 	stop.Store(true)
 	tc.Close()
 	<-done
