@@ -35,6 +35,9 @@ func (s *Server) serveLane(m muxConn, ls *laneStart) {
 		return
 	}
 	ym.strict = true
+	// Before any stream of the lane is read: yamux reads the window of
+	// its config whenever a stream sends a window update.
+	ym.cfg.MaxStreamWindowSize = uint32(min(s.cfg.BulkWindow, 1<<31-1))
 	cc, ccErr := laneSocket(ym.tc.NetConn(), s.cfg.BulkCongestion, s.cfg.setsockopt)
 	if ccErr != nil {
 		s.bulkDefaultCC.Add(1)

@@ -20,6 +20,27 @@
 // [PeerOf] are the same on both transports; the fallback has head-of-line
 // blocking, which is accepted in degraded mode.
 //
+// # Bulk lanes
+//
+// quic-go's congestion control is NewReno, which a long or lossy link
+// holds to a fraction of what TCP with BBR moves. A stream whose dial
+// context is marked with [WithBulk] (Client.DialContext and Server.Dial
+// alike) travels instead on the node's bulk lane: a TCP+TLS connection
+// with yamux, like the fallback, whose sockets run BBR (TCP_CONGESTION set
+// on both ends; where the kernel lacks it the lane keeps the kernel's
+// default, logged and counted in ClientStats and ServerStats). The edge
+// dials the lane on demand, to the hub's address, with the node's
+// certificate and the tunnel's ALPN; the hub serves it through ServeConn
+// and attaches it to the node's session, which it belongs to: no lane
+// without a session, and a session's end closes its lanes. A hub→edge
+// bulk dial without a lane asks the edge for one on the control stream
+// and waits for it. A lane without streams for ClientConfig.BulkIdle
+// closes. A lane is plain TCP and does not survive a NAT rebinding: its
+// streams are reset (*[ResetError], code 0x207), the next bulk stream opens
+// a new lane, and QUIC streams are not affected. Where no lane can be had
+// (the hub or edge predates lanes, DisableBulk, TCP blocked) bulk streams
+// travel on the tunnel; one unmarked stream never waits for a lane.
+//
 // # Streams
 //
 // Edge→hub streams carry the agent's API traffic as plain HTTP/1.1: the
@@ -80,17 +101,27 @@
 //	                          n × (string resource, string resourceVersion)
 //	0x02 welcome    hub→edge  uvarint idle timeout (ms), uvarint flags
 //	                          (bit 0: the hub echoes heartbeats; bit 1: the
-//	                          hub decodes parity packets)
+//	                          hub decodes parity packets; bit 2: the hub
+//	                          accepts bulk lanes)
 //	0x03 heartbeat  edge→hub  empty; echoed by the hub on the TCP fallback
 //	0x04 goaway     hub→edge  uvarint reconnect window (ms)
 //	0x05 features   edge→hub  uvarint flags (bit 0: the edge decodes parity
-//	                          packets); sent right after the hello
+//	                          packets; bit 1: the edge opens bulk lanes
+//	                          when asked); sent right after the hello
 //	0x06 report     edge→hub  opaque payload of Client.Report (at most 64
 //	                          KiB); the latest one is sent again at every
 //	                          connect
 //	0x07 push       edge→hub  opaque payload of Client.Push (at most 64
 //	                          KiB); sent once, on the connection it was
 //	                          pushed for
+//	0x08 lane       edge→hub  empty; first frame of a bulk lane's first
+//	                          stream, instead of the hello; the hub
+//	                          answers with a welcome (flags 0)
+//	0x09 laneask    hub→edge  empty; open a bulk lane (the hub has none
+//	                          it can use)
+//	0x0a laneidle   both      empty; on a lane's first stream: the edge
+//	                          will close the lane; the hub's echo says it
+//	                          opens no more streams on it
 //	0x10 open       edge→hub  stream preamble of an API stream; empty
 //	0x11 dial       hub→edge  stream preamble; payload is the target
 //
@@ -103,8 +134,10 @@
 // Over the TCP fallback the tunneled bytes that follow the preamble (or
 // the status) travel in data frames, because yamux cannot reset a single
 // stream: 0x00 uvarint length, bytes; 0x01 uvarint error code ends the
-// stream with a reset. QUIC streams carry the bytes unframed and reset with
-// RESET_STREAM and STOP_SENDING.
+// stream with a reset. On a bulk lane a sender's graceful end is a frame of
+// its own, 0x02 0x00, before yamux's FIN, so that a lane lost under a
+// stream is told from its end. QUIC streams carry the bytes unframed and
+// reset with RESET_STREAM and STOP_SENDING.
 //
 // Parity packets travel beside the QUIC packets on the same UDP socket and
 // are told apart by their first byte, 0x21, which has QUIC's fixed bit
@@ -114,5 +147,6 @@
 // newer connection), 0x102 (refused: draining), 0x103 (protocol), 0x104
 // (identity), 0x105 (hub shutting down); streams reset with 0x201 (closed
 // unread), 0x202 (dial failed), 0x203 (dial timed out), 0x204 (too many
-// streams), 0x205 (local end failed), 0x206 (bad preamble).
+// streams), 0x205 (local end failed), 0x206 (bad preamble), 0x207 (the
+// bulk lane carrying the stream was lost).
 package tunnel

@@ -85,6 +85,9 @@ type yamuxMux struct {
 	tc *tls.Conn
 	// strict: a bulk lane, whose streams end with fin frames.
 	strict bool
+	// cfg is the session's yamux config, which yamux reads as it goes: a
+	// hub that learns a connection is a lane widens its stream window.
+	cfg *yamux.Config
 
 	mu       sync.Mutex // guards closeErr
 	closeErr error
@@ -108,16 +111,17 @@ func newYamuxMux(tc *tls.Conn, client bool, window int) (*yamuxMux, error) {
 	var (
 		s   *yamux.Session
 		err error
+		cfg = yamuxConfig(window)
 	)
 	if client {
-		s, err = yamux.Client(tc, yamuxConfig(window))
+		s, err = yamux.Client(tc, cfg)
 	} else {
-		s, err = yamux.Server(tc, yamuxConfig(window))
+		s, err = yamux.Server(tc, cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("start yamux: %w", err)
 	}
-	return &yamuxMux{s: s, tc: tc}, nil
+	return &yamuxMux{s: s, tc: tc, cfg: cfg}, nil
 }
 
 func (m *yamuxMux) openStream(ctx context.Context) (rawStream, error) {

@@ -313,9 +313,29 @@ func sample(r *rig, d time.Duration) float64 { return sampleAfter(r, time.Second
 // sampleAfter is sample with a warm-up of warm.
 func sampleAfter(r *rig, warm, d time.Duration) float64 {
 	time.Sleep(warm)
+	return sampleNow(r, d)
+}
+
+// sampleNow measures the hub's receive rate in Mbit/s over d from now.
+func sampleNow(r *rig, d time.Duration) float64 {
 	before, start := r.bulk.Load(), time.Now()
 	time.Sleep(d)
 	return float64(r.bulk.Load()-before) * 8 / time.Since(start).Seconds() / 1e6
+}
+
+// settle waits until the hub has received nothing for half a second (at
+// most 20 s), so that what a finished run left in socket buffers is not
+// counted in the next one.
+func settle(r *rig) {
+	last, quiet := r.bulk.Load(), time.Now()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if n := r.bulk.Load(); n != last {
+			last, quiet = n, time.Now()
+		} else if time.Since(quiet) >= 500*time.Millisecond {
+			return
+		}
+	}
 }
 
 // TestIdleUplink (B4): what an idle edge costs on its uplink: heartbeats,

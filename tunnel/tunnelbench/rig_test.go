@@ -362,6 +362,7 @@ func (r *rig) tunnelUploadCtx(c *tunnel.Client, bulk bool, warm, d time.Duration
 	rate := sampleAfter(r, warm, d)
 	stop.Store(true)
 	<-done
+	settle(r)
 	f := c.Stats().FEC
 	return rate, tunnel.FECStats{ParityPackets: f.ParityPackets - f0.ParityPackets, Protected: f.Protected - f0.Protected}
 }
@@ -387,7 +388,11 @@ func (r *rig) tlsUploadAfter(cc string, warm, d time.Duration) float64 {
 	}()
 	rate := sampleAfter(r, warm, d)
 	stop.Store(true)
+	// A reset, not a close: what the socket still holds must not reach
+	// the hub during the next run.
+	raw.(*net.TCPConn).SetLinger(0)
 	tc.Close()
 	<-done
+	settle(r)
 	return rate
 }
