@@ -116,6 +116,8 @@ func (cs *clientSession) runLaneDial(ch chan struct{}) {
 	case err != nil:
 		cl.dialErr, cl.failedAt = err, time.Now()
 		c.log.Warn("bulk lane failed; bulk streams travel on the tunnel", "err", err, "retry_in", laneRetry)
+		// The hub may be waiting for it: tell it not to.
+		go cs.writeControl(frameLaneAsk, nil)
 	case cl.closed:
 		l.close("session ended")
 		l = nil

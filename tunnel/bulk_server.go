@@ -84,6 +84,19 @@ func (s *Session) addLane(l *lane) bool {
 	return true
 }
 
+// laneUnavailable records that the edge could not open a lane and wakes
+// the dials waiting for one.
+func (s *Session) laneUnavailable() {
+	s.lanesMu.Lock()
+	defer s.lanesMu.Unlock()
+	if s.lane != nil {
+		return
+	}
+	s.laneFailed = time.Now()
+	close(s.laneChanged)
+	s.laneChanged = make(chan struct{})
+}
+
 func (s *Session) retireLane(l *lane) {
 	s.lanesMu.Lock()
 	defer s.lanesMu.Unlock()

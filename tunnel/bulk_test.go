@@ -400,3 +400,29 @@ func TestBulkDisabled(t *testing.T) {
 		t.Fatalf("edge opened %d lanes", n)
 	}
 }
+
+// TestBulkLaneUnavailable: an edge that cannot reach the hub over TCP
+// tells the hub so, and the hub's bulk dial goes on QUIC without waiting
+// out its timeout.
+func TestBulkLaneUnavailable(t *testing.T) {
+	p := newPKI(t)
+	h := startHub(t, p, ServerConfig{}, 0, nil)
+	c := startClient(t, p, h.addr, "n1", func(c *ClientConfig) {
+		c.DialTCP = func(context.Context, string) (net.Conn, error) { return nil, syscall.ECONNREFUSED }
+	})
+	waitConnected(t, c, 5*time.Second)
+	echo := echoServer(t)
+	start := time.Now()
+	hc, err := h.srv.Dial(bulkCtx(), "n1", "tcp:"+echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	echoCheck(t, hc, "quic")
+	if pe, _ := PeerOf(hc); pe.Transport != TransportQUIC {
+		t.Fatalf("dial on transport %q", pe.Transport)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("bulk dial to an edge that cannot open a lane took %v", d)
+	}
+}

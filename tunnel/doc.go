@@ -117,8 +117,9 @@
 //	0x08 lane       edge→hub  empty; first frame of a bulk lane's first
 //	                          stream, instead of the hello; the hub
 //	                          answers with a welcome (flags 0)
-//	0x09 laneask    hub→edge  empty; open a bulk lane (the hub has none
-//	                          it can use)
+//	0x09 laneask    both      empty; hub→edge: open a bulk lane (the hub
+//	                          has none it can use); edge→hub: a lane could
+//	                          not be opened, send bulk dials on the tunnel
 //	0x0a laneidle   both      empty; on a lane's first stream: the edge
 //	                          will close the lane; the hub's echo says it
 //	                          opens no more streams on it

@@ -226,6 +226,11 @@ func (s *Session) controlLoop() error {
 			}
 			continue
 		}
+		if typ == frameLaneAsk {
+			// The edge could not open a lane: bulk dials go on QUIC.
+			s.laneUnavailable()
+			continue
+		}
 		if typ == framePush {
 			if s.srv.cfg.OnPush != nil {
 				s.srv.cfg.OnPush(s, payload)
