@@ -259,8 +259,9 @@ func TestGoodputUnderLoss(t *testing.T) {
 	}
 	var rows []row
 	for _, rtt := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond} {
-		// BBR's startup takes about ten round trips to find the rate.
-		warm := max(time.Second, 10*rtt)
+		// BBR's startup takes about ten round trips to find the rate,
+		// after the handshakes: TCP and TLS, and on the lane its welcome.
+		warm := max(time.Second, 15*rtt)
 		for _, loss := range []float64{0.01, 0.03} {
 			if err := r.lab.Shape(site, lossy(rtt, loss)); err != nil {
 				t.Fatal(err)
@@ -280,7 +281,7 @@ func TestGoodputUnderLoss(t *testing.T) {
 		}
 	}
 	cs := c.Stats()
-	t.Logf("B3 goodput of one upload, random loss each way, %v per run after a warm-up of 10 RTTs (1 s at least)", d)
+	t.Logf("B3 goodput of one upload, random loss each way, %v per run after a warm-up of 15 RTTs (1 s at least) from the dial", d)
 	t.Logf("quic-go's congestion control is NewReno; the like-for-like peer of the QUIC stream is TCP with cubic")
 	t.Logf("the bulk lane is TCP+TLS+yamux with %s set on its socket; its peer is TCP+TLS with bbr", cs.BulkCongestion)
 	t.Logf("%-6s %-6s %13s %13s %7s %13s %13s %7s", "RTT", "loss", "tunnel QUIC", "TCP cubic", "ratio", "TCP bbr", "bulk lane", "ratio")
