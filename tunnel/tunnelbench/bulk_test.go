@@ -170,7 +170,7 @@ func TestBulkBesideCubic(t *testing.T) {
 		share := x.cubic / (rate / 1e6)
 		t.Logf("%-10s %7.2f Mb/s %7.2f Mb/s %11.2f", fmt.Sprintf("%d KiB", x.queue>>10), x.cubic, x.lane, share)
 		target := ""
-		if x.queue > 64<<10 {
+		if x.queue >= 500<<10 {
 			target = ">=0.333"
 		}
 		benchfmt.Report(t, benchfmt.Figure{Name: fmt.Sprintf("tunnel_bulk_cubic_share_queue%dkib", x.queue>>10), Value: share, Unit: "of_link",
