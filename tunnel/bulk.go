@@ -58,7 +58,9 @@ type setsockoptString func(fd, level, opt int, value string) error
 // socket under c. It returns the congestion control in effect afterwards
 // (the kernel default when want is unavailable) and, when want could not
 // be set, why.
-func laneSocket(c net.Conn, want string, set setsockoptString) (got string, ccErr error) {
+//
+// maxRate, in bit/s, caps the socket's pacing rate when positive.
+func laneSocket(c net.Conn, want string, maxRate int64, set setsockoptString) (got string, ccErr error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: laneKeepAliveIdle,
 			Interval: laneKeepAliveInterval, Count: laneKeepAliveCount})
@@ -73,6 +75,9 @@ func laneSocket(c net.Conn, want string, set setsockoptString) (got string, ccEr
 	}
 	if err := rc.Control(func(fd uintptr) {
 		setUserTimeout(int(fd), laneUserTimeout)
+		if maxRate > 0 {
+			setMaxPacingRate(int(fd), maxRate/8)
+		}
 		if err := set(int(fd), ipprotoTCP, tcpCongestion, want); err != nil {
 			ccErr = fmt.Errorf("set congestion control %q: %w", want, err)
 		}

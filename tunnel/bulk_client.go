@@ -150,7 +150,7 @@ func (cs *clientSession) dialLane(ctx context.Context) (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial bulk lane %s: %w", c.cfg.Addr, err)
 	}
-	cc, ccErr := laneSocket(raw, c.cfg.BulkCongestion, c.cfg.setsockopt)
+	cc, ccErr := laneSocket(raw, c.cfg.BulkCongestion, c.cfg.BulkMaxRate, c.cfg.setsockopt)
 	if ccErr != nil {
 		c.bulkDefaultCC.Add(1)
 		c.log.Warn("bulk lane keeps the kernel's congestion control", "want", c.cfg.BulkCongestion, "using", cc, "err", ccErr)

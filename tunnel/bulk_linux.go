@@ -28,3 +28,8 @@ func congestionOf(fd int) string {
 func setUserTimeout(fd int, d time.Duration) {
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
 }
+
+// setMaxPacingRate caps the socket's pacing rate, in bytes per second.
+func setMaxPacingRate(fd int, bytesPerSecond int64) {
+	unix.SetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, uint64(bytesPerSecond))
+}

@@ -20,3 +20,5 @@ func setsockoptStringOS(fd, level, opt int, value string) error {
 func congestionOf(int) string { return "" }
 
 func setUserTimeout(int, time.Duration) {}
+
+func setMaxPacingRate(int, int64) {}

@@ -38,7 +38,7 @@ func (s *Server) serveLane(m muxConn, ls *laneStart) {
 	// Before any stream of the lane is read: yamux reads the window of
 	// its config whenever a stream sends a window update.
 	ym.cfg.MaxStreamWindowSize = uint32(min(s.cfg.BulkWindow, 1<<31-1))
-	cc, ccErr := laneSocket(ym.tc.NetConn(), s.cfg.BulkCongestion, s.cfg.setsockopt)
+	cc, ccErr := laneSocket(ym.tc.NetConn(), s.cfg.BulkCongestion, 0, s.cfg.setsockopt)
 	if ccErr != nil {
 		s.bulkDefaultCC.Add(1)
 		s.log.Warn("bulk lane keeps the kernel's congestion control", "node", ls.node, "want", s.cfg.BulkCongestion, "using", cc, "err", ccErr)

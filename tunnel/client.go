@@ -92,6 +92,11 @@ type ClientConfig struct {
 	// socket. If empty, "bbr". Where the kernel lacks it the lane keeps
 	// the kernel's default; that is logged and counted in ClientStats.
 	BulkCongestion string
+	// BulkMaxRate, in bit/s, caps the pacing rate of the edge's end of a
+	// bulk lane (SO_MAX_PACING_RATE). A lane that fills the uplink fills
+	// its queue too, and interactive streams wait in it; a cap a little
+	// below the uplink's rate keeps that queue empty. If zero, no cap.
+	BulkMaxRate int64
 	// BulkIdle closes a bulk lane that carried no stream for this long.
 	// If zero, 30s.
 	BulkIdle time.Duration

@@ -259,6 +259,9 @@ func TestInteractiveBesideBulk(t *testing.T) {
 	// The same with cubic on the lane, as a loss-based lane would be.
 	cubic := r.client("edge-cubic", func(c *tunnel.ClientConfig) { c.BulkCongestion = "cubic" })
 	cubicPings, cubicFirst, cubicRate := loaded(cubic)
+	// And with the lane's pacing capped a little below the link's rate.
+	capped := r.client("edge-capped", func(c *tunnel.ClientConfig) { c.BulkMaxRate = 90_000_000 })
+	cappedPings, cappedFirst, cappedRate := loaded(capped)
 
 	growth := float64(percentile(loadedPings, .99)) / float64(percentile(idlePings, .99))
 	fb99 := percentile(loadedFirst, .99)
@@ -271,12 +274,16 @@ func TestInteractiveBesideBulk(t *testing.T) {
 		ms(percentile(loadedFirst, .5)), ms(fb99))
 	t.Logf("with cubic on the lane instead (%.1f Mbit/s): request/response p50 %s p99 %s, first byte p50 %s p99 %s", cubicRate,
 		ms(percentile(cubicPings, .5)), ms(percentile(cubicPings, .99)), ms(percentile(cubicFirst, .5)), ms(percentile(cubicFirst, .99)))
+	t.Logf("with the lane's pacing capped at 90 Mbit/s (BulkMaxRate; %.1f Mbit/s): request/response p50 %s p99 %s, first byte p50 %s p99 %s", cappedRate,
+		ms(percentile(cappedPings, .5)), ms(percentile(cappedPings, .99)), ms(percentile(cappedFirst, .5)), ms(percentile(cappedFirst, .99)))
 	extra := []string{fmt.Sprintf("bulk_mbit=%.1f", bulkRate), "rtt_ms=50", "rate_mbit=100"}
 	benchfmt.Report(t, benchfmt.Figure{Name: "tunnel_hol_beside_bulk_p99_growth", Value: growth, Unit: "x", Target: "<=1.1",
 		Mode: benchfmt.Mode(*full), Extra: append(extra, fmt.Sprintf("pings=%d", pings0),
-			fmt.Sprintf("cubic_lane_growth=%.2f", float64(percentile(cubicPings, .99))/float64(percentile(idlePings, .99))))})
+			fmt.Sprintf("cubic_lane_growth=%.2f", float64(percentile(cubicPings, .99))/float64(percentile(idlePings, .99))),
+			fmt.Sprintf("capped_lane_growth=%.2f", float64(percentile(cappedPings, .99))/float64(percentile(idlePings, .99))))})
 	benchfmt.Report(t, benchfmt.Figure{Name: "tunnel_first_byte_beside_bulk_p99", Value: msf(fb99), Unit: "ms",
 		Target: fmt.Sprintf("<=%.0f", msf(rtt+10*time.Millisecond)), Mode: benchfmt.Mode(*full),
 		Extra: append(extra, fmt.Sprintf("requests=%d", dials), fmt.Sprintf("idle_p99_ms=%.1f", msf(percentile(idleFirst, .99))),
-			fmt.Sprintf("cubic_lane_p99_ms=%.1f", msf(percentile(cubicFirst, .99))))})
+			fmt.Sprintf("cubic_lane_p99_ms=%.1f", msf(percentile(cubicFirst, .99))),
+			fmt.Sprintf("capped_lane_p99_ms=%.1f", msf(percentile(cappedFirst, .99))))})
 }
