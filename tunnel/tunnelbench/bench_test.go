@@ -308,10 +308,8 @@ func TestGoodputUnderLoss(t *testing.T) {
 	}
 }
 
-// sample measures the hub's receive rate in Mbit/s over d, after a warm-up.
-func sample(r *rig, d time.Duration) float64 { return sampleAfter(r, time.Second, d) }
-
-// sampleAfter is sample with a warm-up of warm.
+// sampleAfter measures the hub's receive rate in Mbit/s over d, after a
+// warm-up of warm.
 func sampleAfter(r *rig, warm, d time.Duration) float64 {
 	time.Sleep(warm)
 	return sampleNow(r, d)
