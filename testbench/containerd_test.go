@@ -47,7 +47,8 @@ const (
 // reboots inside the partition (agent, containerd, shims and containers
 // killed, memory cleared) and runs every pod again from its local state.
 // After the heal the hub shows the restart counts and readiness the node
-// has, and the same pods.
+// has, and the same pods. The node also runs the built-in ingress
+// controller (natIngress).
 func TestContainerdEdgeThroughNAT(t *testing.T) {
 	requireContainerdNode(t)
 	began := time.Now()
@@ -67,8 +68,12 @@ func TestContainerdEdgeThroughNAT(t *testing.T) {
 	// connections on the node's uplink (see natEgress).
 	pins := fmt.Sprintf("/sys/fs/bpf/tether-nat-%d", os.Getpid())
 	t.Cleanup(func() { _ = os.RemoveAll(pins) })
+	// The built-in ingress controller serves HTTPS on the node's address:
+	// the agent's API relay holds 169.254.20.10:443, and Linux refuses a
+	// wildcard listener on a port a listener of one address holds.
 	n := startCtrNode(t, l, h, "shop-n1", "shop", []string{archive}, "--registry-config-dir", regDir,
-		"--dataplane", "ebpf", "--dataplane-cgroup", containersCgroup(t), "--bpf-pin-dir", pins)
+		"--dataplane", "ebpf", "--dataplane-cgroup", containersCgroup(t), "--bpf-pin-dir", pins,
+		"--ingress", "--ingress-https-addr", net.JoinHostPort(l.Host("shop-n1").Addr, "443"))
 	h.waitReady(90*time.Second, "shop-n1")
 	t.Logf("shop-n1 Ready %v after the test began (test images built, lab, hub and node up)", time.Since(began).Round(time.Millisecond))
 
@@ -76,6 +81,7 @@ func TestContainerdEdgeThroughNAT(t *testing.T) {
 		return
 	}
 	t.Run("egress", func(t *testing.T) { natEgress(t, l, h, n) })
+	t.Run("ingress", func(t *testing.T) { natIngress(t, l, h, n) })
 	t.Run("streams", func(t *testing.T) { natStreams(t, l, h) })
 	t.Run("failures", func(t *testing.T) { natFailures(t, h, n) })
 	t.Run("images", func(t *testing.T) { natImages(t, l, h, n, reg) })
