@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -126,22 +128,40 @@ func TestBenchIngressVsNginx(t *testing.T) {
 		Extra: []string{conns, fmt.Sprintf("rate=%.0f", rate)}})
 }
 
-// startBenchController runs the controller's proxy on a loopback port with
-// the routes of the benchmark: host bench.example.com, /a to svc-1, /b to
-// svc-2, and svc-1 as the defaultBackend.
-func startBenchController(t *testing.T, backends []string) string {
-	t.Helper()
-	targets := map[string]string{"10.96.0.1:80": backends[0], "10.96.0.2:80": backends[1]}
-	c, err := New(Config{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		real, ok := targets[addr]
-		if !ok {
-			return nil, fmt.Errorf("no backend at %s", addr)
+// benchProxyEnv, set to the backends' addresses, makes the test binary
+// the benchmark's tether proxy: a process of its own, as nginx is, so that
+// neither shares its CPU with the load generator and the backends.
+const benchProxyEnv = "TETHER_INGRESSBENCH_PROXY"
+
+func TestMain(m *testing.M) {
+	if backends := os.Getenv(benchProxyEnv); backends != "" {
+		if err := runBenchProxy(strings.Split(backends, ",")); err != nil {
+			fmt.Fprintln(os.Stderr, "ingress benchmark proxy:", err)
+			os.Exit(1)
 		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, real)
-	}})
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runBenchProxy serves the benchmark's routes with the controller on a
+// loopback port it prints, until its standard input closes: host
+// bench.example.com, /a to svc-1, /b to svc-2, and svc-1 as the
+// defaultBackend, the Services' cluster IPs dialled as the backends.
+func runBenchProxy(backends []string) error {
+	targets := map[string]string{"10.96.0.1:80": backends[0], "10.96.0.2:80": backends[1]}
+	c, err := New(Config{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			real, ok := targets[addr]
+			if !ok {
+				return nil, fmt.Errorf("no backend at %s", addr)
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, real)
+		}})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	s := testState()
 	for _, svc := range s.services {
@@ -163,13 +183,49 @@ func startBenchController(t *testing.T, backends []string) string {
 	c.Rebuild()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return err
+	}
+	if prof := os.Getenv("TETHER_INGRESSBENCH_CPUPROFILE"); prof != "" {
+		f, err := os.Create(prof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = c.Serve(ctx, ln, nil); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return ln.Addr().String()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
+	fmt.Println(ln.Addr().String())
+	return c.Serve(ctx, ln, nil)
+}
+
+// startBenchController runs the test binary as the benchmark's tether
+// proxy (benchProxyEnv) and returns its address.
+func startBenchController(t *testing.T, backends []string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), benchProxyEnv+"="+strings.Join(backends, ","))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the tether proxy: %v", err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the tether proxy's address: %v", err)
+	}
+	return strings.TrimSpace(addr)
 }
 
 // startNginx runs nginx with the benchmark's routes, proxying as the
