@@ -31,11 +31,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -86,11 +85,13 @@ type Config struct {
 // Controller routes HTTP and HTTPS requests by the Ingresses it is given.
 // Its methods are safe for concurrent use.
 type Controller struct {
-	cfg   Config
-	log   *slog.Logger
-	proxy *httputil.ReverseProxy
-	tr    *http.Transport
-	self  *tls.Certificate // for TLS names no Secret covers
+	cfg      Config
+	log      *slog.Logger
+	errorLog *log.Logger
+	proxies  sync.Map // backend address: *httputil.ReverseProxy (proxy.go)
+	buffers  bufferPool
+	tr       *http.Transport
+	self     *tls.Certificate // for TLS names no Secret covers
 
 	table atomic.Pointer[table]
 	dirty chan struct{}
@@ -140,34 +141,18 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.tr = &http.Transport{
 		DialContext:           cfg.Dial,
-		MaxIdleConnsPerHost:   32,
+		MaxIdleConnsPerHost:   maxIdlePerBackend,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0,
 		ExpectContinueTimeout: time.Second,
 	}
-	c.proxy = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			b := pr.In.Context().Value(backendKey{}).(*backend)
-			pr.SetURL(&url.URL{Scheme: "http", Host: b.target})
-			pr.Out.Host = pr.In.Host
-			pr.SetXForwarded()
-		},
-		Transport:     c.tr,
-		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			c.log.Debug("backend failed", "host", r.Host, "path", r.URL.Path, "err", err)
-			w.WriteHeader(http.StatusBadGateway)
-		},
-	}
+	c.errorLog = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	if cfg.Status != nil {
 		c.status = newStatusWriter(cfg.Status, cfg.Addresses, c.log)
 	}
 	c.table.Store(build(&state{controller: cfg.Controller, cert: func(types.NamespacedName) *tls.Certificate { return nil }}))
 	return c, nil
 }
-
-type backendKey struct{}
 
 // ServeHTTP routes one request by the current table.
 func (c *Controller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +167,7 @@ func (c *Controller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case b.target == "":
 		http.Error(w, "503 service unavailable", b.status)
 	default:
-		c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), backendKey{}, b)))
+		c.proxyTo(b.target).ServeHTTP(w, r)
 	}
 }
 

@@ -1,0 +1,70 @@
+package ingress
+
+import (
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+)
+
+// maxIdlePerBackend is how many idle connections to one backend address
+// the controller keeps: as many as clients it may serve at once, so that
+// a burst does not end in closing connections it would dial again.
+const maxIdlePerBackend = 1024
+
+// proxyBufferSize is the size of the buffers bodies are copied through.
+const proxyBufferSize = 32 << 10
+
+// proxyTo returns the reverse proxy to the backend address target
+// (ClusterIP:port), made on first use and kept: one per address, so that
+// a request needs no per-request state to say where it goes. There are as
+// many as Service ports ever routed to; they share one Transport and its
+// connections.
+func (c *Controller) proxyTo(target string) *httputil.ReverseProxy {
+	if p, ok := c.proxies.Load(target); ok {
+		return p.(*httputil.ReverseProxy)
+	}
+	u := &url.URL{Scheme: "http", Host: target}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport: c.tr,
+		// No FlushInterval: a response of known length goes out in
+		// one write when the handler returns, while streamed ones
+		// (no Content-Length, text/event-stream) are flushed at each
+		// write, as ReverseProxy does by itself. Flushing every
+		// response at once cost a timer, a goroutine and a write of
+		// its own for the headers.
+		BufferPool: &c.buffers,
+		ErrorLog:   c.errorLog,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			c.log.Debug("backend failed", "host", r.Host, "path", r.URL.Path, "err", err)
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	actual, _ := c.proxies.LoadOrStore(target, p)
+	return actual.(*httputil.ReverseProxy)
+}
+
+// bufferPool lends the reverse proxies their copy buffers
+// (httputil.BufferPool).
+type bufferPool struct{ p sync.Pool }
+
+// Get returns a buffer of proxyBufferSize bytes.
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, proxyBufferSize)
+}
+
+// Put takes a buffer back.
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == proxyBufferSize {
+		buf = buf[:proxyBufferSize]
+		b.p.Put(&buf)
+	}
+}
