@@ -22,8 +22,9 @@ root=$PWD
 # plugins and a static busybox (the shell inside the test images) for the
 # edge's container runtime. Chromium for the fleet page's browser test.
 # PostgreSQL for the store's PostgreSQL backend (store/postgres/pgtest
-# starts throw-away clusters with its initdb and pg_ctl).
-packages=(gcc libc6-dev postgresql iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static chromium)
+# starts throw-away clusters with its initdb and pg_ctl); nginx for the
+# ingress controller's benchmark, which compares with it.
+packages=(gcc libc6-dev postgresql iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static chromium nginx)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do
