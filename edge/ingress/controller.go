@@ -140,8 +140,11 @@ func New(cfg Config) (*Controller, error) {
 		certs:     map[types.NamespacedName]parsedCert{},
 	}
 	c.tr = &http.Transport{
-		DialContext:           cfg.Dial,
-		MaxIdleConnsPerHost:   maxIdlePerBackend,
+		DialContext:         cfg.Dial,
+		MaxIdleConnsPerHost: maxIdlePerBackend,
+		// Pass Accept-Encoding through as the client sent it rather
+		// than asking for gzip and decompressing in the proxy.
+		DisableCompression:    true,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0,
 		ExpectContinueTimeout: time.Second,
