@@ -3,6 +3,9 @@ package edge
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -52,6 +55,8 @@ func newIngressWatch(a *Agent) (*ingressWatch, error) {
 	if a.nodeIP.IsValid() && len(cfg.Addresses) == 0 {
 		cfg.Addresses = []string{a.nodeIP.String()}
 	}
+	cfg.HTTPAddr = ingressListenAddr(cfg.HTTPAddr, ":80", a.cfg.APIRelayAddr, a.nodeIP)
+	cfg.HTTPSAddr = ingressListenAddr(cfg.HTTPSAddr, ":443", a.cfg.APIRelayAddr, a.nodeIP)
 	if cfg.Status == nil {
 		cfg.Status = a.networking
 	}
@@ -117,6 +122,26 @@ func (w *ingressWatch) run(ctx context.Context, goRun func(func())) {
 			w.a.log.Error("ingress controller stopped", "err", err)
 		}
 	})
+}
+
+// ingressListenAddr returns where the ingress controller listens for
+// addr (def when empty). A listener on every address cannot share a port
+// that a listener on one address holds, and the pods' API relay holds
+// port 443 of its node-local address by default: a wildcard address on
+// the relay's port becomes the node's address on that port, where the
+// Ingresses' status sends clients.
+func ingressListenAddr(addr, def string, relay netip.AddrPort, nodeIP netip.Addr) string {
+	if addr == "" {
+		addr = def
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !relay.IsValid() || !nodeIP.IsValid() || port != strconv.Itoa(int(relay.Port())) {
+		return addr
+	}
+	if ip, err := netip.ParseAddr(host); host != "" && (err != nil || !ip.IsUnspecified()) {
+		return addr
+	}
+	return net.JoinHostPort(nodeIP.String(), port)
 }
 
 // ingressSecretWatch is the local state's name of a TLS Secret's watch.

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -31,5 +32,29 @@ func TestIngressConfig(t *testing.T) {
 	cfg.Ingress = nil
 	if err := cfg.setDefaults(); err != nil || cfg.Labels[ingress.NodeLabel] != "" {
 		t.Errorf("without ingress: %v %v", err, cfg.Labels)
+	}
+}
+
+// A wildcard ingress listener on the API relay's port moves to the node's
+// address; anything else stays as asked.
+func TestIngressListenAddr(t *testing.T) {
+	relay := netip.MustParseAddrPort("169.254.20.10:443")
+	node := netip.MustParseAddr("192.0.2.10")
+	for _, c := range []struct {
+		addr, def string
+		relay     netip.AddrPort
+		want      string
+	}{
+		{"", ":443", relay, "192.0.2.10:443"},
+		{":443", ":443", relay, "192.0.2.10:443"},
+		{"0.0.0.0:443", ":443", relay, "192.0.2.10:443"},
+		{"", ":80", relay, ":80"},
+		{"198.51.100.7:443", ":443", relay, "198.51.100.7:443"},
+		{":8443", ":443", relay, ":8443"},
+		{":443", ":443", netip.AddrPort{}, ":443"},
+	} {
+		if got := ingressListenAddr(c.addr, c.def, c.relay, node); got != c.want {
+			t.Errorf("ingressListenAddr(%q, %q, %v) = %q, want %q", c.addr, c.def, c.relay, got, c.want)
+		}
 	}
 }

@@ -68,12 +68,10 @@ func TestContainerdEdgeThroughNAT(t *testing.T) {
 	// connections on the node's uplink (see natEgress).
 	pins := fmt.Sprintf("/sys/fs/bpf/tether-nat-%d", os.Getpid())
 	t.Cleanup(func() { _ = os.RemoveAll(pins) })
-	// The built-in ingress controller serves HTTPS on the node's address:
-	// the agent's API relay holds 169.254.20.10:443, and Linux refuses a
-	// wildcard listener on a port a listener of one address holds.
+	// With its default addresses the built-in ingress controller serves
+	// HTTPS on the node's address, beside the API relay's 443.
 	n := startCtrNode(t, l, h, "shop-n1", "shop", []string{archive}, "--registry-config-dir", regDir,
-		"--dataplane", "ebpf", "--dataplane-cgroup", containersCgroup(t), "--bpf-pin-dir", pins,
-		"--ingress", "--ingress-https-addr", net.JoinHostPort(l.Host("shop-n1").Addr, "443"))
+		"--dataplane", "ebpf", "--dataplane-cgroup", containersCgroup(t), "--bpf-pin-dir", pins, "--ingress")
 	h.waitReady(90*time.Second, "shop-n1")
 	t.Logf("shop-n1 Ready %v after the test began (test images built, lab, hub and node up)", time.Since(began).Round(time.Millisecond))
 
