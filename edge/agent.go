@@ -34,7 +34,8 @@ type Agent struct {
 	core      corev1client.CoreV1Interface
 	discovery discoveryv1client.DiscoveryV1Interface
 	nodeAPI   nodev1client.NodeV1Interface
-	// networking reads Ingresses for the ingress controller.
+	// networking reads Ingresses for the ingress controller and
+	// NetworkPolicies (netpolicy.go).
 	networking networkingv1client.NetworkingV1Interface
 	httpc      *http.Client // plain HTTP to the hub over the tunnel
 
@@ -50,6 +51,7 @@ type Agent struct {
 	ingress  *ingressWatch      // the ingress controller; nil when off (ingresses.go)
 	gossip   *siteGossip        // the site's gossip; nil without a zone
 	net      *nodeNet           // dataplane and DNS server; set by Run
+	netpol   *netPolicy         // NetworkPolicy enforcement; nil without the eBPF dataplane
 	relay    *apiRelay          // pods' connections to the hub; nil when off
 	dnsAddr  netip.AddrPort     // where the DNS server listens
 	server   *http.Server
@@ -112,6 +114,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Closing leaves the dataplane loaded (pinned maps keep Services
 	// working across an agent restart) and stops the DNS server.
 	defer nn.close()
+	if nn.dp != nil {
+		if a.netpol, err = a.startNetPolicy(); err != nil {
+			return err
+		}
+		defer a.netpol.close()
+	}
 	if a.relay, err = a.startAPIRelay(); err != nil {
 		return err
 	}
@@ -253,6 +261,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ingress.run(ctx, goRun)
 	}
 	nn.run(ctx, a, goRun)
+	if a.netpol != nil {
+		a.netpol.run(ctx, goRun)
+	}
 	if a.relay != nil {
 		a.relay.dial = tc.DialContext
 		goRun(func() { a.relay.serve(ctx) })

@@ -59,6 +59,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		{"tether_edge_usage_read_failures_total", "counter", "Readings of the runtime's usage that failed.", [][2]any{{"", a.metrics.usageReadFailures.Load()}}},
 		{"tether_edge_certificate_expiry_timestamp_seconds", "gauge", "When the node certificate expires (Unix time).", [][2]any{{"", s.CertificateExpiry.Unix()}}},
 	}
+	defer a.netpol.writeMetrics(w)
 	for _, m := range ms {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.kind)
 		for _, v := range m.values {

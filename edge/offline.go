@@ -161,7 +161,7 @@ func (l *localState) collectRefs(objs []any) {
 	}
 	for w := range watches {
 		if w == keptPods || w == keptServices || w == keptSlices || w == keptClasses || used[w] || siteWatch(w) ||
-			w == keptIngresses || w == keptIngressClasses || isIngressSecretWatch(w) {
+			w == keptIngresses || w == keptIngressClasses || isIngressSecretWatch(w) || netpolWatch(w) {
 			continue
 		}
 		drop[w] = ""
