@@ -47,6 +47,10 @@ import (
 // Nodes that run tether's ingress controller may also read Ingresses and
 // IngressClasses, write Ingresses' status and read the TLS Secrets of the
 // Ingresses the controller serves (authz_ingress.go).
+//
+// Every node enforces NetworkPolicy for its pods: a node may list and
+// watch every pod, and read Namespaces and NetworkPolicies (what a network
+// plugin's agent reads upstream).
 type Authorizer struct {
 	cfg   Config
 	graph *graph
@@ -256,10 +260,9 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 	case at.Group == "" && at.Kind == "pods":
 		switch {
 		case (at.Verb == "list" || at.Verb == "watch") && at.Subresource == "":
-			if selects(at.FieldSelector, "spec.nodeName", node) {
-				return ""
-			}
-			return fmt.Sprintf("node '%s' can only list or watch pods with fieldSelector spec.nodeName=%s", node, node)
+			// Every pod: the node enforces NetworkPolicy, whose peers
+			// are pods anywhere (tether's own rule, see networkPolicyRead).
+			return ""
 		case at.Subresource == "" && (at.Verb == "get" || at.Verb == "delete"),
 			at.Subresource == "status" && (at.Verb == "get" || at.Verb == "update" || at.Verb == "patch"):
 			if a.podOn(node, at.Namespace, at.Name) {
@@ -313,6 +316,12 @@ func (a *Authorizer) decide(node string, at apiserver.Attributes) string {
 
 	case at.Group == "" && (at.Kind == "services" || at.Kind == "endpoints"),
 		at.Group == "discovery.k8s.io" && at.Kind == "endpointslices":
+		if read && at.Subresource == "" {
+			return ""
+		}
+		return fmt.Sprintf("node '%s' may only read %s", node, at.Kind)
+
+	case networkPolicyRead(at):
 		if read && at.Subresource == "" {
 			return ""
 		}
@@ -562,4 +571,10 @@ func (a *Authorizer) admitTokenRequest(node string, at apiserver.Attributes, obj
 		return refuse("node requested token bound to a pod scheduled on a different node")
 	}
 	return nil
+}
+
+// networkPolicyRead matches the kinds a node reads to enforce NetworkPolicy
+// besides pods: NetworkPolicies and Namespaces (for their labels).
+func networkPolicyRead(at apiserver.Attributes) bool {
+	return at.Group == "networking.k8s.io" && at.Kind == "networkpolicies" || at.Group == "" && at.Kind == "namespaces"
 }
