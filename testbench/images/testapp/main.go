@@ -19,6 +19,11 @@
 //	webhook [ADDR]    admission webhooks over HTTPS (default :8443) with
 //	                  $WEBHOOK_CERT and $WEBHOOK_KEY: /mutate labels
 //	                  webhook=edge, /validate refuses deny=true (webhook.go)
+//	dial ADDR [TIMEOUT]
+//	                  opens a TCP connection to ADDR within TIMEOUT (2s),
+//	                  prints "connected", exits 1 when it cannot
+//	lookup NAME [TIMEOUT]
+//	                  resolves NAME through /etc/resolv.conf within TIMEOUT
 //	incluster [CHECK...]
 //	                  an in-cluster client (the service account's token,
 //	                  CA and the KUBERNETES_SERVICE_* variables): without
@@ -38,8 +43,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -100,6 +107,33 @@ func main() {
 		if resp.StatusCode != 200 {
 			os.Exit(2)
 		}
+	case "dial":
+		d, err := time.ParseDuration(arg(3, "2s"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		c, err := net.DialTimeout("tcp", arg(2, ""), d)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		c.Close()
+		fmt.Println("connected")
+	case "lookup":
+		d, err := time.ParseDuration(arg(3, "2s"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		addrs, err := (&net.Resolver{PreferGo: true}).LookupHost(ctx, arg(2, ""))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(strings.Join(addrs, " "))
 	case "incluster":
 		if err := inCluster(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "incluster:", err)
