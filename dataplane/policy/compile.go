@@ -38,7 +38,20 @@ type compiler struct {
 	ids      []*identity
 	podIDs   []uint32 // per Input.Pods index, 0 for pods without address
 	policies map[string][]compiledPolicy
+	nsLabel  map[string]labels.Set
+	// selected caches the identities each selector peer selects: a
+	// policy's peers are the same for every local pod it selects.
+	selected map[*networkingv1.NetworkPolicyPeer][]*identity
 	out      *Rules
+	// idEntries collects AllowID's entries, which go into a map of the
+	// right size at the end (growing a map of tens of thousands of
+	// entries costs more than the compilation).
+	idEntries []idEntry
+}
+
+type idEntry struct {
+	k IDKey
+	v PortSet
 }
 
 // Compile turns a node's view of the cluster into the contents of its
@@ -61,7 +74,7 @@ type compiler struct {
 // The result depends on the input only, never on map order, so that a
 // restarted agent computes the same identities as the one before it.
 func Compile(in Input) *Rules {
-	c := &compiler{in: in, out: &Rules{
+	c := &compiler{in: in, nsLabel: map[string]labels.Set{}, selected: map[*networkingv1.NetworkPolicyPeer][]*identity{}, out: &Rules{
 		IDs:       map[netip.Addr]uint32{},
 		Isolated:  map[Endpoint]string{},
 		AllowID:   map[IDKey]PortSet{},
@@ -73,6 +86,10 @@ func Compile(in Input) *Rules {
 		if p.Local {
 			c.localPod(i)
 		}
+	}
+	c.out.AllowID = make(map[IDKey]PortSet, len(c.idEntries))
+	for _, e := range c.idEntries {
+		c.out.AllowID[e.k] = e.v
 	}
 	slices.Sort(c.out.Warnings)
 	return c.out
@@ -161,10 +178,14 @@ func (c *compiler) parsePolicies() {
 // nsLabels returns a namespace's labels with the name label the API
 // server sets on every namespace.
 func (c *compiler) nsLabels(ns string) labels.Set {
+	if l, ok := c.nsLabel[ns]; ok {
+		return l
+	}
 	l := labels.Set{corev1.LabelMetadataName: ns}
 	for k, v := range c.in.Namespaces[ns] {
 		l[k] = v
 	}
+	c.nsLabel[ns] = l
 	return l
 }
 
@@ -219,7 +240,7 @@ func (c *compiler) localPod(i int) {
 					c.warn("pod %s: more than %d port ranges for one %s peer: some are not allowed", name, MaxRanges, dir)
 				}
 				if s.N > 0 {
-					c.out.AllowID[IDKey{local, id, dir}] = s
+					c.idEntries = append(c.idEntries, idEntry{IDKey{local, id, dir}, s})
 				}
 			}
 			for p, s := range cidrEntries(blocks) {
@@ -232,16 +253,23 @@ func (c *compiler) localPod(i int) {
 // rule adds what one ingress or egress rule of np allows the local pod.
 func (c *compiler) rule(np *networkingv1.NetworkPolicy, pod Pod, dir Dir, peers []networkingv1.NetworkPolicyPeer,
 	ports []networkingv1.NetworkPolicyPort, byID map[uint32][]PortRange, blocks []block) []block {
-	// The receiving pod resolves named ports.
-	localPorts := func() []PortRange { return resolvePorts(ports, pod.NamedPorts) }
+	// The receiving pod resolves named ports: once for ingress, per peer
+	// for egress rules that name any.
+	local := resolvePorts(ports, pod.NamedPorts)
+	localPorts := func() []PortRange { return local }
+	named := hasNamed(ports)
+	plain := local
+	if dir == Egress {
+		plain = resolvePorts(ports, nil)
+	}
 	peerPorts := func(id *identity) []PortRange {
-		if dir == Ingress {
-			return localPorts()
+		if dir == Ingress || !named {
+			return plain
 		}
 		return resolvePorts(ports, id.namedPorts)
 	}
 	if len(peers) == 0 {
-		if dir == Ingress || !hasNamed(ports) {
+		if dir == Ingress || !named {
 			byID[IDAny] = append(byID[IDAny], localPorts()...)
 			return blocks
 		}
@@ -252,7 +280,8 @@ func (c *compiler) rule(np *networkingv1.NetworkPolicy, pod Pod, dir Dir, peers 
 		}
 		return blocks
 	}
-	for _, peer := range peers {
+	for i := range peers {
+		peer := &peers[i]
 		if peer.IPBlock != nil {
 			b, err := parseBlock(peer.IPBlock)
 			if err != nil {
@@ -270,35 +299,50 @@ func (c *compiler) rule(np *networkingv1.NetworkPolicy, pod Pod, dir Dir, peers 
 			blocks = append(blocks, b)
 			continue
 		}
-		podSel := labels.Everything()
-		if peer.PodSelector != nil {
-			s, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
-			if err != nil {
-				c.warn("NetworkPolicy %s/%s: podSelector: %v", np.Namespace, np.Name, err)
-				continue
-			}
-			podSel = s
+		ids, err := c.selectedBy(np, peer)
+		if err != nil {
+			c.warn("NetworkPolicy %s/%s: %v", np.Namespace, np.Name, err)
+			continue
 		}
-		var nsSel labels.Selector
-		if peer.NamespaceSelector != nil {
-			s, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
-			if err != nil {
-				c.warn("NetworkPolicy %s/%s: namespaceSelector: %v", np.Namespace, np.Name, err)
-				continue
-			}
-			nsSel = s
-		}
-		for _, id := range c.ids {
-			if nsSel == nil && id.namespace != np.Namespace || nsSel != nil && !nsSel.Matches(c.nsLabels(id.namespace)) {
-				continue
-			}
-			if !podSel.Matches(id.labels) {
-				continue
-			}
+		for _, id := range ids {
 			byID[id.id] = append(byID[id.id], peerPorts(id)...)
 		}
 	}
 	return blocks
+}
+
+// selectedBy returns the identities a selector peer of np selects.
+func (c *compiler) selectedBy(np *networkingv1.NetworkPolicy, peer *networkingv1.NetworkPolicyPeer) ([]*identity, error) {
+	if ids, ok := c.selected[peer]; ok {
+		return ids, nil
+	}
+	podSel := labels.Everything()
+	if peer.PodSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+		if err != nil {
+			return nil, fmt.Errorf("podSelector: %w", err)
+		}
+		podSel = s
+	}
+	var nsSel labels.Selector
+	if peer.NamespaceSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+		if err != nil {
+			return nil, fmt.Errorf("namespaceSelector: %w", err)
+		}
+		nsSel = s
+	}
+	ids := []*identity{}
+	for _, id := range c.ids {
+		if nsSel == nil && id.namespace != np.Namespace || nsSel != nil && !nsSel.Matches(c.nsLabels(id.namespace)) {
+			continue
+		}
+		if podSel.Matches(id.labels) {
+			ids = append(ids, id)
+		}
+	}
+	c.selected[peer] = ids
+	return ids, nil
 }
 
 func hasNamed(ports []networkingv1.NetworkPolicyPort) bool {

@@ -186,23 +186,26 @@ type Rules struct {
 	Warnings []string
 }
 
-// normalize sorts and merges ranges into a PortSet. Sets of more than
-// MaxRanges ranges keep the first MaxRanges (allowing less, never more)
-// and report false.
+// normalize sorts and merges ranges (in place) into a PortSet. Sets of
+// more than MaxRanges ranges keep the first MaxRanges (allowing less,
+// never more) and report false.
 func normalize(rs []PortRange) (PortSet, bool) {
 	var s PortSet
-	if slices.ContainsFunc(rs, func(r PortRange) bool { return r == allPorts }) {
+	if len(rs) == 1 {
+		s.R[0], s.N = rs[0], 1
+		return s, true
+	}
+	if slices.Contains(rs, allPorts) {
 		s.R[0], s.N = allPorts, 1
 		return s, true
 	}
-	rs = slices.Clone(rs)
 	slices.SortFunc(rs, func(a, b PortRange) int {
 		if a.Proto != b.Proto {
 			return int(a.Proto) - int(b.Proto)
 		}
 		return int(a.Lo) - int(b.Lo)
 	})
-	var out []PortRange
+	out := rs[:0]
 	for _, r := range rs {
 		if n := len(out); n > 0 && out[n-1].Proto == r.Proto && int(r.Lo) <= int(out[n-1].Hi)+1 {
 			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
