@@ -316,25 +316,28 @@ func (e *Enforcer) readMaps() (*Rules, error) {
 	for it.Next(&ip, &id) {
 		r.IDs[addrOf(ip)] = id
 	}
+	errs := []error{it.Err()}
 	var ep policyPolEp
 	var one uint32
 	it = e.objs.PolIsolated.Iterate()
 	for it.Next(&ep, &one) {
 		r.Isolated[Endpoint{addrOf(ep.Ip), Dir(ep.Dir)}] = ""
 	}
+	errs = append(errs, it.Err())
 	var ik policyPolIdKey
 	var pv policyPolPorts
 	it = e.objs.PolAllowId.Iterate()
 	for it.Next(&ik, &pv) {
 		r.AllowID[IDKey{addrOf(ik.Ip), ik.Peer, Dir(ik.Dir)}] = portSetOf(&pv)
 	}
+	errs = append(errs, it.Err())
 	var ck policyPolCidrKey
 	it = e.objs.PolAllowCidr.Iterate()
 	for it.Next(&ck, &pv) {
 		p := netip.PrefixFrom(netip.AddrFrom4(ck.Peer), int(ck.Prefixlen)-64)
 		r.AllowCIDR[CIDRKey{addrOf(ck.Ip), Dir(ck.Dir), p}] = portSetOf(&pv)
 	}
-	if err := it.Err(); err != nil {
+	if err := errors.Join(append(errs, it.Err())...); err != nil {
 		return nil, fmt.Errorf("read pinned policy maps: %w", err)
 	}
 	return r, nil
