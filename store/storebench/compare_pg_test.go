@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tether-edge/tether/internal/benchfmt"
 	"github.com/tether-edge/tether/store/postgres"
 	"github.com/tether-edge/tether/store/postgres/pgtest"
 	"github.com/tether-edge/tether/store/storebench"
@@ -64,4 +65,7 @@ func TestComparePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(os.Stdout, "store comparison on PostgreSQL (median of %d run(s)):\n%s", max(1, *runs), b.String())
+	for _, f := range storebench.PostgresFigures(storebench.Median(teth), storebench.Median(kine), benchfmt.Mode(*full)) {
+		benchfmt.Report(t, f)
+	}
 }

@@ -225,3 +225,33 @@ func Figures(tether, etcd, kine Result, mode string) []benchfmt.Figure {
 	add("store_size_on_disk", float64(tether.SizeBytes)/1e6, float64(etcd.SizeBytes)/1e6, etcd.Name, "MB", "")
 	return fs
 }
+
+// PostgresFigures returns the comparison of tether's PostgreSQL backend
+// with kine on the same PostgreSQL as benchmark figures, with the targets
+// tether's multi-hub store must meet: three times kine's throughput at 64
+// writers, half its list p99.
+func PostgresFigures(tether, kine Result, mode string) []benchfmt.Figure {
+	var fs []benchfmt.Figure
+	add := func(name string, v, peer float64, unit, target string) {
+		fs = append(fs, benchfmt.Figure{Name: name, Value: v, Unit: unit, Target: target,
+			Peer: kine.Name, PeerValue: peer, Mode: mode,
+			Extra: []string{fmt.Sprintf("objects=%d", tether.Objects)}})
+	}
+	for _, w := range []int{1, 16, 64} {
+		tp, ok := tether.Phase(w)
+		kp, ok2 := kine.Phase(w)
+		if !ok || !ok2 {
+			continue
+		}
+		target := ""
+		if w == 64 {
+			target = "ratio>=3"
+		}
+		add(fmt.Sprintf("store_pg_creates_%dw", w), tp.CreatesPerSec, kp.CreatesPerSec, "creates/s", target)
+		add(fmt.Sprintf("store_pg_updates_%dw", w), tp.UpdatesPerSec, kp.UpdatesPerSec, "updates/s", target)
+	}
+	add("store_pg_list_p50", tether.ListP50ms, kine.ListP50ms, "ms", "")
+	add("store_pg_list_p99", tether.ListP99ms, kine.ListP99ms, "ms", "ratio<=0.5")
+	add("store_pg_size_on_disk", float64(tether.SizeBytes)/1e6, float64(kine.SizeBytes)/1e6, "MB", "")
+	return fs
+}
