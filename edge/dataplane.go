@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -109,6 +110,36 @@ func (a *Agent) masquerade(cidrs []netip.Prefix) bool {
 	n.masq = want
 	a.log.Info("the dataplane masquerades pod connections leaving the node", "range", want)
 	return true
+}
+
+// writeDataplaneMetrics writes the eBPF dataplane's counters for /metrics:
+// nothing when the node runs no dataplane.
+func (a *Agent) writeDataplaneMetrics(w io.Writer) {
+	if a.net == nil || a.net.dp == nil {
+		return
+	}
+	st, err := a.net.dp.Stats()
+	if err != nil {
+		a.log.Debug("read dataplane counters", "err", err)
+		return
+	}
+	for _, m := range []struct {
+		name, kind, help string
+		v                any
+	}{
+		{"tether_edge_dataplane_frontends", "gauge", "Service frontends programmed into the dataplane.", st.Frontends},
+		{"tether_edge_dataplane_socket_translations_total", "counter", "Connections and datagrams of the node's sockets sent to a Service backend.", st.SocketTranslations},
+		{"tether_edge_dataplane_socket_refused_total", "counter", "Connections to a Service without usable backends refused at the socket.", st.SocketRefused},
+		{"tether_edge_dataplane_uplink_flows_total", "counter", "New flows to a NodePort or external address arriving on an uplink.", st.NodePortFlows},
+		{"tether_edge_dataplane_uplink_snat_flows_total", "counter", "Uplink flows sent to a backend on another node behind the node's address.", st.NodePortSNAT},
+		{"tether_edge_dataplane_uplink_reverse_packets_total", "counter", "Reply packets translated back on an uplink.", st.NodePortReverse},
+		{"tether_edge_dataplane_uplink_refused_total", "counter", "TCP resets sent on an uplink for frontends without backends.", st.NodePortRefused},
+		{"tether_edge_dataplane_uplink_dropped_total", "counter", "Packets dropped on an uplink: Local policy without a local backend, no SNAT port.", st.NodePortDropped},
+		{"tether_edge_dataplane_masqueraded_total", "counter", "Connections of the node's pods given the node's address on an uplink.", st.Masqueraded},
+		{"tether_edge_dataplane_masquerade_dropped_total", "counter", "Packets of the node's pods dropped for want of a free masquerade port.", st.MasqueradeDropped},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.kind, m.name, m.v)
+	}
 }
 
 // startDNS creates the DNS server and binds its sockets, after putting the

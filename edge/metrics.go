@@ -60,6 +60,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		{"tether_edge_certificate_expiry_timestamp_seconds", "gauge", "When the node certificate expires (Unix time).", [][2]any{{"", s.CertificateExpiry.Unix()}}},
 	}
 	defer a.netpol.writeMetrics(w)
+	defer a.writeDataplaneMetrics(w)
 	for _, m := range ms {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.kind)
 		for _, v := range m.values {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 // natEgress: a pod's connection to a host beyond the site (a server in the
 // hub's namespace, past the site's NAT router) leaves its node with the
 // node's address, given by the eBPF dataplane: the router's conntrack
-// shows the node as the source, the server answers, and the node's
+// shows the node as the source, the server answers, the agent's metrics
+// count it, and the node's
 // network namespace holds no iptables or nftables rule of tether or its
 // CNI configuration.
 func natEgress(t *testing.T, l *Lab, h *labHub, n *ctrNode) {
@@ -44,6 +46,11 @@ func natEgress(t *testing.T, l *Lab, h *labHub, n *ctrNode) {
 	}
 	if !strings.Contains(string(ct), "src="+node+" dst=10.213.0.1 ") {
 		t.Errorf("the router saw the pod's connection come from another address than the node's (%s):\n%s", node, ct)
+	}
+
+	metrics := h.must(t, "get", "--raw", "/api/v1/nodes/"+n.name+"/proxy/metrics")
+	if m := regexp.MustCompile(`(?m)^tether_edge_dataplane_masqueraded_total (\d+)$`).FindStringSubmatch(metrics); m == nil || m[1] == "0" {
+		t.Errorf("the agent's metrics count no masqueraded connection: %q", m)
 	}
 
 	if rules, err := l.Exec(ctx, n.name, "nft", "list", "ruleset"); err != nil {
