@@ -26,6 +26,10 @@ type NudgeConfig struct {
 	Send func(ctx context.Context, node string) error
 	// Timeout bounds one Send; zero means 5s.
 	Timeout time.Duration
+	// Concurrency bounds the Sends in flight; zero means 32. A loaded hub
+	// that marks many connected nodes Unknown at once asks them a few at
+	// a time rather than dialling every tunnel in one burst.
+	Concurrency int
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -48,6 +52,7 @@ type Nudges struct {
 
 	mu      sync.Mutex
 	unknown map[string]bool // nodes whose Ready reads Unknown now
+	slots   chan struct{}   // one per Send in flight
 
 	sent, failed atomic.Int64
 }
@@ -57,11 +62,15 @@ func NewNudges(cfg NudgeConfig) *Nudges {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Nudges{cfg: cfg, log: log.With("component", "node-nudges"), unknown: map[string]bool{}}
+	return &Nudges{cfg: cfg, log: log.With("component", "node-nudges"), unknown: map[string]bool{},
+		slots: make(chan struct{}, cfg.Concurrency)}
 }
 
 // Run follows Nodes until ctx ends.
@@ -106,6 +115,12 @@ func (n *Nudges) apply(ctx context.Context, ev watch.EventType, node *corev1.Nod
 }
 
 func (n *Nudges) send(ctx context.Context, node string) {
+	select {
+	case n.slots <- struct{}{}:
+		defer func() { <-n.slots }()
+	case <-ctx.Done():
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 	if err := n.cfg.Send(ctx, node); err != nil {
