@@ -1222,7 +1222,8 @@ static __always_inline int masq_icmp_error(struct __sk_buff *skb)
 	struct ct4_key rk = {};
 	struct rct4_val *rv, r;
 
-	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)) || ip.version != 4 || ip.ihl != 5 ||
+	if (skb->protocol != bpf_htons(ETH_P_IP) ||
+	    bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)) || ip.version != 4 || ip.ihl != 5 ||
 	    ip.protocol != IPPROTO_ICMP || (ip.frag_off & bpf_htons(0x1fff)))
 		return TC_ACT_OK;
 	if (bpf_skb_load_bytes(skb, L4_OFF, &ic, sizeof(ic)) ||
