@@ -39,6 +39,7 @@ const dataplaneResync = 30 * time.Second
 // when the node runs none) and the DNS server (nil when off).
 type nodeNet struct {
 	dp      *dataplane.Dataplane
+	uplinks []string // the dataplane's uplinks: where it can masquerade
 	masqMu  sync.Mutex
 	masq    netip.Prefix // the pod range the dataplane masquerades
 	dns     *dns.Server
@@ -60,12 +61,13 @@ func (a *Agent) startNodeNet() (*nodeNet, error) {
 		if a.nodeIP.IsValid() {
 			nodeIPs = append(nodeIPs, a.nodeIP)
 		}
+		n.uplinks = a.uplinks()
 		dp, err := dataplane.New(dataplane.Config{
 			CgroupPath: a.cfg.DataplaneCgroup,
 			BPFFSPath:  a.cfg.DataplaneBPFFS,
 			NodeName:   a.name,
 			NodeIPs:    nodeIPs,
-			Uplinks:    a.uplinks(),
+			Uplinks:    n.uplinks,
 			Logger:     a.cfg.Logger,
 		})
 		if err != nil {
@@ -84,12 +86,14 @@ func (a *Agent) startNodeNet() (*nodeNet, error) {
 
 // masquerade has the dataplane masquerade the connections of the node's
 // pods that leave on an uplink, once the node's pod range is known, and
-// reports whether it does. It does only for a node whose pod ranges are
-// all IPv4: the CNI bridge's masquerading covers both families or none,
-// and the dataplane translates IPv4 only.
+// reports whether it does. It does only where the dataplane has uplinks
+// (its tc programs translate there; with --uplinks none the pod network
+// keeps masquerading) and for a node whose pod ranges are all IPv4: the
+// CNI bridge's masquerading covers both families or none, and the
+// dataplane translates IPv4 only.
 func (a *Agent) masquerade(cidrs []netip.Prefix) bool {
 	n := a.net
-	if n == nil || n.dp == nil || len(cidrs) == 0 {
+	if n == nil || n.dp == nil || len(n.uplinks) == 0 || len(cidrs) == 0 {
 		return false
 	}
 	for _, c := range cidrs {
