@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 // feedChunk is how many log rows the feed reads per query.
@@ -258,10 +259,10 @@ func scanEvents(rows pgx.Rows, fn func(store.Event) error) error {
 		var pobj *store.Object
 		if prev != nil {
 			o := store.Object{Key: k, Value: nonNil(pval), Revision: *prev}
-			if o.Labels, err = decodeMap(plb); err != nil {
+			if o.Labels, err = rowcodec.DecodeMap(plb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
-			if o.Fields, err = decodeMap(pfb); err != nil {
+			if o.Fields, err = rowcodec.DecodeMap(pfb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
 			pobj = &o
@@ -275,10 +276,10 @@ func scanEvents(rows pgx.Rows, fn func(store.Event) error) error {
 			ev.Prev = pobj
 		} else {
 			ev.Object = store.Object{Key: k, Value: nonNil(val), Revision: rev}
-			if ev.Object.Labels, err = decodeMap(lb); err != nil {
+			if ev.Object.Labels, err = rowcodec.DecodeMap(lb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
-			if ev.Object.Fields, err = decodeMap(fb); err != nil {
+			if ev.Object.Fields, err = rowcodec.DecodeMap(fb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
 			if ev.Type == store.Modified {

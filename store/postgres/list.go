@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 // List returns the current objects of one resource, filtered and paged, in
@@ -19,9 +20,9 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 	if s.closed.Load() {
 		return store.ListResult{}, store.ErrClosed
 	}
-	var after *continueToken
+	var after *rowcodec.Continue
 	if opts.Continue != "" {
-		c, err := decodeContinue(opts.Continue)
+		c, err := rowcodec.DecodeContinue(opts.Continue)
 		if err != nil {
 			return store.ListResult{}, err
 		}
@@ -34,7 +35,7 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 	return res, err
 }
 
-func (s *Store) list(ctx context.Context, opts store.ListOptions, after *continueToken) (store.ListResult, error) {
+func (s *Store) list(ctx context.Context, opts store.ListOptions, after *rowcodec.Continue) (store.ListResult, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("list %s: %w", opts.Resource, unavailable(err))
@@ -45,8 +46,8 @@ func (s *Store) list(ctx context.Context, opts store.ListOptions, after *continu
 		return store.ListResult{}, fmt.Errorf("list %s: read revision: %w", opts.Resource, unavailable(err))
 	}
 	s.noteRev(rev)
-	if after != nil && after.rev < compacted {
-		return store.ListResult{}, fmt.Errorf("continue list at revision %d: %w", after.rev, store.ErrCompacted)
+	if after != nil && after.Rev < compacted {
+		return store.ListResult{}, fmt.Errorf("continue list at revision %d: %w", after.Rev, store.ErrCompacted)
 	}
 	where := `o.resource = $1`
 	args := []any{opts.Resource}
@@ -55,7 +56,7 @@ func (s *Store) list(ctx context.Context, opts store.ListOptions, after *continu
 		where += fmt.Sprintf(` AND o.namespace = $%d`, len(args))
 	}
 	if after != nil {
-		args = append(args, after.namespace, after.name)
+		args = append(args, after.Namespace, after.Name)
 		where += fmt.Sprintf(` AND (o.namespace, o.name) > ($%d, $%d)`, len(args)-1, len(args))
 	}
 	filtered := (opts.Label != nil && !opts.Label.Empty()) || (opts.Field != nil && !opts.Field.Empty())
@@ -83,11 +84,11 @@ func (s *Store) list(ctx context.Context, opts store.ListOptions, after *continu
 			return store.ListResult{}, fmt.Errorf("list %s: %w", opts.Resource, unavailable(err))
 		}
 		o.Value = nonNil(o.Value)
-		if o.Labels, err = decodeMap(lb); err != nil {
+		if o.Labels, err = rowcodec.DecodeMap(lb); err != nil {
 			rows.Close()
 			return store.ListResult{}, fmt.Errorf("list %s: labels of %v: %w", opts.Resource, o.Key, err)
 		}
-		if o.Fields, err = decodeMap(fb); err != nil {
+		if o.Fields, err = rowcodec.DecodeMap(fb); err != nil {
 			rows.Close()
 			return store.ListResult{}, fmt.Errorf("list %s: fields of %v: %w", opts.Resource, o.Key, err)
 		}
@@ -124,8 +125,8 @@ func (s *Store) list(ctx context.Context, opts store.ListOptions, after *continu
 				rows.Close()
 				return store.ListResult{}, fmt.Errorf("list %s: count the rest: %w", opts.Resource, unavailable(err))
 			}
-			l, err1 := decodeMap(lb)
-			f, err2 := decodeMap(fb)
+			l, err1 := rowcodec.DecodeMap(lb)
+			f, err2 := rowcodec.DecodeMap(fb)
 			if err1 == nil && err2 == nil && store.Matches(opts.Label, opts.Field, l, f) {
 				remaining++
 			}
@@ -138,9 +139,9 @@ func (s *Store) list(ctx context.Context, opts store.ListOptions, after *continu
 	if remaining > 0 {
 		tokRev := rev
 		if after != nil {
-			tokRev = after.rev
+			tokRev = after.Rev
 		}
-		res.Continue = continueToken{rev: tokRev, namespace: last.Namespace, name: last.Name}.encode()
+		res.Continue = rowcodec.Continue{Rev: tokRev, Namespace: last.Namespace, Name: last.Name}.Encode()
 		res.Remaining = remaining
 	}
 	return res, nil

@@ -89,6 +89,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -515,10 +516,10 @@ func (s *Store) Get(ctx context.Context, key store.Key) (store.Object, error) {
 		return store.Object{}, fmt.Errorf("get %v: %w", key, unavailable(err))
 	}
 	o.Value = nonNil(o.Value)
-	if o.Labels, err = decodeMap(lb); err != nil {
+	if o.Labels, err = rowcodec.DecodeMap(lb); err != nil {
 		return store.Object{}, fmt.Errorf("get labels of %v: %w", key, err)
 	}
-	if o.Fields, err = decodeMap(fb); err != nil {
+	if o.Fields, err = rowcodec.DecodeMap(fb); err != nil {
 		return store.Object{}, fmt.Errorf("get fields of %v: %w", key, err)
 	}
 	s.noteRev(o.Revision)

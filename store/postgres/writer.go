@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 type opKind int
@@ -337,10 +338,10 @@ func scanCurrent(br pgx.BatchResults, n int) (map[store.Key]*current, error) {
 			return nil, fmt.Errorf("read current state: %w", err)
 		}
 		c.value = nonNil(c.value)
-		if c.labels, err = decodeMap(lb); err != nil {
+		if c.labels, err = rowcodec.DecodeMap(lb); err != nil {
 			return nil, fmt.Errorf("read labels of %v: %w", k, err)
 		}
-		if c.fields, err = decodeMap(fb); err != nil {
+		if c.fields, err = rowcodec.DecodeMap(fb); err != nil {
 			return nil, fmt.Errorf("read fields of %v: %w", k, err)
 		}
 		cur[k] = &c
@@ -370,7 +371,7 @@ func queueRows(b *pgx.Batch, rows []logRow, rev int64) *pgx.Batch {
 		revs[i], prevs[i], types[i] = r.rev, r.prevRev, int16(r.typ)
 		res[i], nss[i], names[i] = r.key.Resource, r.key.Namespace, r.key.Name
 		if r.next != nil {
-			vals[i], lbls[i], flds[i] = r.next.value, encodeMap(r.next.labels), encodeMap(r.next.fields)
+			vals[i], lbls[i], flds[i] = r.next.value, rowcodec.EncodeMap(r.next.labels), rowcodec.EncodeMap(r.next.fields)
 		}
 		final[r.key] = r
 	}

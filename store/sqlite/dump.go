@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 // Dump reads the current state of the database at path without opening a
@@ -57,10 +58,10 @@ func Dump(ctx context.Context, path string, fn func(store.Object) error) (int64,
 			return 0, fmt.Errorf("read objects: %w", err)
 		}
 		o.Value = nonNil(o.Value)
-		if o.Labels, err = decodeMap(lb); err != nil {
+		if o.Labels, err = rowcodec.DecodeMap(lb); err != nil {
 			return 0, fmt.Errorf("read labels of %v: %w", o.Key, err)
 		}
-		if o.Fields, err = decodeMap(fb); err != nil {
+		if o.Fields, err = rowcodec.DecodeMap(fb); err != nil {
 			return 0, fmt.Errorf("read fields of %v: %w", o.Key, err)
 		}
 		if err := fn(o); err != nil {

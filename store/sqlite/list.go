@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 func compareKeys(a, b store.Key) int {
@@ -41,9 +42,9 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 	if opts.Resource == "" {
 		return store.ListResult{}, fmt.Errorf("list: resource is required")
 	}
-	var after *continueToken
+	var after *rowcodec.Continue
 	if opts.Continue != "" {
-		c, err := decodeContinue(opts.Continue)
+		c, err := rowcodec.DecodeContinue(opts.Continue)
 		if err != nil {
 			return store.ListResult{}, err
 		}
@@ -54,9 +55,9 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 		s.mu.RUnlock()
 		return store.ListResult{}, store.ErrClosed
 	}
-	if after != nil && after.rev < s.compacted {
+	if after != nil && after.Rev < s.compacted {
 		s.mu.RUnlock()
-		return store.ListResult{}, fmt.Errorf("continue list at revision %d: %w", after.rev, store.ErrCompacted)
+		return store.ListResult{}, fmt.Errorf("continue list at revision %d: %w", after.Rev, store.ErrCompacted)
 	}
 	rev := s.rev
 	m := s.objs[opts.Resource]
@@ -67,7 +68,7 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 		hi, _ = slices.BinarySearchFunc(keys, opts.Namespace+"\x00", func(k store.Key, ns string) int { return cmp.Compare(k.Namespace, ns) })
 	}
 	if after != nil {
-		i, found := slices.BinarySearchFunc(keys, store.Key{Namespace: after.namespace, Name: after.name}, compareKeys)
+		i, found := slices.BinarySearchFunc(keys, store.Key{Namespace: after.Namespace, Name: after.Name}, compareKeys)
 		if found {
 			i++
 		}
@@ -135,13 +136,13 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListRes
 }
 
 // finishList sets the continue token of a page that stopped before the end.
-func (s *Store) finishList(res store.ListResult, rev int64, after *continueToken, last store.Key, remaining int64) store.ListResult {
+func (s *Store) finishList(res store.ListResult, rev int64, after *rowcodec.Continue, last store.Key, remaining int64) store.ListResult {
 	if remaining > 0 {
 		tokRev := rev
 		if after != nil {
-			tokRev = after.rev
+			tokRev = after.Rev
 		}
-		res.Continue = continueToken{rev: tokRev, namespace: last.Namespace, name: last.Name}.encode()
+		res.Continue = rowcodec.Continue{Rev: tokRev, Namespace: last.Namespace, Name: last.Name}.Encode()
 		res.Remaining = remaining
 	}
 	return res

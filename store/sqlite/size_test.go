@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 // fileSize is the size of path, 0 if it does not exist.
@@ -59,7 +61,7 @@ func TestSizeUnderSustainedWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n += int64(len(o.Value) + len(encodeMap(o.Labels)) + len(encodeMap(o.Fields)) + len(o.Name))
+			n += int64(len(o.Value) + len(rowcodec.EncodeMap(o.Labels)) + len(rowcodec.EncodeMap(o.Fields)) + len(o.Name))
 			if i%50 == 0 {
 				measure()
 			}

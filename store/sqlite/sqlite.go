@@ -25,6 +25,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // registers the sqlite3 driver
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -296,10 +297,10 @@ func (s *Store) load() error {
 		if st.value == nil {
 			st.value = []byte{}
 		}
-		if st.labels, err = decodeMap(lb); err != nil {
+		if st.labels, err = rowcodec.DecodeMap(lb); err != nil {
 			return fmt.Errorf("load labels of %v: %w", k, err)
 		}
-		if st.fields, err = decodeMap(fb); err != nil {
+		if st.fields, err = rowcodec.DecodeMap(fb); err != nil {
 			return fmt.Errorf("load fields of %v: %w", k, err)
 		}
 		s.putLocked(k, &st)

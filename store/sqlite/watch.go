@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 type watcher struct {
@@ -342,10 +343,10 @@ func (w *watcher) replay(ctx context.Context) error {
 		var pobj *store.Object
 		if prev.Valid {
 			o := store.Object{Key: k, Value: nonNil(pval), Revision: prev.Int64}
-			if o.Labels, err = decodeMap(plb); err != nil {
+			if o.Labels, err = rowcodec.DecodeMap(plb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
-			if o.Fields, err = decodeMap(pfb); err != nil {
+			if o.Fields, err = rowcodec.DecodeMap(pfb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
 			pobj = &o
@@ -359,10 +360,10 @@ func (w *watcher) replay(ctx context.Context) error {
 			ev.Prev = pobj
 		} else {
 			ev.Object = store.Object{Key: k, Value: nonNil(val), Revision: rev}
-			if ev.Object.Labels, err = decodeMap(lb); err != nil {
+			if ev.Object.Labels, err = rowcodec.DecodeMap(lb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
-			if ev.Object.Fields, err = decodeMap(fb); err != nil {
+			if ev.Object.Fields, err = rowcodec.DecodeMap(fb); err != nil {
 				return fmt.Errorf("read change log at %d: %w", rev, err)
 			}
 			if ev.Type == store.Modified {

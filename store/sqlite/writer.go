@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
 type opKind int
@@ -443,7 +444,7 @@ func (w *writer) write(work []pending, rev, compactTo int64) (err error) {
 			}
 			continue
 		}
-		if _, err := insLog.Exec(p.res.rev, int(p.ev.Type), k.Resource, k.Namespace, k.Name, p.next.value, encodeMap(p.next.labels), encodeMap(p.next.fields), prevRev); err != nil {
+		if _, err := insLog.Exec(p.res.rev, int(p.ev.Type), k.Resource, k.Namespace, k.Name, p.next.value, rowcodec.EncodeMap(p.next.labels), rowcodec.EncodeMap(p.next.fields), prevRev); err != nil {
 			return fmt.Errorf("log write of %v: %w", k, err)
 		}
 		if _, err := upObj.Exec(k.Resource, k.Namespace, k.Name, p.res.rev); err != nil {

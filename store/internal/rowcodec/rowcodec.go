@@ -1,4 +1,7 @@
-package postgres
+// Package rowcodec holds the encodings the SQL store backends share: the
+// label and field maps kept beside each object in a row, and the continue
+// token of a limited list.
+package rowcodec
 
 import (
 	"encoding/base64"
@@ -9,9 +12,9 @@ import (
 	"strings"
 )
 
-// encodeMap writes a string map as a count followed by length-prefixed keys
+// EncodeMap writes a string map as a count followed by length-prefixed keys
 // and values in key order; nil and empty maps encode as nil.
-func encodeMap(m map[string]string) []byte {
+func EncodeMap(m map[string]string) []byte {
 	if len(m) == 0 {
 		return nil
 	}
@@ -36,7 +39,8 @@ func encodeMap(m map[string]string) []byte {
 
 var errCorrupt = errors.New("corrupt map encoding")
 
-func decodeMap(b []byte) (map[string]string, error) {
+// DecodeMap reads a map EncodeMap wrote.
+func DecodeMap(b []byte) (map[string]string, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -69,38 +73,40 @@ func decodeMap(b []byte) (map[string]string, error) {
 	return m, nil
 }
 
-// continueToken is the position after which a limited list resumes.
-type continueToken struct {
-	rev       int64
-	namespace string
-	name      string
+// Continue is the position after which a limited list resumes.
+type Continue struct {
+	Rev       int64
+	Namespace string
+	Name      string
 }
 
-func (c continueToken) encode() string {
-	b := binary.AppendVarint(nil, c.rev)
-	b = binary.AppendUvarint(b, uint64(len(c.namespace)))
-	b = append(b, c.namespace...)
-	b = append(b, c.name...)
+// Encode returns the token as a list's continue string.
+func (c Continue) Encode() string {
+	b := binary.AppendVarint(nil, c.Rev)
+	b = binary.AppendUvarint(b, uint64(len(c.Namespace)))
+	b = append(b, c.Namespace...)
+	b = append(b, c.Name...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeContinue(s string) (continueToken, error) {
+// DecodeContinue reads a continue string Encode wrote.
+func DecodeContinue(s string) (Continue, error) {
 	b, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
-		return continueToken{}, fmt.Errorf("decode continue token: %w", err)
+		return Continue{}, fmt.Errorf("decode continue token: %w", err)
 	}
-	var c continueToken
+	var c Continue
 	var k int
-	c.rev, k = binary.Varint(b)
+	c.Rev, k = binary.Varint(b)
 	if k <= 0 {
-		return continueToken{}, errors.New("decode continue token: bad revision")
+		return Continue{}, errors.New("decode continue token: bad revision")
 	}
 	b = b[k:]
 	l, k := binary.Uvarint(b)
 	if k <= 0 || uint64(len(b)-k) < l {
-		return continueToken{}, errors.New("decode continue token: bad namespace")
+		return Continue{}, errors.New("decode continue token: bad namespace")
 	}
-	c.namespace = string(b[k : k+int(l)])
-	c.name = string(b[k+int(l):])
+	c.Namespace = string(b[k : k+int(l)])
+	c.Name = string(b[k+int(l):])
 	return c, nil
 }
