@@ -1180,18 +1180,26 @@ static __always_inline int fib_redirect4(struct __sk_buff *skb, __u32 src, __u32
 	return TC_ACT_OK;
 }
 
+/* The SNAT port range: its first port in *lo, its size returned. */
+static __always_inline __u32 snat_ports(const struct lb_cfg *cfg, __u16 *lo)
+{
+	__u16 hi = 65535;
+
+	*lo = 61000;
+	if (cfg && cfg->snat_port_min && cfg->snat_port_max >= cfg->snat_port_min) {
+		*lo = cfg->snat_port_min;
+		hi = cfg->snat_port_max;
+	}
+	return (__u32)hi - *lo + 1;
+}
+
 /* Reserves a source port for a new SNAT'd flow by claiming its reply tuple. */
 static __always_inline int snat_claim(struct ct4_key *rkey, const struct rct4_val *rv)
 {
 	__u32 zero = 0, span, i;
-	struct lb_cfg *cfg = bpf_map_lookup_elem(&lb_config, &zero);
-	__u16 lo = 61000, hi = 65535;
+	__u16 lo;
 
-	if (cfg && cfg->snat_port_min && cfg->snat_port_max >= cfg->snat_port_min) {
-		lo = cfg->snat_port_min;
-		hi = cfg->snat_port_max;
-	}
-	span = (__u32)hi - lo + 1;
+	span = snat_ports(bpf_map_lookup_elem(&lb_config, &zero), &lo);
 	for (i = 0; i < 8; i++) {
 		rkey->dport = bpf_htons(lo + bpf_get_prandom_u32() % span);
 		if (bpf_map_update_elem(&lb_rct4, rkey, rv, BPF_NOEXIST) == 0)
@@ -1433,14 +1441,10 @@ static __always_inline int masq_expired(const struct rct4_val *v, __u8 proto, __
 static __always_inline int masq_claim(struct ct4_key *rkey, const struct rct4_val *rv, const struct lb_cfg *cfg,
 				      __u64 now)
 {
-	__u16 lo = 61000, hi = 65535;
 	__u32 span, i;
+	__u16 lo;
 
-	if (cfg->snat_port_min && cfg->snat_port_max >= cfg->snat_port_min) {
-		lo = cfg->snat_port_min;
-		hi = cfg->snat_port_max;
-	}
-	span = (__u32)hi - lo + 1;
+	span = snat_ports(cfg, &lo);
 	for (i = 0; i < 8; i++) {
 		struct rct4_val *old;
 
