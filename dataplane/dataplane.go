@@ -33,22 +33,23 @@ type Dataplane struct {
 	mapsDir  string
 	linksDir string
 
-	mu       sync.Mutex
-	objs     *lbObjects
-	cgLinks  []link.Link
-	tc       []tcAttachment
-	rec      *reconciler
-	services map[types.NamespacedName]*corev1.Service
-	slices   map[types.NamespacedName]*discoveryv1.EndpointSlice
-	bySvc    map[types.NamespacedName]map[string]bool // Service → names of its slices
-	owned    map[types.NamespacedName][]feKey         // frontends a Service has programmed
-	owner    map[feKey]types.NamespacedName
-	synced   bool
+	mu        sync.Mutex
+	objs      *lbObjects
+	cgLinks   []link.Link
+	tc        []tcAttachment
+	rec       *reconciler
+	services  map[types.NamespacedName]*corev1.Service
+	slices    map[types.NamespacedName]*discoveryv1.EndpointSlice
+	bySvc     map[types.NamespacedName]map[string]bool // Service → names of its slices
+	hostPorts map[types.UID][]HostPort                 // pods' host ports (hostports.go)
+	owned     map[ownerKey][]feKey                     // frontends a Service or pod has programmed
+	owner     map[feKey]ownerKey
+	synced    bool
 	// deferAttach: maps were replaced on load; the programs are attached
 	// by the first full Sync, after the new maps are filled.
 	deferAttach bool
-	dirty       map[types.NamespacedName]bool // failed to apply; retried by Sync
-	resync      bool                          // state unknown after a failed write: re-adopt on Sync
+	dirty       map[ownerKey]bool // failed to apply; retried by Sync
+	resync      bool              // state unknown after a failed write: re-adopt on Sync
 	closed      bool
 	// lastFull is what the last full resync wrote (for tests and logs).
 	lastFull struct{ writes, deletes int }
@@ -69,17 +70,18 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{
-		cfg:      cfg,
-		nodeIPs:  nodeAddrs(cfg.NodeIPs),
-		log:      cfg.Logger.With("component", "dataplane"),
-		mapsDir:  filepath.Join(cfg.BPFFSPath, "maps"),
-		linksDir: filepath.Join(cfg.BPFFSPath, "links"),
-		services: map[types.NamespacedName]*corev1.Service{},
-		slices:   map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		bySvc:    map[types.NamespacedName]map[string]bool{},
-		owned:    map[types.NamespacedName][]feKey{},
-		owner:    map[feKey]types.NamespacedName{},
-		dirty:    map[types.NamespacedName]bool{},
+		cfg:       cfg,
+		nodeIPs:   nodeAddrs(cfg.NodeIPs),
+		log:       cfg.Logger.With("component", "dataplane"),
+		mapsDir:   filepath.Join(cfg.BPFFSPath, "maps"),
+		linksDir:  filepath.Join(cfg.BPFFSPath, "links"),
+		services:  map[types.NamespacedName]*corev1.Service{},
+		slices:    map[types.NamespacedName]*discoveryv1.EndpointSlice{},
+		bySvc:     map[types.NamespacedName]map[string]bool{},
+		hostPorts: map[types.UID][]HostPort{},
+		owned:     map[ownerKey][]feKey{},
+		owner:     map[feKey]ownerKey{},
+		dirty:     map[ownerKey]bool{},
 	}
 	for _, dir := range []string{d.mapsDir, d.linksDir} {
 		if err := ensureBPFFS(dir); err != nil {
@@ -238,7 +240,7 @@ func (d *Dataplane) UpsertService(svc *corev1.Service) {
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	d.mu.Lock()
 	d.services[key] = svc
-	d.applyLocked(key)
+	d.applyLocked(serviceOwner(key))
 	d.mu.Unlock()
 	for _, o := range d.cfg.Observers {
 		o.UpsertService(svc)
@@ -250,7 +252,7 @@ func (d *Dataplane) DeleteService(namespace, name string) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	d.mu.Lock()
 	delete(d.services, key)
-	d.applyLocked(key)
+	d.applyLocked(serviceOwner(key))
 	d.mu.Unlock()
 	for _, o := range d.cfg.Observers {
 		o.DeleteService(namespace, name)
@@ -269,7 +271,7 @@ func (d *Dataplane) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 	if old != nil {
 		if oldSvc := sliceService(old); oldSvc != newSvc && oldSvc.Name != "" {
 			delete(d.bySvc[oldSvc], s.Name)
-			d.applyLocked(oldSvc)
+			d.applyLocked(serviceOwner(oldSvc))
 		}
 	}
 	if newSvc.Name != "" {
@@ -277,7 +279,7 @@ func (d *Dataplane) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 			d.bySvc[newSvc] = map[string]bool{}
 		}
 		d.bySvc[newSvc][s.Name] = true
-		d.applyLocked(newSvc)
+		d.applyLocked(serviceOwner(newSvc))
 	}
 	d.mu.Unlock()
 	for _, o := range d.cfg.Observers {
@@ -296,7 +298,7 @@ func (d *Dataplane) DeleteEndpointSlice(namespace, name string) {
 			if len(d.bySvc[svc]) == 0 {
 				delete(d.bySvc, svc)
 			}
-			d.applyLocked(svc)
+			d.applyLocked(serviceOwner(svc))
 		}
 	}
 	d.mu.Unlock()
@@ -309,8 +311,12 @@ func sliceService(s *discoveryv1.EndpointSlice) types.NamespacedName {
 	return types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[labelServiceName]}
 }
 
-// desiredFor computes the frontends of one Service from the recorded state.
-func (d *Dataplane) desiredFor(key types.NamespacedName) []desiredFE {
+// desiredFor computes the frontends of one owner from the recorded state.
+func (d *Dataplane) desiredFor(o ownerKey) []desiredFE {
+	if o.pod != "" {
+		return desiredHostPorts(d.hostPorts[o.pod], d.nodeIPs)
+	}
+	key := o.svc
 	svc := d.services[key]
 	if svc == nil {
 		return nil
@@ -325,23 +331,23 @@ func (d *Dataplane) desiredFor(key types.NamespacedName) []desiredFE {
 	return desiredFrontends(svc, eps, d.cfg.NodeName, d.nodeIPs)
 }
 
-// plan adds to b what Service key needs and returns the frontends it will
+// plan adds to b what owner key needs and returns the frontends it will
 // own afterwards.
-func (d *Dataplane) plan(key types.NamespacedName, b *batch) []feKey {
+func (d *Dataplane) plan(key ownerKey, b *batch) []feKey {
 	return d.planDesired(key, d.desiredFor(key), b)
 }
 
 // planDesired is plan with the desired frontends already computed.
-func (d *Dataplane) planDesired(key types.NamespacedName, want []desiredFE, b *batch) []feKey {
+func (d *Dataplane) planDesired(key ownerKey, want []desiredFE, b *batch) []feKey {
 	keys := make([]feKey, 0, len(want))
 	for _, fe := range want {
 		if o, taken := d.owner[fe.Key]; taken && o != key {
-			d.log.Warn("frontend already used by another Service; ignoring it", "service", key,
+			d.log.Warn("frontend already used by another Service or host port; ignoring it", "for", key,
 				"owner", o, "address", fe.Key.IP.Unmap(), "port", fe.Key.Port)
 			continue
 		}
 		if err := d.rec.upsert(fe, b); err != nil {
-			d.log.Error("program frontend; keeping its previous backends", "service", key,
+			d.log.Error("program frontend; keeping its previous backends", "for", key,
 				"address", fe.Key.IP.Unmap(), "port", fe.Key.Port, "backends", len(fe.Backends), "err", err)
 			if _, ok := d.rec.fes[fe.Key]; !ok {
 				continue
@@ -357,7 +363,7 @@ func (d *Dataplane) planDesired(key types.NamespacedName, want []desiredFE, b *b
 	return keys
 }
 
-func (d *Dataplane) setOwned(key types.NamespacedName, keys []feKey) {
+func (d *Dataplane) setOwned(key ownerKey, keys []feKey) {
 	for _, k := range d.owned[key] {
 		if d.owner[k] == key {
 			delete(d.owner, k)
@@ -373,8 +379,8 @@ func (d *Dataplane) setOwned(key types.NamespacedName, keys []feKey) {
 	}
 }
 
-// applyLocked programs one Service now if the first Sync has happened.
-func (d *Dataplane) applyLocked(key types.NamespacedName) {
+// applyLocked programs one owner now if the first Sync has happened.
+func (d *Dataplane) applyLocked(key ownerKey) {
 	if !d.synced || d.closed || d.resync {
 		d.dirty[key] = true
 		return
@@ -384,7 +390,7 @@ func (d *Dataplane) applyLocked(key types.NamespacedName) {
 	if err := d.rec.commit(&b); err != nil {
 		// The kernel may hold part of the batch: re-read it on the next
 		// Sync rather than guess.
-		d.log.Error("program Service; will resync", "service", key, "err", err)
+		d.log.Error("program frontends; will resync", "for", key, "err", err)
 		d.resync = true
 		d.dirty[key] = true
 		return
@@ -416,9 +422,9 @@ func (d *Dataplane) Sync(ctx context.Context) error {
 	var b batch
 	if full {
 		// Every Service, plus every frontend nobody wants.
-		d.owned = map[types.NamespacedName][]feKey{}
-		d.owner = make(map[feKey]types.NamespacedName, len(d.rec.fes))
-		owned := make(map[types.NamespacedName][]feKey, len(d.services))
+		d.owned = map[ownerKey][]feKey{}
+		d.owner = make(map[feKey]ownerKey, len(d.rec.fes))
+		owned := make(map[ownerKey][]feKey, len(d.services)+len(d.hostPorts))
 		for key, want := range d.desiredAll() {
 			owned[key] = d.planDesired(key, want, &b)
 			for _, k := range owned[key] {
@@ -443,10 +449,10 @@ func (d *Dataplane) Sync(ctx context.Context) error {
 			}
 		}
 		d.synced, d.resync = true, false
-		d.dirty = map[types.NamespacedName]bool{}
+		d.dirty = map[ownerKey]bool{}
 		d.lastFull.writes = len(b.beKeys) + len(b.slotKeys) + len(b.feKeys)
 		d.lastFull.deletes = len(b.delFE) + len(b.delBE)
-		d.log.Info("dataplane synced", "services", len(d.services), "frontends", len(d.rec.fes),
+		d.log.Info("dataplane synced", "services", len(d.services), "hostPortPods", len(d.hostPorts), "frontends", len(d.rec.fes),
 			"writes", len(b.beKeys)+len(b.slotKeys)+len(b.feKeys),
 			"deletes", len(b.delFE)+len(b.delBE), "took", time.Since(start))
 		return nil
@@ -613,12 +619,15 @@ func (o *lbObjects) maps() []*ebpf.Map {
 		o.LbSockRnat, o.LbNodeIps, o.LbCt4, o.LbRct4, o.LbConfig, o.LbStats}
 }
 
-// desiredAll computes the frontends of every recorded Service, spreading the
-// work over the CPUs: it only reads the recorded objects.
-func (d *Dataplane) desiredAll() map[types.NamespacedName][]desiredFE {
-	keys := make([]types.NamespacedName, 0, len(d.services))
+// desiredAll computes the frontends of every recorded Service and pod,
+// spreading the work over the CPUs: it only reads the recorded objects.
+func (d *Dataplane) desiredAll() map[ownerKey][]desiredFE {
+	keys := make([]ownerKey, 0, len(d.services)+len(d.hostPorts))
 	for k := range d.services {
-		keys = append(keys, k)
+		keys = append(keys, serviceOwner(k))
+	}
+	for uid := range d.hostPorts {
+		keys = append(keys, ownerKey{pod: uid})
 	}
 	want := make([][]desiredFE, len(keys))
 	workers := min(runtime.GOMAXPROCS(0), len(keys)/256+1)
@@ -631,7 +640,7 @@ func (d *Dataplane) desiredAll() map[types.NamespacedName][]desiredFE {
 		})
 	}
 	wg.Wait()
-	out := make(map[types.NamespacedName][]desiredFE, len(keys))
+	out := make(map[ownerKey][]desiredFE, len(keys))
 	for i, k := range keys {
 		out[k] = want[i]
 	}
