@@ -16,6 +16,7 @@ import (
 	mdns "github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/tether-edge/tether/dataplane"
 	"github.com/tether-edge/tether/dataplane/dns"
@@ -38,14 +39,15 @@ const dataplaneResync = 30 * time.Second
 // nodeNet is the agent's part of the node network: the eBPF dataplane (nil
 // when the node runs none) and the DNS server (nil when off).
 type nodeNet struct {
-	dp      *dataplane.Dataplane
-	uplinks []string // the dataplane's uplinks: where it can masquerade
-	masqMu  sync.Mutex
-	masq    netip.Prefix // the pod range the dataplane masquerades
-	dns     *dns.Server
-	dnsConn net.PacketConn
-	dnsLn   net.Listener
-	synced  atomic.Bool // the dataplane's first full Sync succeeded
+	dp        *dataplane.Dataplane
+	hostPorts *hostPortFeed // the pods' host ports, fed to dp (hostports.go)
+	uplinks   []string      // the dataplane's uplinks: where it can masquerade
+	masqMu    sync.Mutex
+	masq      netip.Prefix // the pod range the dataplane masquerades
+	dns       *dns.Server
+	dnsConn   net.PacketConn
+	dnsLn     net.Listener
+	synced    atomic.Bool // the dataplane's first full Sync succeeded
 
 	dnsQueries, dnsForwarded, dnsFailures atomic.Int64
 }
@@ -74,6 +76,7 @@ func (a *Agent) startNodeNet() (*nodeNet, error) {
 			return nil, fmt.Errorf("start the eBPF dataplane (run with --dataplane none to go without Service load balancing): %w", err)
 		}
 		n.dp = dp
+		n.hostPorts = newHostPortFeed(dp)
 	}
 	if a.cfg.DNSAddr.IsValid() {
 		if err := a.startDNS(n); err != nil {
@@ -223,6 +226,13 @@ func (n *nodeNet) run(ctx context.Context, a *Agent, goRun func(func())) {
 			n.dns.SetReady()
 		}
 		if n.dp != nil {
+			// The pods' host ports go in with the first Sync: wait
+			// for the pod watch (from the local state after a
+			// restart) and give those of the pods that run.
+			if c := a.pods.ctrl.Load(); c != nil && !cache.WaitForCacheSync(ctx.Done(), (*c).HasSynced) {
+				return
+			}
+			n.hostPorts.seed(ctx, a)
 			n.syncLoop(ctx, a)
 		}
 	})

@@ -121,6 +121,7 @@ func (m *podManager) syncStatic(ctx context.Context, w *podWorker, pod *corev1.P
 		return nil // finished before the agent restarted
 	}
 	syncErr := m.a.cfg.Runtime.SyncPod(ctx, pod, m.a.node.network())
+	m.a.hostPortsUp(ctx, pod)
 	w.mu.Lock()
 	w.syncErr = syncErr
 	w.mu.Unlock()

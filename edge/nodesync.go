@@ -102,6 +102,7 @@ func (s *nodeSync) network() Network {
 		}
 	}
 	n.DataplaneMasquerades = s.a.masquerade(n.PodCIDRs)
+	n.DataplaneHostPorts = s.a.net != nil && s.a.net.hostPorts != nil
 	return n
 }
 

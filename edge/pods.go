@@ -269,6 +269,7 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		if err := rt.RemovePod(ctx, w.uid); err != nil {
 			return false, err
 		}
+		m.a.hostPortsDown(w.uid, true)
 		m.a.status.forget(w.uid)
 		m.a.refs.release(w.uid)
 		if static {
@@ -295,6 +296,7 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 			if err := rt.KillPod(ctx, w.uid, grace); err != nil {
 				return false, err
 			}
+			m.a.hostPortsDown(w.uid, true)
 			w.mu.Lock()
 			w.killed = true
 			w.mu.Unlock()
@@ -321,6 +323,7 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 	if terminal(m.a.status.base(pod).Phase) {
 		// A finished pod never runs again, even when the agent
 		// restarted and its runtime forgot it.
+		m.a.hostPortsDown(w.uid, true)
 		return false, nil
 	}
 	if err := m.checkVolumes(ctx, pod); err != nil {
@@ -352,6 +355,7 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		w.poke()
 		return false, nil
 	}
+	m.a.hostPortsUp(ctx, pod)
 	if m.a.tunnel != nil && !m.a.tunnel.Connected() {
 		// Offline the status waits for the tunnel, which wakes every
 		// worker when it is back. Writing now would hold the worker in

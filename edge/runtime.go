@@ -114,6 +114,10 @@ type Network struct {
 	// connections leaving the node the node's address (eBPF, IPv4 pod
 	// ranges only): the runtime's network must not masquerade them too.
 	DataplaneMasquerades bool
+	// DataplaneHostPorts says that the node's dataplane serves the pods'
+	// host ports (the agent gives it each pod's): the runtime's network
+	// must not map them too.
+	DataplaneHostPorts bool
 }
 
 // PodStatus is a runtime's view of a pod.
