@@ -16,7 +16,9 @@
 // node (Config.Masquerade): TCP, UDP and ICMP echoes take a node address
 // and port, and replies and ICMP errors about them go back to the pod. Headless and
 // ExternalName Services are answered by dataplane/dns; Services labelled
-// service.kubernetes.io/service-proxy-name belong to another proxy.
+// service.kubernetes.io/service-proxy-name belong to another proxy. Pods'
+// host ports (SetHostPorts) are frontends like NodePorts with the pod as
+// their only, local backend (hostports.go).
 //
 // # Maps
 //

@@ -1,8 +1,8 @@
 // Package containerd is the edge agent's container runtime: it runs pods
 // with containerd through its Go client (not CRI), in the containerd
 // namespace "tether". Each pod gets a network namespace set up through CNI
-// (libcni with the standard bridge, host-local, loopback and portmap
-// plugins), its volumes under the agent's data directory (claims mount
+// (libcni with the standard bridge, host-local, loopback and, where the
+// agent's eBPF dataplane does not serve host ports, portmap plugins), its volumes under the agent's data directory (claims mount
 // their PersistentVolume's host directory; tether's local-path volumes live
 // under the local-path root), and one containerd container per container
 // instance. Logs are written in the CRI

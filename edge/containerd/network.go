@@ -39,6 +39,7 @@ type network struct {
 	conflist *libcni.NetworkConfigList
 	cidrs    []netip.Prefix
 	masq     bool // the generated conflist masquerades (ipMasq)
+	portmap  bool // the generated conflist maps host ports (portmap)
 }
 
 func newNetwork(cfg *Config, stateDir string) *network {
@@ -53,8 +54,9 @@ func newNetwork(cfg *Config, stateDir string) *network {
 }
 
 // load returns the conflist for the node's pod ranges: the user's first
-// conflist when CNIConfDir has one, else one generated for cidrs.
-func (n *network) load(cidrs []netip.Prefix, dataplaneMasquerades bool) (*libcni.NetworkConfigList, error) {
+// conflist when CNIConfDir has one, else one generated for net.
+func (n *network) load(net edge.Network) (*libcni.NetworkConfigList, error) {
+	cidrs := net.PodCIDRs
 	if n.confDir != "" {
 		if n.conflist != nil {
 			return n.conflist, nil
@@ -75,11 +77,12 @@ func (n *network) load(cidrs []netip.Prefix, dataplaneMasquerades bool) (*libcni
 		return nil, fmt.Errorf("the node has no pod CIDR yet")
 	}
 	_, iptErr := exec.LookPath("iptables")
-	masq := iptErr == nil && !dataplaneMasquerades
-	if n.conflist != nil && equalPrefixes(n.cidrs, cidrs) && n.masq == masq {
+	masq := iptErr == nil && !net.DataplaneMasquerades
+	portmap := iptErr == nil && !net.DataplaneHostPorts
+	if n.conflist != nil && equalPrefixes(n.cidrs, cidrs) && n.masq == masq && n.portmap == portmap {
 		return n.conflist, nil
 	}
-	b := generatedConflist(n.bridge, n.ipamDir, n.mtu, cidrs, masq, iptErr == nil)
+	b := generatedConflist(n.bridge, n.ipamDir, n.mtu, cidrs, masq, portmap)
 	if err := os.MkdirAll(n.genDir, 0o755); err != nil {
 		return nil, fmt.Errorf("write CNI configuration: %w", err)
 	}
@@ -90,7 +93,7 @@ func (n *network) load(cidrs []netip.Prefix, dataplaneMasquerades bool) (*libcni
 	if err != nil {
 		return nil, fmt.Errorf("parse generated CNI configuration: %w", err)
 	}
-	n.conflist, n.cidrs, n.masq = l, cidrs, masq
+	n.conflist, n.cidrs, n.masq, n.portmap = l, cidrs, masq, portmap
 	return l, nil
 }
 
@@ -107,11 +110,13 @@ func equalPrefixes(a, b []netip.Prefix) bool {
 }
 
 // generatedConflist is bridge + host-local over the node's pod ranges,
-// loopback, and portmap for hostPorts (with iptables only). The bridge
+// loopback, and portmap for hostPorts when portmap says so. The bridge
 // masquerades the pods' connections with iptables when masq says so;
 // where the eBPF dataplane does it, or without iptables, it does not (and
-// without either, pods still reach the node and each other).
-func generatedConflist(bridge, ipamDir string, mtu int, cidrs []netip.Prefix, masq, haveIPTables bool) []byte {
+// without either, pods still reach the node and each other). Host ports
+// are likewise the eBPF dataplane's where it runs, portmap's (iptables)
+// elsewhere; without both, a pod's hostPort is not mapped.
+func generatedConflist(bridge, ipamDir string, mtu int, cidrs []netip.Prefix, masq, portmap bool) []byte {
 	var ranges [][]map[string]string
 	var routes []map[string]string
 	for _, c := range cidrs {
@@ -131,7 +136,7 @@ func generatedConflist(bridge, ipamDir string, mtu int, cidrs []netip.Prefix, ma
 		br["mtu"] = mtu
 	}
 	plugins := []any{br, map[string]any{"type": "loopback"}}
-	if haveIPTables {
+	if portmap {
 		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}, "snat": true})
 	}
 	b, _ := json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": "tether", "plugins": plugins}, "", "  ")
@@ -200,7 +205,7 @@ func runtimeConf(pod *corev1.Pod, nsPath string) *libcni.RuntimeConf {
 
 // setUp creates the pod's network namespace and runs CNI ADD in it.
 func (n *network) setUp(ctx context.Context, pod *corev1.Pod, net edge.Network) (nsPath string, ips []netip.Addr, err error) {
-	list, err := n.load(net.PodCIDRs, net.DataplaneMasquerades)
+	list, err := n.load(net)
 	if err != nil {
 		return "", nil, err
 	}

@@ -71,7 +71,8 @@ type Config struct {
 	Snapshotter string
 	// CNIConfDir, when set, holds the user's CNI .conflist (the first in
 	// lexical order is used); empty means a generated bridge + host-local
-	// + loopback + portmap list over the node's pod CIDRs.
+	// + loopback list over the node's pod CIDRs, with portmap unless the
+	// agent's eBPF dataplane serves the host ports.
 	CNIConfDir string
 	// CNIBinDirs are searched for CNI plugins; empty means /usr/lib/cni
 	// and /opt/cni/bin.
