@@ -79,6 +79,7 @@ func TestContainerdEdgeThroughNAT(t *testing.T) {
 		return
 	}
 	t.Run("egress", func(t *testing.T) { natEgress(t, l, h, n) })
+	t.Run("hostport", func(t *testing.T) { natHostPort(t, l, h, n) })
 	t.Run("ingress", func(t *testing.T) { natIngress(t, l, h, n) })
 	t.Run("streams", func(t *testing.T) { natStreams(t, l, h) })
 	t.Run("failures", func(t *testing.T) { natFailures(t, h, n) })

@@ -3,7 +3,8 @@
 //
 //	serve [ADDR]      HTTP server (default :8080): / says hello, /healthz
 //	                  answers 200 until /fail is hit, /env dumps the
-//	                  environment, /file?path=P dumps a file
+//	                  environment, /file?path=P dumps a file, /remote
+//	                  says the client's address and port
 //	crash [CODE]      prints a line and exits with CODE (default 1)
 //	memhog MIB        allocates and touches MIB mebibytes, then sleeps
 //	burn [MILLICORES] burns that much of a core, steadily (default 500,
@@ -197,6 +198,9 @@ func serve(addr string) {
 	mux.HandleFunc("/fail", func(w http.ResponseWriter, r *http.Request) {
 		failing.Store(true)
 		fmt.Fprintln(w, "failing from now on")
+	})
+	mux.HandleFunc("/remote", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, r.RemoteAddr)
 	})
 	mux.HandleFunc("/env", func(w http.ResponseWriter, r *http.Request) {
 		env := os.Environ()
