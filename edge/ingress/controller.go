@@ -90,7 +90,8 @@ type Controller struct {
 	errorLog *log.Logger
 	proxies  sync.Map // backend address: *httputil.ReverseProxy (proxy.go)
 	buffers  bufferPool
-	tr       *http.Transport
+	tr       *http.Transport  // requests with a body, upgrades
+	up       *upstream        // the proxies' RoundTripper (upstream.go)
 	self     *tls.Certificate // for TLS names no Secret covers
 
 	table atomic.Pointer[table]
@@ -149,6 +150,7 @@ func New(cfg Config) (*Controller, error) {
 		ResponseHeaderTimeout: 0,
 		ExpectContinueTimeout: time.Second,
 	}
+	c.up = newUpstream(c.tr, cfg.Dial)
 	c.errorLog = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	if cfg.Status != nil {
 		c.status = newStatusWriter(cfg.Status, cfg.Addresses, c.log)
@@ -239,7 +241,7 @@ func (c *Controller) Serve(ctx context.Context, httpLn, httpsLn net.Listener) er
 	for _, srv := range servers {
 		srv.Close()
 	}
-	c.tr.CloseIdleConnections()
+	c.up.closeIdle()
 	wg.Wait()
 	return nil
 }

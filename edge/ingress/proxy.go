@@ -18,8 +18,8 @@ const proxyBufferSize = 32 << 10
 // proxyTo returns the reverse proxy to the backend address target
 // (ClusterIP:port), made on first use and kept: one per address, so that
 // a request needs no per-request state to say where it goes. There are as
-// many as Service ports ever routed to; they share one Transport and its
-// connections.
+// many as Service ports ever routed to; they share one RoundTripper
+// (upstream.go) and its connections.
 func (c *Controller) proxyTo(target string) *httputil.ReverseProxy {
 	if p, ok := c.proxies.Load(target); ok {
 		return p.(*httputil.ReverseProxy)
@@ -31,7 +31,7 @@ func (c *Controller) proxyTo(target string) *httputil.ReverseProxy {
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
-		Transport: c.tr,
+		Transport: c.up,
 		// No FlushInterval: a response of known length goes out in
 		// one write when the handler returns, while streamed ones
 		// (no Content-Length, text/event-stream) are flushed at each
