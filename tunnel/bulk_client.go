@@ -146,9 +146,9 @@ func (cs *clientSession) runLaneDial(ch chan struct{}) {
 // on its first stream, answered by the hub's welcome.
 func (cs *clientSession) dialLane(ctx context.Context) (*lane, error) {
 	c := cs.c
-	raw, err := c.cfg.DialTCP(ctx, c.cfg.Addr)
+	raw, err := c.cfg.DialTCP(ctx, cs.addr)
 	if err != nil {
-		return nil, fmt.Errorf("dial bulk lane %s: %w", c.cfg.Addr, err)
+		return nil, fmt.Errorf("dial bulk lane %s: %w", cs.addr, err)
 	}
 	cc, ccErr := laneSocket(raw, c.cfg.BulkCongestion, c.cfg.BulkMaxRate, c.cfg.setsockopt)
 	if ccErr != nil {
@@ -156,7 +156,7 @@ func (cs *clientSession) dialLane(ctx context.Context) (*lane, error) {
 		c.log.Warn("bulk lane keeps the kernel's congestion control", "want", c.cfg.BulkCongestion, "using", cc, "err", ccErr)
 	}
 	cnt := &countingConn{Conn: raw}
-	tc := tls.Client(cnt, c.tlsConf)
+	tc := tls.Client(cnt, cs.tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("bulk lane tls handshake: %w", err)

@@ -22,6 +22,14 @@ type ClientConfig struct {
 	// Addr is the hub's host:port: QUIC over UDP to it, and the TCP+TLS
 	// fallback to the same host:port. Required.
 	Addr string
+	// Addrs, when set, returns the host:port of every hub of the fleet
+	// the client may use besides Addr (hubs sharing one store). The
+	// client keeps one connection, to one hub; when a connect fails, its
+	// connection is lost or its hub drains, it moves to the next hub of a
+	// shuffled order of Addr and these, so the edges of a lost hub spread
+	// over the others. It is called before each move and must not block.
+	// The TLS server name of a hub other than Addr's is its host.
+	Addrs func() []string
 	// TLS holds RootCAs (the pinned hub CA) and GetClientCertificate, which
 	// is called on every handshake so that renewed certificates are used.
 	// The tunnel works on a clone with NextProtos set to ALPN. Required.
@@ -212,6 +220,12 @@ type Client struct {
 	bulkLanes, bulkStreams   atomic.Uint64
 	bulkDefaultCC            atomic.Uint64
 	bulkCC                   atomic.Pointer[string]
+
+	// target is the hub address connects dial now; order is the
+	// shuffled order of the fleet's addresses moves follow (Run's
+	// goroutine only).
+	target atomic.Pointer[string]
+	order  []string
 }
 
 // NewClient checks cfg and returns a client; Run connects it.
@@ -229,7 +243,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		t.ServerName = host
 	}
-	return &Client{
+	cl := &Client{
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "tunnel"),
 		tlsConf: t,
@@ -247,7 +261,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		},
 		changed: make(chan struct{}),
 		live:    make(map[*clientSession]struct{}),
-	}, nil
+	}
+	cl.target.Store(&cl.cfg.Addr)
+	return cl, nil
 }
 
 var (
@@ -285,7 +301,8 @@ func (c *Client) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				c.log.Info("connect failed", "transport", transport, "err", err)
+				c.log.Info("connect failed", "transport", transport, "addr", c.Addr(), "err", err)
+				c.moveOn()
 				if transport == TransportQUIC && unanswered(err) {
 					quicFails++
 					if onTCP || quicFails >= c.cfg.QUICAttempts {
@@ -341,7 +358,10 @@ func (c *Client) Run(ctx context.Context) error {
 			next = replacement
 			continue
 		}
-		c.log.Info("disconnected", "err", err)
+		c.log.Info("disconnected", "addr", cs.addr, "err", err)
+		// Another hub of the fleet takes the edge while this one may be
+		// gone; with a single hub this keeps Addr.
+		c.moveOn()
 		// The first attempt after a detected loss is jittered as well, so a
 		// fleet that lost the hub together does not return together. A hub
 		// that drained before it closed has spread the fleet already: the
@@ -399,6 +419,7 @@ func (c *Client) hold(ctx context.Context, cs *clientSession) (replacement *clie
 				return nil, at, fmt.Errorf("%w; then closed: %w", errGoAway, cs.err)
 			}
 			// Make before break: another hub replica may take us now.
+			c.moveOn()
 			ns, err := c.connect(ctx, cs.m.transport())
 			cs.close(codeConnClosed, errGoAway)
 			if err != nil {

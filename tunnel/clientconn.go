@@ -43,6 +43,10 @@ type clientSession struct {
 	fec    *fecConn // the QUIC socket when it does forward error correction
 	hdrLen uint64   // IP+UDP header bytes per datagram
 
+	// addr is the hub this session dialed, tlsConf its TLS configuration.
+	addr    string
+	tlsConf *tls.Config
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -54,8 +58,11 @@ type clientSession struct {
 func (c *Client) connect(ctx context.Context, transport string) (*clientSession, error) {
 	hctx, cancel := context.WithTimeout(ctx, 3*c.cfg.HandshakeTimeout)
 	defer cancel()
+	addr := c.Addr()
 	cs := &clientSession{
 		c:          c,
+		addr:       addr,
+		tlsConf:    c.tlsFor(addr),
 		goAway:     make(chan time.Duration, 1),
 		reportKick: make(chan struct{}, 1),
 		done:       make(chan struct{}),
@@ -74,7 +81,7 @@ func (c *Client) connect(ctx context.Context, transport string) (*clientSession,
 	c.live[cs] = struct{}{}
 	c.mu.Unlock()
 	state := cs.m.tlsState()
-	cs.peer = Peer{Certificates: state.PeerCertificates, Transport: transport}
+	cs.peer = Peer{Certificates: state.PeerCertificates, Transport: transport, Addr: addr}
 	if err := cs.hello(hctx); err != nil {
 		cs.close(codeProtocol, err)
 		// Prefer the transport's reason (e.g. a refusal by the hub).
@@ -92,7 +99,7 @@ func (c *Client) connect(ctx context.Context, transport string) (*clientSession,
 
 func (cs *clientSession) dialQUIC(ctx context.Context) error {
 	c := cs.c
-	raddr, err := net.ResolveUDPAddr("udp", c.cfg.Addr)
+	raddr, err := net.ResolveUDPAddr("udp", cs.addr)
 	if err != nil {
 		return fmt.Errorf("resolve hub address: %w", err)
 	}
@@ -105,11 +112,11 @@ func (cs *clientSession) dialQUIC(ctx context.Context) error {
 		pc = cs.fec.socket()
 	}
 	tr := &quic.Transport{Conn: pc}
-	conn, err := tr.Dial(ctx, raddr, c.tlsConf, c.quicConf)
+	conn, err := tr.Dial(ctx, raddr, cs.tlsConf, c.quicConf)
 	if err != nil {
 		tr.Close()
 		pc.Close()
-		return fmt.Errorf("dial quic %s: %w", c.cfg.Addr, err)
+		return fmt.Errorf("dial quic %s: %w", cs.addr, err)
 	}
 	cs.m, cs.qconn, cs.tr, cs.pc = quicMux{c: conn}, conn, tr, pc
 	cs.hdrLen = 28 // IPv4 + UDP
@@ -127,19 +134,19 @@ func (cs *clientSession) dialTCP(ctx context.Context) error {
 	// QUIC handshake.
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
 	defer cancel()
-	raw, err := c.cfg.DialTCP(ctx, c.cfg.Addr)
+	raw, err := c.cfg.DialTCP(ctx, cs.addr)
 	if err != nil {
-		return fmt.Errorf("dial tcp %s: %w", c.cfg.Addr, err)
+		return fmt.Errorf("dial tcp %s: %w", cs.addr, err)
 	}
 	cc := &countingConn{Conn: raw}
-	tc := tls.Client(cc, c.tlsConf)
+	tc := tls.Client(cc, cs.tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
-		return fmt.Errorf("tls handshake with %s: %w", c.cfg.Addr, err)
+		return fmt.Errorf("tls handshake with %s: %w", cs.addr, err)
 	}
 	if p := tc.ConnectionState().NegotiatedProtocol; p != ALPN {
 		raw.Close()
-		return fmt.Errorf("tls handshake with %s: hub negotiated %q, not %q", c.cfg.Addr, p, ALPN)
+		return fmt.Errorf("tls handshake with %s: hub negotiated %q, not %q", cs.addr, p, ALPN)
 	}
 	m, err := newYamuxMux(tc, true, c.cfg.StreamWindow)
 	if err != nil {

@@ -46,6 +46,8 @@ type Peer struct {
 	Certificates []*x509.Certificate
 	// Transport is TransportQUIC or TransportTCP.
 	Transport string
+	// Addr is the hub address the edge dialed (edge side only).
+	Addr string
 }
 
 // ServerConfig configures the hub side. Zero values mean the documented
