@@ -50,6 +50,12 @@ type Leases struct {
 	writes  map[string]int
 	written map[string]writtenMark
 
+	// vouched holds the nodes other hubs hold, each with when their
+	// hub's word expires; vouchRenewed when their Lease was last renewed
+	// here on that word (see leasevouch.go).
+	vouched      map[string]time.Time
+	vouchRenewed map[string]time.Time
+
 	memoryRenewals atomic.Int64
 	storeRenewals  atomic.Int64
 }
@@ -177,6 +183,7 @@ func (l *Leases) Run(ctx context.Context) {
 			st.writing = true
 			due = append(due, name)
 		}
+		l.renewVouchedLocked(now)
 		l.mu.Unlock()
 		for _, name := range due {
 			select {
