@@ -89,6 +89,12 @@ type Config struct {
 	// a burst of 100. Edges refused back off with jitter and come later.
 	TunnelHandshakeRate  float64
 	TunnelHandshakeBurst int
+	// TunnelIdleTimeout closes an edge tunnel without traffic, and so
+	// bounds how long an edge takes to notice a hub that died without a
+	// word (edges heartbeat at a third of it); zero means 45s. Fleets of
+	// several hubs that want edges to move faster lower it, at the cost
+	// of more frequent heartbeats.
+	TunnelIdleTimeout time.Duration
 	// DrainWindow is the reconnect window the hub announces to edges when
 	// it shuts down; they spread their reconnects over it. Zero means 10s.
 	DrainWindow time.Duration

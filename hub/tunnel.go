@@ -41,6 +41,7 @@ func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases,
 		StatelessResetKey:   resetKey,
 		HandshakesPerSecond: cfg.TunnelHandshakeRate,
 		HandshakeBurst:      cfg.TunnelHandshakeBurst,
+		IdleTimeout:         cfg.TunnelIdleTimeout,
 		Identify: func(cs tls.ConnectionState) (string, error) {
 			if len(cs.PeerCertificates) == 0 {
 				return "", errors.New("no client certificate")

@@ -66,6 +66,7 @@ func newHubCmd() *cobra.Command {
 	f.DurationVar(&cfg.ClusterSigningDuration, "cluster-signing-duration", 365*24*time.Hour, "longest lifetime of client certificates issued for CertificateSigningRequests")
 	f.Float64Var(&cfg.TunnelHandshakeRate, "tunnel-handshake-rate", 500, "edge connections admitted per second at most (token bucket)")
 	f.IntVar(&cfg.TunnelHandshakeBurst, "tunnel-handshake-burst", 100, "burst of edge connections admitted at once")
+	f.DurationVar(&cfg.TunnelIdleTimeout, "tunnel-idle-timeout", 45*time.Second, "an edge tunnel without traffic is closed after this; edges heartbeat at a third of it and notice a dead hub within it")
 	f.DurationVar(&cfg.DrainWindow, "drain-window", 10*time.Second, "on shutdown, the window over which edges are told to spread their reconnects")
 	f.StringSliceVar(&cfg.Controllers, "controllers", []string{"*"}, "controllers to run: '*' for all, 'name' to enable, '-name' to disable (names: "+strings.Join(controllers.Names(), ", ")+")")
 	f.DurationVar(&cfg.HorizontalPodAutoscalerSyncPeriod, "horizontal-pod-autoscaler-sync-period", 15*time.Second, "how often each HorizontalPodAutoscaler is synced")
