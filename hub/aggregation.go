@@ -23,7 +23,7 @@ func (r *run) newAggregator(reg *registry.Registry) error {
 		return err
 	}
 	r.agg, err = aggregator.New(aggregator.Config{
-		Dialer:       &servicedial.Dialer{Storage: r.objs, DialPod: dialPod(r.edges)},
+		Dialer:       &servicedial.Dialer{Storage: r.objs, DialPod: r.dialPod},
 		FrontProxy:   fp,
 		ClusterCAPEM: r.authority.CAPEM(),
 		Kinds:        func() []*registry.Kind { return append(slices.Clone(reg.Kinds()), registry.ReviewKinds()...) },

@@ -32,6 +32,7 @@ import (
 	"github.com/tether-edge/tether/hub/metrics"
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/openapi"
+	"github.com/tether-edge/tether/hub/peers"
 	"github.com/tether-edge/tether/hub/pki"
 	"github.com/tether-edge/tether/hub/rbac"
 	"github.com/tether-edge/tether/hub/rbac/bootstrap"
@@ -100,7 +101,8 @@ type run struct {
 	relay  *streamDemux
 	api    *apiserver.Server
 	agg    *aggregator.Aggregator
-	usage  *metrics.Store // the resource metrics API's samples
+	usage  *metrics.Store   // the resource metrics API's samples
+	peers  *peers.Directory // the hubs sharing the store; nil on SQLite
 
 	// serve
 	srv, tunnelHTTP *http.Server
@@ -239,6 +241,9 @@ func (r *run) buildAPI() error {
 		Logger:    cfg.Logger.With("component", "nodes"),
 	})
 	r.relay = newStreamDemux(r.edges.Listener())
+	if err := r.openPeers(); err != nil {
+		return err
+	}
 	if err := r.newAggregator(r.reg); err != nil {
 		return err
 	}
@@ -262,12 +267,12 @@ func (r *run) buildAPI() error {
 		Storage:              r.serveMetrics(r.leases.Serve(r.objs)),
 		Registry:             r.reg,
 		Authorizer:           r.authz,
-		DialNode:             dialNode(r.edges),
-		DialPod:              dialPod(r.edges),
+		DialNode:             r.dialNode,
+		DialPod:              r.dialPod,
 		ServiceAccountTokens: saTokens,
 		ExtraMetrics:         r.extraMetrics(),
 		Profiling:            cfg.Profiling,
-		Extensions:           nodes.NewJoiner(nodeCfg).Handlers(),
+		Extensions:           r.extensions(nodeCfg),
 		Authenticator:        authn,
 		Discovery:            r.agg.Discovery(discovery.New(nil, discovery.Config{Registry: r.reg, Subresources: servedSubresources})),
 		Aggregated:           r.agg,
@@ -343,6 +348,9 @@ func (r *run) serve(ctx context.Context) error {
 	go r.authz.Run(bgCtx)
 	go r.rbac.Run(bgCtx)
 	go r.leases.Run(bgCtx)
+	if r.peers != nil {
+		go r.peers.Run(bgCtx)
+	}
 	go r.zones.Run(bgCtx)
 	go r.nudges.Run(bgCtx)
 	go r.adm.Run(bgCtx)

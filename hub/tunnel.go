@@ -9,12 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 
-	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/metrics"
 	"github.com/tether-edge/tether/hub/nodes"
 	"github.com/tether-edge/tether/hub/pki"
@@ -84,17 +82,6 @@ func tunnelMetrics(edges *tunnel.Server, relay *streamDemux, sites *nodes.Sites)
 	}
 }
 
-// dialNode opens a stream to a node agent's own server.
-func dialNode(edges *tunnel.Server) apiserver.NodeDialer {
-	return func(ctx context.Context, node string) (net.Conn, error) {
-		c, err := edges.Dial(ctx, node, tunnel.TargetNode)
-		if errors.Is(err, tunnel.ErrNoSession) {
-			return nil, apiserver.ErrNodeNotConnected
-		}
-		return c, err
-	}
-}
-
 // nudgeNode asks a node's agent, through its tunnel, to write its node
 // status again (POST /status/resend on its node server).
 func nudgeNode(edges *tunnel.Server) func(ctx context.Context, node string) error {
@@ -123,18 +110,6 @@ func nudgeNode(edges *tunnel.Server) func(ctx context.Context, node string) erro
 			return fmt.Errorf("status resend: agent answered %s", resp.Status)
 		}
 		return nil
-	}
-}
-
-// dialPod opens a stream through node's tunnel that its agent connects to
-// addr, one of the node's pods' IP:port.
-func dialPod(edges *tunnel.Server) apiserver.PodDialer {
-	return func(ctx context.Context, node, addr string) (net.Conn, error) {
-		c, err := edges.Dial(ctx, node, "tcp:"+addr)
-		if errors.Is(err, tunnel.ErrNoSession) {
-			return nil, apiserver.ErrNodeNotConnected
-		}
-		return c, err
 	}
 }
 

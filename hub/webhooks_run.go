@@ -21,7 +21,7 @@ func (r *run) startWebhooks(ctx, bgCtx context.Context) error {
 	}
 	adm, err := webhooks.New(webhooks.Config{
 		RestConfig: localConfig(r.api, "https://localhost", "system:apiserver", pki.AdminGroup, "system:authenticated"),
-		Services:   &servicedial.Dialer{Storage: r.objs, DialPod: dialPod(r.edges)},
+		Services:   &servicedial.Dialer{Storage: r.objs, DialPod: r.dialPod},
 		Scheme:     sch,
 		Kinds:      r.reg.Kinds,
 		Authorizer: r.authz,
