@@ -38,6 +38,7 @@ type Agent struct {
 	// NetworkPolicies (netpolicy.go).
 	networking networkingv1client.NetworkingV1Interface
 	httpc      *http.Client // plain HTTP to the hub over the tunnel
+	hubs       *hubFleet    // the hubs of the fleet (hubs.go)
 
 	local    *localState // what the node runs, kept on disk (localstate.go)
 	api      apiCounters
@@ -129,8 +130,11 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.hubs = loadHubFleet(a.cfg.DataDir)
+	hubsConnected := make(chan struct{}, 1)
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
 		Addr:              a.cfg.TunnelAddr,
+		Addrs:             a.hubs.Addrs,
 		TLS:               id.tlsConfig(hubHost(a.cfg.HubURL)),
 		Hello:             a.hello,
 		HeartbeatInterval: a.cfg.HeartbeatInterval,
@@ -142,7 +146,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.metrics.connects.Add(1)
 			// The hub may have set the node's conditions to Unknown.
 			a.node.resendStatus()
-			a.log.Info("tunnel connected", "transport", p.Transport)
+			a.log.Info("tunnel connected", "transport", p.Transport, "hub", p.Addr)
+			select {
+			case hubsConnected <- struct{}{}:
+			default:
+			}
 			// Watches waiting to retry resume now; pods report the
 			// status they could not send.
 			a.local.reconnected()
@@ -269,6 +277,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		goRun(func() { a.relay.serve(ctx) })
 	}
 	goRun(func() { a.certLoop(ctx) })
+	goRun(func() { a.hubsLoop(ctx, hubsConnected) })
 	if sp, ok := a.cfg.Runtime.(StatsProvider); ok && a.cfg.MetricsPeriod > 0 {
 		goRun(func() { a.usageLoop(ctx, sp) })
 	}
