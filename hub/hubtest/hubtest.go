@@ -397,3 +397,36 @@ func loadAverage() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// ClusterKeys are the files of a hub's data directory (under pki/) that
+// another hub of the same cluster needs: the cluster CA, the front proxy
+// CA and the service account signing key. Each hub makes its own serving
+// and client certificates from them.
+var ClusterKeys = []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "sa.key"}
+
+// StartPeer runs another hub of first's cluster: a fresh data directory
+// holding first's ClusterKeys, on a free loopback port, with extraArgs
+// (which name first's datastore). The hub is stopped at the end of the
+// test.
+func StartPeer(t testing.TB, first *Hub, extraArgs ...string) *Hub {
+	t.Helper()
+	tether, kubectl := Binaries(t)
+	h := &Hub{t: t, Bin: tether, Kubectl: kubectl, DataDir: t.TempDir(), CacheDir: t.TempDir()}
+	if err := os.MkdirAll(filepath.Join(h.DataDir, "pki"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ClusterKeys {
+		b, err := os.ReadFile(filepath.Join(first.DataDir, "pki", name))
+		if err != nil {
+			t.Fatalf("copy the cluster's keys: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(h.DataDir, "pki", name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Addr = freeAddr(t)
+	h.Kubeconfig = filepath.Join(h.DataDir, "admin.kubeconfig")
+	h.startArgs(extraArgs)
+	t.Cleanup(func() { h.Stop() })
+	return h
+}
