@@ -80,8 +80,8 @@ func (dl *Dialer) dial(ctx context.Context, addr, node, target string) (net.Conn
 	if err != nil {
 		return nil, fmt.Errorf("dial hub %s: %w", addr, err)
 	}
-	if dl, ok := hctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
+	if deadline, ok := hctx.Deadline(); ok {
+		_ = c.SetDeadline(deadline)
 	}
 	q := url.Values{"node": {node}, "target": {target}}
 	req, _ := http.NewRequestWithContext(hctx, http.MethodGet, "https://"+addr+DialPath+"?"+q.Encode(), nil)
