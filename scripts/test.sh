@@ -16,7 +16,8 @@ root=$PWD
 
 # Debian packages: a C compiler for the SQLite driver (cgo); iproute2,
 # nftables and conntrack for the network lab and the dataplane tests;
-# iptables for the dataplane's kube-proxy-style comparison; clang, llvm
+# iptables for the dataplane's kube-proxy-style comparison and, with ipset,
+# for the network policy benchmark's kube-router-style peer; clang, llvm
 # (llvm-strip) and libbpf-dev to regenerate the eBPF objects and check that
 # the committed ones match (internal/repotest). containerd, runc, the CNI
 # plugins and a static busybox (the shell inside the test images) for the
@@ -24,7 +25,7 @@ root=$PWD
 # PostgreSQL for the store's PostgreSQL backend (store/postgres/pgtest
 # starts throw-away clusters with its initdb and pg_ctl); nginx for the
 # ingress controller's benchmark, which compares with it.
-packages=(gcc libc6-dev postgresql iproute2 nftables conntrack iptables clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static chromium nginx)
+packages=(gcc libc6-dev postgresql iproute2 nftables conntrack iptables ipset clang llvm libbpf-dev containerd runc containernetworking-plugins busybox-static chromium nginx)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do
