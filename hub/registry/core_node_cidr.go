@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"net/netip"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -107,6 +108,9 @@ func (a *podCIDRAllocator) admitNode(ctx context.Context, l Lister, obj, old run
 		}
 		return nil
 	}
+	if claims, ok := l.(Claims); ok {
+		return a.admitClaimed(ctx, l, claims, n)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := a.seed(ctx, l); err != nil {
@@ -130,6 +134,61 @@ func (a *podCIDRAllocator) admitNode(ctx context.Context, l Lister, obj, old run
 	return nil
 }
 
+// admitClaimed gives n the next range that neither a stored node nor a
+// claim in the store holds, and claims it. Both are read afresh: other
+// hubs hand out and free ranges this one never hears of.
+func (a *podCIDRAllocator) admitClaimed(ctx context.Context, l Lister, claims Claims, n *corev1.Node) error {
+	held, err := claims.ListClaims(ctx, podCIDRPool)
+	if err != nil {
+		return fmt.Errorf("allocate a pod CIDR: %w", err)
+	}
+	used := map[netip.Prefix]bool{}
+	for c := range held {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			used[p.Masked()] = true
+		}
+	}
+	objs, err := l.List(ctx, "nodes", "")
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	for _, o := range objs {
+		if on, ok := o.(*corev1.Node); ok {
+			for _, c := range on.Spec.PodCIDRs {
+				if p, err := netip.ParsePrefix(c); err == nil {
+					used[p.Masked()] = true
+				}
+			}
+		}
+	}
+	a.mu.Lock()
+	start := a.next
+	a.mu.Unlock()
+	total := a.count()
+	for i := int64(0); i < total; i++ {
+		p := a.nth((start + i) % total)
+		if used[p] {
+			continue
+		}
+		// Another hub may hand the range out at the same time: the
+		// claim in the store decides.
+		_, ok, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, a.staleClaim(ctx, l, p))
+		if err != nil {
+			return fmt.Errorf("allocate a pod CIDR: %w", err)
+		}
+		if !ok {
+			continue
+		}
+		a.mu.Lock()
+		a.next = (start + i + 1) % total
+		a.mu.Unlock()
+		n.Spec.PodCIDR = p.String()
+		n.Spec.PodCIDRs = []string{p.String()}
+		return nil
+	}
+	return nil
+}
+
 // take records a range a node brought itself.
 func (a *podCIDRAllocator) take(n *corev1.Node) {
 	a.mu.Lock()
@@ -141,14 +200,51 @@ func (a *podCIDRAllocator) take(n *corev1.Node) {
 	}
 }
 
-// releaseNode frees the range of a deleted node.
-func (a *podCIDRAllocator) releaseNode(obj runtime.Object) {
+// releaseNode frees the range of a deleted node, here and, when l records
+// claims, in the store.
+func (a *podCIDRAllocator) releaseNode(ctx context.Context, l Lister, obj runtime.Object) {
 	n := obj.(*corev1.Node)
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	for _, c := range n.Spec.PodCIDRs {
 		if p, err := netip.ParsePrefix(c); err == nil && a.owners[p.Masked()] == n.Name {
 			delete(a.owners, p.Masked())
 		}
+	}
+	a.mu.Unlock()
+	// The claims name their owner's UID: only this node's go.
+	if claims, ok := l.(Claims); ok {
+		for _, c := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				_ = claims.Unclaim(ctx, podCIDRPool, p.Masked().String(), string(n.UID))
+			}
+		}
+	}
+}
+
+// podCIDRPool is the claim pool of node pod CIDRs.
+const podCIDRPool = "pod-cidrs"
+
+// staleClaim says whether a claim on p may pass to another node: it is
+// older than staleClaimAge and no stored node has p, so its node's
+// create failed with its hub.
+func (a *podCIDRAllocator) staleClaim(ctx context.Context, l Lister, p netip.Prefix) func(Claim) bool {
+	return func(held Claim) bool {
+		if time.Since(held.Time) < staleClaimAge {
+			return false
+		}
+		objs, err := l.List(ctx, "nodes", "")
+		if err != nil {
+			return false
+		}
+		for _, o := range objs {
+			if n, ok := o.(*corev1.Node); ok {
+				for _, c := range n.Spec.PodCIDRs {
+					if q, err := netip.ParsePrefix(c); err == nil && q.Masked() == p {
+						return false
+					}
+				}
+			}
+		}
+		return true
 	}
 }

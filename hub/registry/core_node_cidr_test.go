@@ -37,7 +37,7 @@ func TestNodePodCIDRAllocation(t *testing.T) {
 	if err := a.admitNode(ctx, nil, full, nil); err != nil || full.Spec.PodCIDR != "" {
 		t.Fatalf("fifth node in a range of four: %q, %v", full.Spec.PodCIDR, err)
 	}
-	a.releaseNode(nodes[2])
+	a.releaseNode(ctx, nil, nodes[2])
 	if err := a.admitNode(ctx, nil, full, nil); err != nil || full.Spec.PodCIDR != nodes[2].Spec.PodCIDR {
 		t.Fatalf("after a release: got %q, want %q", full.Spec.PodCIDR, nodes[2].Spec.PodCIDR)
 	}

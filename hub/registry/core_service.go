@@ -107,7 +107,7 @@ func needsNodePorts(svc *corev1.Service) bool {
 
 // admit allocates what the service needs. The used sets hold what the
 // other stored services hold.
-func (a *serviceAllocator) admit(svc, old *corev1.Service, usedIPs map[netip.Addr]string, usedPorts map[int32]string) field.ErrorList {
+func (a *serviceAllocator) admit(svc, old *corev1.Service, usedIPs map[netip.Addr]string, usedPorts map[int32]string) (serviceAllocation, field.ErrorList) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	owner := serviceOwner(svc)
@@ -145,7 +145,7 @@ func (a *serviceAllocator) admit(svc, old *corev1.Service, usedIPs map[netip.Add
 			}
 		}
 		if len(errs) > 0 {
-			return errs
+			return serviceAllocation{}, errs
 		}
 	}
 	if needsClusterIP(svc) {
@@ -234,7 +234,7 @@ func (a *serviceAllocator) admit(svc, old *corev1.Service, usedIPs map[netip.Add
 		}
 	}
 	if len(errs) > 0 {
-		return errs
+		return serviceAllocation{}, errs
 	}
 	for _, ip := range newIPs {
 		a.ips[ip] = owner
@@ -242,7 +242,7 @@ func (a *serviceAllocator) admit(svc, old *corev1.Service, usedIPs map[netip.Add
 	for _, p := range newPorts {
 		a.ports[p] = owner
 	}
-	return nil
+	return serviceAllocation{ips: newIPs, ports: newPorts}, nil
 }
 
 // pickIP chooses a free address at random, skipping the network and
@@ -331,10 +331,14 @@ func (a *serviceAllocator) admitService(ctx context.Context, l Lister, obj, old 
 			}
 		}
 	}
-	if errs := a.admit(svc, oldSvc, usedIPs, usedPorts); len(errs) > 0 {
-		return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Service").GroupKind(), svc.Name, errs)
+	claims, _ := l.(Claims)
+	if claims == nil {
+		if _, errs := a.admit(svc, oldSvc, usedIPs, usedPorts); len(errs) > 0 {
+			return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Service").GroupKind(), svc.Name, errs)
+		}
+		return nil
 	}
-	return nil
+	return a.admitClaimed(ctx, l, claims, svc, oldSvc, usedIPs, usedPorts)
 }
 
 func defaultService(svc *corev1.Service) {
@@ -625,8 +629,10 @@ func newServiceKind(a *serviceAllocator) *Kind {
 			}
 			return validation.IsDNS1035Label(name)
 		},
-		Admit:   a.admitService,
-		Release: func(obj runtime.Object) { a.release(obj.(*corev1.Service)) },
+		Admit: a.admitService,
+		Release: func(ctx context.Context, l Lister, obj runtime.Object) {
+			a.releaseService(ctx, l, obj.(*corev1.Service))
+		},
 		Columns: []metav1.TableColumnDefinition{
 			nameColumn,
 			column("Type", "string", 0, "The way the service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName."),

@@ -258,7 +258,7 @@ func TestServiceAllocation(t *testing.T) {
 	wantErr(t, serviceKind.ValidateUpdate(moved, np), field.ErrorTypeInvalid, "spec.clusterIPs[0]")
 
 	// Release frees the address for others.
-	serviceKind.Release(dns)
+	serviceKind.Release(ctx, l, dns)
 	again := newService("dns2", "")
 	again.Spec.ClusterIP = "10.0.0.10"
 	if err := a.admitService(ctx, l, again, nil); err != nil {

@@ -133,8 +133,8 @@ type Kind struct {
 	// and node ports, for example. Lister reads what is stored now.
 	Admit func(ctx context.Context, l Lister, obj, old runtime.Object) error
 	// Release undoes what Admit reserved when the write does not happen or
-	// the object is deleted. May be nil.
-	Release func(obj runtime.Object)
+	// the object is deleted. l is a Lister as Admit's. May be nil.
+	Release func(ctx context.Context, l Lister, obj runtime.Object)
 
 	// Fields returns the kind-specific selectable fields (field selectors),
 	// e.g. "spec.nodeName" and "status.phase" for pods. metadata.name and
@@ -217,6 +217,30 @@ type Lister interface {
 	// List returns all objects of a group-qualified resource ("services",
 	// "pods") in a namespace ("" for all), decoded.
 	List(ctx context.Context, resource, namespace string) ([]runtime.Object, error)
+}
+
+// Claim is who holds an address, port or range an allocator handed out.
+type Claim struct {
+	// Owner is the UID of the object that holds it.
+	Owner string `json:"owner"`
+	// Object names the holder for people: "namespace/name" or "name".
+	Object string `json:"object"`
+	// Time is when the claim was made.
+	Time time.Time `json:"time"`
+}
+
+// Claims records claims in the store every hub of a cluster shares, so
+// that two hubs never hand out the same value. A Lister given to Admit and
+// Release implements it, except in dry runs, which must store nothing.
+type Claims interface {
+	// Claim records c on name in pool. If another owner holds it, reclaim
+	// (may be nil) decides whether that claim is stale and passes to c;
+	// otherwise Claim returns the holder's claim and false.
+	Claim(ctx context.Context, pool, name string, c Claim, reclaim func(held Claim) bool) (Claim, bool, error)
+	// Unclaim deletes the claim on name in pool if owner holds it.
+	Unclaim(ctx context.Context, pool, name, owner string) error
+	// ListClaims returns the claims of a pool by name.
+	ListClaims(ctx context.Context, pool string) (map[string]Claim, error)
 }
 
 // Served returns the kinds of kinds the API serves, leaving out those

@@ -167,9 +167,7 @@ func (s *Storage) Delete(ctx context.Context, k *registry.Kind, namespace, name 
 		if err != nil {
 			return nil, false, storeError(err, k.GroupResource(), name)
 		}
-		if k.Release != nil {
-			k.Release(cur)
-		}
+		s.release(k, cur)
 		out, err := s.decode(k, gone)
 		return out, true, err
 	}

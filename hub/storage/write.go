@@ -161,13 +161,13 @@ func (s *Storage) create(ctx context.Context, k *registry.Kind, namespace string
 		return nil, err
 	}
 	if k.Admit != nil {
-		if err := k.Admit(ctx, s.Lister(), obj, nil); err != nil {
+		if err := k.Admit(ctx, s.admitLister(opts.DryRun), obj, nil); err != nil {
 			return nil, admitError(err)
 		}
 	}
 	release := func() {
-		if k.Release != nil {
-			k.Release(obj)
+		if !opts.DryRun {
+			s.release(k, obj)
 		}
 	}
 	for _, a := range s.admission {
@@ -366,9 +366,7 @@ func (s *Storage) update(ctx context.Context, k *registry.Kind, namespace, name 
 			if err != nil {
 				return nil, storeError(err, k.GroupResource(), name)
 			}
-			if k.Release != nil {
-				k.Release(cur)
-			}
+			s.release(k, cur)
 			return s.decode(k, gone)
 		}
 		forget := func() {}
@@ -554,7 +552,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, k *registry.Kind, cur, obj 
 		return nil, err
 	}
 	if k.Admit != nil {
-		if err := k.Admit(ctx, s.Lister(), obj, cur); err != nil {
+		if err := k.Admit(ctx, s.admitLister(opts.DryRun), obj, cur); err != nil {
 			return nil, admitError(err)
 		}
 	}
