@@ -112,7 +112,8 @@ type run struct {
 	url             string
 
 	// startClients
-	stopCtrl, stopSched, stopSigner func()
+	stopCtrl, stopSched func()
+	leaders             leaderStatus
 }
 
 // onClose adds an undo step.
@@ -434,8 +435,18 @@ func (r *run) reconcilePolicy(ctx context.Context) error {
 
 // startClients runs the built-in controllers and the scheduler, clients of
 // the hub's own API like any other, served in-process (see
-// apiserver.LocalTransport).
+// apiserver.LocalTransport), each while this hub holds its Lease (see
+// startElected).
 func (r *run) startClients(ctx context.Context) error {
+	r.startAggregator(ctx)
+	return r.startElected(ctx)
+}
+
+// startControllerManager runs the built-in controllers and the
+// kubernetes.io/kube-apiserver-client signer, what upstream's
+// kube-controller-manager runs; the returned function stops them and
+// waits.
+func (r *run) startControllerManager(ctx context.Context) (func(), error) {
 	ctrl, err := controllers.New(controllers.Config{
 		RestConfig:    localConfig(r.api, r.url, bootstrap.ControllerManagerUser, "system:authenticated"),
 		ClientConfig:  controllerConfig(r.api, r.url),
@@ -456,7 +467,11 @@ func (r *run) startClients(ctx context.Context) error {
 		HorizontalPodAutoscalerSyncPeriod: r.cfg.HorizontalPodAutoscalerSyncPeriod,
 	})
 	if err != nil {
-		return err
+		return nil, err
+	}
+	stopSigner, err := r.startSigner(ctx)
+	if err != nil {
+		return nil, err
 	}
 	ctrlCtx, cancelCtrl := context.WithCancel(ctx)
 	ctrlDone := make(chan error, 1)
@@ -467,22 +482,7 @@ func (r *run) startClients(ctx context.Context) error {
 		}
 		ctrlDone <- err
 	}()
-	r.stopCtrl = sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone })
-	r.onClose(func() error { r.stopCtrl(); return nil })
-
-	r.startAggregator(ctx)
-	if err := r.startSigner(ctx); err != nil {
-		return err
-	}
-
-	r.stopSched = func() {}
-	if !r.cfg.DisableScheduler {
-		if r.stopSched, err = r.h.startScheduler(ctx, r.api, r.url); err != nil {
-			return err
-		}
-	}
-	r.onClose(func() error { r.stopSched(); return nil })
-	return nil
+	return sync.OnceFunc(func() { cancelCtrl(); <-ctrlDone; stopSigner() }), nil
 }
 
 // shutdown stops the hub in the order that spares its clients work: edges
@@ -501,7 +501,6 @@ func (r *run) shutdown() {
 	_ = r.edges.Close()
 	r.stopSched()
 	r.stopCtrl() // before requests end, so the controllers see no broken watches
-	r.stopSigner()
 
 	// Close the door before ending the watches in flight. Shutdown closes
 	// the listener and tells HTTP/2 clients (GOAWAY) to open no new
@@ -528,24 +527,22 @@ func (r *run) shutdown() {
 
 // startSigner runs the kubernetes.io/kube-apiserver-client signer, a
 // client of the hub's API under the identity upstream's signing
-// controller has.
-func (r *run) startSigner(ctx context.Context) error {
+// controller has; the returned function stops it and waits.
+func (r *run) startSigner(ctx context.Context) (func(), error) {
 	user, groups := bootstrap.ControllerUser(bootstrap.AccountFor("csrsigning"))
 	client, err := kubernetes.NewForConfig(localConfig(r.api, r.url, user, groups...))
 	if err != nil {
-		return fmt.Errorf("create signer client: %w", err)
+		return nil, fmt.Errorf("create signer client: %w", err)
 	}
 	signer, err := certificates.NewSigner(certificates.SignerConfig{Client: client, Authority: r.authority,
 		MaxTTL: r.cfg.ClusterSigningDuration, Logger: r.cfg.Logger.With("component", "csrsigning")})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sigCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = signer.Run(sigCtx) }()
-	r.stopSigner = sync.OnceFunc(func() { cancel(); <-done })
-	r.onClose(func() error { r.stopSigner(); return nil })
-	return nil
+	return sync.OnceFunc(func() { cancel(); <-done }), nil
 }
 
 // openAudit opens the audit log cfg asks for, or returns nil.

@@ -147,6 +147,7 @@ func (r *run) extraMetrics() func(io.Writer) {
 		tm(w)
 		r.leases.WriteMetrics(w)
 		r.nudges.WriteMetrics(w)
+		r.leaders.WriteMetrics(w)
 		if r.usage != nil {
 			r.usage.WriteMetrics(w)
 		}

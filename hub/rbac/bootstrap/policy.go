@@ -188,7 +188,17 @@ func schedulerRules() []rbacv1.PolicyRule {
 		rule(read, "storage.k8s.io", "storageclasses csinodes csidrivers csistoragecapacities"),
 		rule("create", "authentication.k8s.io", "tokenreviews"),
 		rule("create", "authorization.k8s.io", "subjectaccessreviews"),
+		rule("create", "coordination.k8s.io", "leases"),
+		leaseRule("kube-scheduler"),
 	)
+}
+
+// leaseRule lets a component renew its own leader election Lease, as
+// upstream's bootstrap policy does.
+func leaseRule(name string) rbacv1.PolicyRule {
+	r := rule("get update", "coordination.k8s.io", "leases")
+	r.ResourceNames = []string{name}
+	return r
 }
 
 // controllerManagerRules are what the controller manager itself does under
@@ -200,6 +210,8 @@ func controllerManagerRules() []rbacv1.PolicyRule {
 		rule("get", "core", "namespaces"),
 		rule("create", "authentication.k8s.io", "tokenreviews"),
 		rule("create", "authorization.k8s.io", "subjectaccessreviews"),
+		rule("create", "coordination.k8s.io", "leases"),
+		leaseRule("kube-controller-manager"),
 	)
 }
 

@@ -1,0 +1,237 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/tether-edge/tether/hub/rbac/bootstrap"
+)
+
+// The Leases in kube-system the hub's scheduler and controllers are elected
+// by, named as upstream's, so tools that look for them find them.
+const (
+	SchedulerLease         = "kube-scheduler"
+	ControllerManagerLease = "kube-controller-manager"
+)
+
+// The timing of the elections. A leader renews every retry period and
+// gives up when it could not renew for the renew deadline; a standby takes
+// over a lease not renewed for the lease duration. After a leader dies
+// without releasing its lease, another hub leads within lease duration
+// plus one retry period (with client-go's jitter of 1.2, 10.4 s), inside
+// the 15 s a hub's loss may cost. A leader cut off from the API stops its
+// components after the renew deadline, 2 s before anyone else may start
+// them. Upstream's defaults (15 s, 10 s, 2 s) would take up to 17.4 s.
+const (
+	leaseDuration = 8 * time.Second
+	renewDeadline = 6 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+// leaderStatus is whether this hub leads each elected component, for the
+// leader_election_master_status gauge upstream's components export.
+type leaderStatus struct {
+	scheduler, controllers atomic.Bool
+}
+
+// WriteMetrics writes the gauges in the Prometheus text format.
+func (s *leaderStatus) WriteMetrics(w io.Writer) {
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintln(w, "# HELP leader_election_master_status Whether this hub leads the component: 1 while it holds the component's Lease, else 0.")
+	fmt.Fprintln(w, "# TYPE leader_election_master_status gauge")
+	fmt.Fprintf(w, "leader_election_master_status{name=%q} %d\n", ControllerManagerLease, b(s.controllers.Load()))
+	fmt.Fprintf(w, "leader_election_master_status{name=%q} %d\n", SchedulerLease, b(s.scheduler.Load()))
+}
+
+// hubIdentity is the holder identity this hub campaigns under:
+// hostname_id. On SQLite, which no other hub can share, the id is kept in
+// the data directory, so that a hub restarted after a crash holds its own
+// unexpired Leases again at once instead of waiting them out. On
+// PostgreSQL every start draws a new id, as upstream's components do, so
+// that two hubs never share one even when a data directory was copied.
+func hubIdentity(cfg Config) (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("hub identity: %w", err)
+	}
+	if cfg.Datastore != "" {
+		return host + "_" + string(uuid.NewUUID()), nil
+	}
+	p := filepath.Join(cfg.DataDir, "hub-id")
+	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return host + "_" + strings.TrimSpace(string(b)), nil
+	}
+	buf := make([]byte, 8)
+	_, _ = rand.Read(buf)
+	id := hex.EncodeToString(buf)
+	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("hub identity: %w", err)
+	}
+	return host + "_" + id, nil
+}
+
+// election runs one component while this hub holds its Lease: it
+// campaigns, starts the component when elected, stops it fully when the
+// Lease is lost and campaigns again. Upstream's components exit instead;
+// the hub serves the API and the edges as well, so it stops just the
+// component and waits until it has stopped before campaigning again.
+type election struct {
+	lease   string
+	client  kubernetes.Interface
+	id      string
+	leading *atomic.Bool
+	// start starts the component; the returned function stops it and
+	// waits until it has stopped.
+	start func(ctx context.Context) (func(), error)
+	log   interface {
+		Info(string, ...any)
+		Error(string, ...any)
+	}
+
+	mu      sync.Mutex
+	closing bool
+	stopRun func() // the running component's stop, nil when none runs
+}
+
+// stopComponent stops the component if it runs.
+func (e *election) stopComponent() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopRun != nil {
+		e.stopRun()
+		e.stopRun = nil
+		e.leading.Store(false)
+		e.log.Info("stopped leading", "lease", e.lease)
+	}
+}
+
+// lead is OnStartedLeading: it starts the component unless the term or
+// the hub already ended.
+func (e *election) lead(ctx context.Context) {
+	e.mu.Lock()
+	if e.closing || ctx.Err() != nil {
+		e.mu.Unlock()
+		return
+	}
+	stop, err := e.start(ctx)
+	if err != nil {
+		e.mu.Unlock()
+		e.log.Error("start elected component", "lease", e.lease, "err", err)
+		return
+	}
+	e.stopRun = stop
+	e.leading.Store(true)
+	e.mu.Unlock()
+	e.log.Info("leading", "lease", e.lease, "identity", e.id)
+	<-ctx.Done()
+	e.stopComponent()
+}
+
+// run campaigns until ctx ends. The returned function stops the component
+// first, then gives the Lease up so that another hub leads at once, and
+// waits.
+func (e *election) run(ctx context.Context) (func(), error) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: e.lease},
+		Client:     e.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.id},
+	}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            e.lease,
+		LeaseDuration:   leaseDuration,
+		RenewDeadline:   renewDeadline,
+		RetryPeriod:     retryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: e.lead,
+			OnStoppedLeading: e.stopComponent,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leader election %s: %w", e.lease, err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for runCtx.Err() == nil {
+			le.Run(runCtx)
+			// The term's context is done once Run returns, so lead
+			// starts nothing after this stop.
+			e.stopComponent()
+			if runCtx.Err() == nil {
+				e.log.Info("lost the lease; campaigning again", "lease", e.lease)
+			}
+		}
+	}()
+	return sync.OnceFunc(func() {
+		e.mu.Lock()
+		e.closing = true
+		e.mu.Unlock()
+		e.stopComponent()
+		cancel()
+		<-done
+	}), nil
+}
+
+// startElected campaigns for the controller manager's Lease and, unless
+// the hub's scheduler is off, the scheduler's, each under the component's
+// own identity as upstream's components do, over the hub's own API.
+// With one hub it leads at once: the first attempt to take a Lease is
+// immediate, and a Lease is given up when its hub stops cleanly.
+func (r *run) startElected(ctx context.Context) error {
+	id, err := hubIdentity(r.cfg)
+	if err != nil {
+		return err
+	}
+	elect := func(lease, user string, leading *atomic.Bool, start func(context.Context) (func(), error)) (func(), error) {
+		rc := localConfig(r.api, r.url, user, "system:authenticated")
+		rc.Timeout = renewDeadline / 2
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("leader election %s: %w", lease, err)
+		}
+		e := &election{lease: lease, client: client, id: id, leading: leading, start: start,
+			log: r.cfg.Logger.With("component", "leaderelection")}
+		return e.run(ctx)
+	}
+	stop, err := elect(ControllerManagerLease, bootstrap.ControllerManagerUser, &r.leaders.controllers, r.startControllerManager)
+	if err != nil {
+		return err
+	}
+	r.stopCtrl = stop
+	r.onClose(func() error { r.stopCtrl(); return nil })
+	r.stopSched = func() {}
+	if !r.cfg.DisableScheduler {
+		stop, err := elect(SchedulerLease, bootstrap.SchedulerUser, &r.leaders.scheduler, func(ctx context.Context) (func(), error) {
+			return r.h.startScheduler(ctx, r.api, r.url)
+		})
+		if err != nil {
+			return err
+		}
+		r.stopSched = stop
+	}
+	r.onClose(func() error { r.stopSched(); return nil })
+	return nil
+}
