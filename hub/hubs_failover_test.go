@@ -247,11 +247,3 @@ func killLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interface, ro
 	}
 	return took
 }
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], ",")
-}

@@ -2,13 +2,10 @@ package hub
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,14 +74,8 @@ func hubIdentity(cfg Config) (string, error) {
 	if cfg.Datastore != "" {
 		return host + "_" + string(uuid.NewUUID()), nil
 	}
-	p := filepath.Join(cfg.DataDir, "hub-id")
-	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return host + "_" + strings.TrimSpace(string(b)), nil
-	}
-	buf := make([]byte, 8)
-	_, _ = rand.Read(buf)
-	id := hex.EncodeToString(buf)
-	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
+	id, err := loadOrCreateHubID(filepath.Join(cfg.DataDir, "hub-id"))
+	if err != nil {
 		return "", fmt.Errorf("hub identity: %w", err)
 	}
 	return host + "_" + id, nil
