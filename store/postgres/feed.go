@@ -154,11 +154,17 @@ func (s *Store) catchUp() error {
 	}
 }
 
-// resetLocked ends every watch with err and restarts the recent events
-// above base; s.mu is held.
+// resetLocked ends with err every watch that needed a lost revision (the
+// revisions up to base that the feed did not read) and restarts the recent
+// events above base; s.mu is held. A watch that starts at base or above
+// (one opened while the feed lagged behind the revision it asked for)
+// needs none of them and goes on.
 func (s *Store) resetLocked(err error, base int64) {
 	s.log.Error("change feed lost events", "err", err)
 	for w := range s.watchers {
+		if w.after >= base {
+			continue
+		}
 		w.end(err)
 		s.removeWatcherLocked(w)
 	}

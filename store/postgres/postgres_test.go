@@ -360,8 +360,10 @@ func TestTwoServersShareRevisions(t *testing.T) {
 
 // TestFeedReportsCompactedGap rewinds the change feed below a compaction,
 // as if this server had not read the log while another compacted it: the
-// feed finds revisions missing and ends its watches with ErrCompacted
-// rather than skipping events silently.
+// feed finds revisions missing and ends with ErrCompacted the watches that
+// needed them rather than skipping events silently, while a watch that
+// starts above the gap (opened while the feed lagged) needs none of them
+// and goes on.
 func TestFeedReportsCompactedGap(t *testing.T) {
 	c := pgtest.Start(t)
 	s := mustOpen(t, Config{DSN: c.NewDatabase()})
@@ -377,7 +379,11 @@ func TestFeedReportsCompactedGap(t *testing.T) {
 		}
 	}
 	waitFor(t, "the feed to catch up", func() bool { return s.feedPosition() == rev })
-	w, err := s.Watch(ctx, store.WatchOptions{Revision: rev})
+	needs, err := s.Watch(ctx, store.WatchOptions{Revision: rev - 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	above, err := s.Watch(ctx, store.WatchOptions{Revision: rev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,19 +394,38 @@ func TestFeedReportsCompactedGap(t *testing.T) {
 	s.feedRev = 5
 	s.mu.Unlock()
 	s.poke()
-	select {
-	case ev, ok := <-w.Events():
-		if ok {
-			t.Fatalf("event at %d from a feed with a gap", ev.Object.Revision)
+	// The ring held (rev-10, rev] before the rewind; then the gap ends it.
+	deadline := time.After(20 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case ev, ok := <-needs.Events():
+			if ok && ev.Object.Revision > rev {
+				t.Fatalf("event at %d from a feed with a gap", ev.Object.Revision)
+			}
+			ended = !ok
+		case <-deadline:
+			t.Fatal("watch below the gap not ended")
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("watch not ended by the gap")
 	}
-	if err := w.Err(); !errors.Is(err, store.ErrCompacted) {
+	if err := needs.Err(); !errors.Is(err, store.ErrCompacted) {
 		t.Fatalf("watch ended with %v, want ErrCompacted", err)
 	}
-	t.Logf("watch ended: %v", w.Err())
-	if s.feedPosition() != rev {
-		t.Fatalf("feed at %d after the gap, want %d", s.feedPosition(), rev)
+	t.Logf("watch ended: %v", needs.Err())
+	waitFor(t, "the feed past the gap", func() bool { return s.feedPosition() == rev })
+	next, err := s.Update(ctx, store.Object{Key: k, Value: []byte("after")}, rev)
+	if err != nil {
+		t.Fatal(err)
 	}
+	select {
+	case ev, ok := <-above.Events():
+		if !ok {
+			t.Fatalf("watch above the gap ended: %v", above.Err())
+		}
+		if ev.Object.Revision != next {
+			t.Fatalf("watch above the gap got revision %d, want %d", ev.Object.Revision, next)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("watch above the gap got nothing")
+	}
+	above.Stop()
 }
