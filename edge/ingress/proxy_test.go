@@ -1,17 +1,11 @@
 package ingress
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 )
 
 // TestProxyPassesAcceptEncoding: the backend sees the client's
@@ -22,26 +16,9 @@ func TestProxyPassesAcceptEncoding(t *testing.T) {
 		fmt.Fprintf(w, "accept-encoding=%q", r.Header.Get("Accept-Encoding"))
 	}))
 	t.Cleanup(backend.Close)
-	c, err := New(Config{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, backend.Listener.Addr().String())
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := testState()
-	svc1 := types.NamespacedName{Namespace: "default", Name: "svc-1"}
-	c.UpsertService(s.services[svc1])
-	for _, es := range s.slices[svc1] {
-		c.UpsertEndpointSlice(es)
-	}
-	c.UpsertIngressClass(s.classes["tether"])
-	c.UpsertIngress(ingress("web", "tether", 0, networkingv1.IngressSpec{DefaultBackend: ptr.To(be("svc-1"))}))
-	c.Rebuild()
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
+	url := proxyToBackend(t, backend.Listener.Addr().String())
 	for _, enc := range []string{"", "br"} {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		req, _ := http.NewRequest(http.MethodGet, url+"/", nil)
 		if enc != "" {
 			req.Header.Set("Accept-Encoding", enc)
 		}
