@@ -374,16 +374,7 @@ func threadCPU(t *testing.T) time.Duration {
 // closes them at once.
 func (l *policyLab) acceptTCP(t *testing.T, addr netip.AddrPort) {
 	t.Helper()
-	var ln net.Listener
-	err := l.srv.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr.String())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := l.listenTCP(t, addr)
 	go func() {
 		for {
 			c, err := ln.Accept()

@@ -49,19 +49,26 @@ func newPolicyLab(t *testing.T) *policyLab {
 	return l
 }
 
-// serveTCP answers every connection on port with one line.
-func (l *policyLab) serveTCP(t *testing.T, port int) {
+// listenTCP listens on addr in the server namespace until the test ends.
+func (l *policyLab) listenTCP(t *testing.T, addr netip.AddrPort) net.Listener {
 	t.Helper()
 	var ln net.Listener
 	err := l.srv.Do(func() error {
 		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(srvIP, uint16(port)).String())
+		ln, err = net.Listen("tcp", addr.String())
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// serveTCP answers every connection on port with one line.
+func (l *policyLab) serveTCP(t *testing.T, port int) {
+	t.Helper()
+	ln := l.listenTCP(t, netip.AddrPortFrom(srvIP, uint16(port)))
 	go func() {
 		for {
 			c, err := ln.Accept()
