@@ -98,6 +98,9 @@ func New(cfg Config) (*Directory, error) {
 	if cfg.Duration <= 0 {
 		cfg.Duration = 3 * cfg.Renew
 	}
+	if cfg.Duration < 2*cfg.Renew {
+		return nil, fmt.Errorf("create hub directory: presence duration %v must be at least two renewals (%v)", cfg.Duration, 2*cfg.Renew)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -124,7 +127,7 @@ func (d *Directory) name() string { return NamePrefix + d.cfg.ID }
 // keep renews the presence every Renew, and within a second of a change
 // of the held nodes.
 func (d *Directory) keep(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(min(d.cfg.Renew, time.Second))
 	defer tick.Stop()
 	var written []string
 	var at time.Time

@@ -41,13 +41,13 @@ func TestPresence(t *testing.T) {
 	var mu sync.Mutex
 	var vouched map[string]time.Time
 	a, err := New(Config{Storage: stg, ID: "a", EdgeAddress: "10.0.0.1:6443", APIAddress: "10.0.0.1:6443",
-		Held: func() []string { return nil }, Renew: 200 * time.Millisecond, Logger: quiet,
+		Held: func() []string { return nil }, Renew: 200 * time.Millisecond, Duration: 3 * time.Second, Logger: quiet,
 		OnVouched: func(v map[string]time.Time) { mu.Lock(); vouched = v; mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := New(Config{Storage: stg, ID: "b", EdgeAddress: "10.0.0.2:6443", APIAddress: "10.0.0.2:7443",
-		Held: func() []string { return []string{"n1", "n2"} }, Renew: 200 * time.Millisecond, Logger: quiet})
+		Held: func() []string { return []string{"n1", "n2"} }, Renew: 200 * time.Millisecond, Duration: 3 * time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
