@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -421,12 +422,24 @@ func (d *Dataplane) Sync(ctx context.Context) error {
 	}
 	var b batch
 	if full {
-		// Every Service, plus every frontend nobody wants.
+		// Every Service, plus every frontend nobody wants. Where two
+		// owners want one frontend, the one that held it keeps it;
+		// otherwise the order of desiredAll decides, so a full Sync
+		// gives the same answer every time.
+		keys, wants := d.desiredAll()
+		prev := d.owner
 		d.owned = map[ownerKey][]feKey{}
 		d.owner = make(map[feKey]ownerKey, len(d.rec.fes))
-		owned := make(map[ownerKey][]feKey, len(d.services)+len(d.hostPorts))
-		for key, want := range d.desiredAll() {
-			owned[key] = d.planDesired(key, want, &b)
+		for i, key := range keys {
+			for _, fe := range wants[i] {
+				if o, ok := prev[fe.Key]; ok && o == key {
+					d.owner[fe.Key] = key
+				}
+			}
+		}
+		owned := make(map[ownerKey][]feKey, len(keys))
+		for i, key := range keys {
+			owned[key] = d.planDesired(key, wants[i], &b)
 			for _, k := range owned[key] {
 				d.owner[k] = key
 			}
@@ -620,8 +633,11 @@ func (o *lbObjects) maps() []*ebpf.Map {
 }
 
 // desiredAll computes the frontends of every recorded Service and pod,
-// spreading the work over the CPUs: it only reads the recorded objects.
-func (d *Dataplane) desiredAll() map[ownerKey][]desiredFE {
+// spread over the CPUs (it only reads the recorded objects). Owners come
+// in a fixed order: Services by name
+// before pods by UID, so that of a NodePort and a host port wanting one
+// frontend the Service's is written.
+func (d *Dataplane) desiredAll() ([]ownerKey, [][]desiredFE) {
 	keys := make([]ownerKey, 0, len(d.services)+len(d.hostPorts))
 	for k := range d.services {
 		keys = append(keys, serviceOwner(k))
@@ -629,6 +645,18 @@ func (d *Dataplane) desiredAll() map[ownerKey][]desiredFE {
 	for uid := range d.hostPorts {
 		keys = append(keys, ownerKey{pod: uid})
 	}
+	slices.SortFunc(keys, func(a, b ownerKey) int {
+		if (a.pod == "") != (b.pod == "") {
+			if a.pod == "" {
+				return -1
+			}
+			return 1
+		}
+		if c := strings.Compare(string(a.pod), string(b.pod)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.svc.String(), b.svc.String())
+	})
 	want := make([][]desiredFE, len(keys))
 	workers := min(runtime.GOMAXPROCS(0), len(keys)/256+1)
 	var wg sync.WaitGroup
@@ -640,9 +668,5 @@ func (d *Dataplane) desiredAll() map[ownerKey][]desiredFE {
 		})
 	}
 	wg.Wait()
-	out := make(map[ownerKey][]desiredFE, len(keys))
-	for i, k := range keys {
-		out[k] = want[i]
-	}
-	return out
+	return keys, want
 }

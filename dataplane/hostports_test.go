@@ -13,6 +13,8 @@ import (
 
 	"github.com/tether-edge/tether/dataplane/internal/testnet"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // A second pod of the node under test, behind its own veth.
@@ -207,6 +209,59 @@ func TestHostPort(t *testing.T) {
 		}
 		if r := dialN(l.client, npNodeIP+":8081", 1)[0]; r.err == nil {
 			t.Fatalf("host port nobody gave at the first Sync still reaches %s", r.backend)
+		}
+	})
+
+	// A NodePort and a host port on the same port: whoever holds the
+	// frontend keeps it through full Syncs, and with nobody holding it
+	// (a restart) the Service gets it, whatever order they were given in.
+	t.Run("ConflictWithNodePort", func(t *testing.T) {
+		svc := service("np-clash", "10.214.101.9",
+			corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 8081, TargetPort: intstr.FromString("http")})
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		slice := epSlice("np-clash-1", "np-clash", []discoveryv1.EndpointPort{epPort("http", corev1.ProtocolTCP, 8080)}, readyEP(npRemoteIP, "node-b"))
+		backendOf := func() string {
+			t.Helper()
+			r := dialN(l.client, npNodeIP+":8081", 1)[0]
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			return r.backend
+		}
+		if err := l.dp.SetHostPorts("uid-c", ports[:1]); err != nil {
+			t.Fatal(err)
+		}
+		l.dp.UpsertService(svc)
+		l.dp.UpsertEndpointSlice(slice)
+		for range 3 {
+			l.dp.mu.Lock()
+			l.dp.resync = true
+			l.dp.mu.Unlock()
+			if err := l.dp.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := backendOf(); got != npPodIP {
+				t.Fatalf("after a full Sync port 8081 reaches %s, want the pod %s that held it", got, npPodIP)
+			}
+		}
+		for range 3 {
+			l.dp.Close()
+			dp, err := New(l.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.dp = dp
+			if err := dp.SetHostPorts("uid-c", ports[:1]); err != nil {
+				t.Fatal(err)
+			}
+			dp.UpsertService(svc)
+			dp.UpsertEndpointSlice(slice)
+			if err := dp.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := backendOf(); got != npRemoteIP {
+				t.Fatalf("after a restart port 8081 reaches %s, want the Service's backend %s", got, npRemoteIP)
+			}
 		}
 	})
 }
