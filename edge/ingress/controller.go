@@ -237,6 +237,8 @@ func (c *Controller) Serve(ctx context.Context, httpLn, httpsLn net.Listener) er
 		wg.Add(1)
 		go func() { defer wg.Done(); c.status.run(ctx) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); c.up.reapEvery(ctx, upstreamIdleTimeout/3) }()
 	c.rebuildLoop(ctx)
 	for _, srv := range servers {
 		srv.Close()

@@ -218,6 +218,46 @@ func (u *upstream) put(bc *backendConn) {
 	u.mu.Unlock()
 }
 
+// reap closes the connections idle for upstreamIdleTimeout or longer, of
+// every address, and forgets addresses left with none: a backend that no
+// request goes to any more (an endpoint removed, a route gone quiet) does
+// not keep a connection and its descriptor open. It returns how many it
+// closed.
+func (u *upstream) reap(now time.Time) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	closed := 0
+	for addr, conns := range u.idle {
+		stale := 0
+		for stale < len(conns) && now.Sub(conns[stale].idleSince) >= upstreamIdleTimeout {
+			conns[stale].conn.Close()
+			conns[stale] = nil
+			stale++
+		}
+		closed += stale
+		if stale == len(conns) {
+			delete(u.idle, addr)
+		} else if stale > 0 {
+			u.idle[addr] = append(conns[:0], conns[stale:]...)
+		}
+	}
+	return closed
+}
+
+// reapEvery reaps every interval until ctx ends.
+func (u *upstream) reapEvery(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			u.reap(now)
+		}
+	}
+}
+
 // closeIdle closes the idle connections.
 func (u *upstream) closeIdle() {
 	u.mu.Lock()

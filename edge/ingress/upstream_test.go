@@ -3,6 +3,7 @@ package ingress
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -184,4 +186,49 @@ func TestUpstreamClientGone(t *testing.T) {
 		t.Fatal("the cancelled request got an answer")
 	}
 	<-gone
+}
+
+// TestUpstreamReap: connections idle for the idle timeout are closed
+// whether or not a request goes to their address again, the fresher ones
+// are kept, and an address left with none is forgotten.
+func TestUpstreamReap(t *testing.T) {
+	u := newUpstream(&http.Transport{}, nil)
+	now := time.Now()
+	var ends []net.Conn
+	conn := func(addr string, idle time.Duration) *backendConn {
+		a, b := net.Pipe()
+		ends = append(ends, b)
+		return &backendConn{addr: addr, conn: a, idleSince: now.Add(-idle)}
+	}
+	t.Cleanup(func() {
+		for _, c := range ends {
+			c.Close()
+		}
+	})
+	old, fresh := conn("10.0.0.1:80", 2*upstreamIdleTimeout), conn("10.0.0.1:80", time.Second)
+	gone := conn("10.0.0.2:80", upstreamIdleTimeout)
+	u.idle = map[string][]*backendConn{"10.0.0.1:80": {old, fresh}, "10.0.0.2:80": {gone}}
+	if n := u.reap(now); n != 2 {
+		t.Fatalf("reaped %d connections, want 2", n)
+	}
+	if got := u.idle["10.0.0.1:80"]; len(got) != 1 || got[0] != fresh {
+		t.Fatalf("kept %v for 10.0.0.1:80, want only the fresh one", got)
+	}
+	if _, ok := u.idle["10.0.0.2:80"]; ok {
+		t.Fatal("an address with no idle connection left is still kept")
+	}
+	closed := func(c *backendConn) bool {
+		_, err := c.conn.Write([]byte{0})
+		return errors.Is(err, io.ErrClosedPipe)
+	}
+	if !closed(old) || !closed(gone) {
+		t.Fatal("a reaped connection is still open")
+	}
+	go io.Copy(io.Discard, ends[1])
+	if closed(fresh) {
+		t.Fatal("the fresh connection was closed")
+	}
+	if n := u.reap(now); n != 0 {
+		t.Fatalf("a second reap closed %d, want none", n)
+	}
 }
