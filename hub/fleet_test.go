@@ -3,15 +3,24 @@ package hub_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/tether-edge/tether/hub"
 	"github.com/tether-edge/tether/hub/hubtest"
 	"github.com/tether-edge/tether/store/postgres/pgtest"
 )
@@ -19,18 +28,23 @@ import (
 // TestFleetFailover runs three hubs on one PostgreSQL database and 20 sim
 // edges spread over them. The edges learn the fleet; logs and exec reach a
 // node through a hub that does not hold its tunnel; every hub judges every
-// node alive. Then one hub is killed (SIGKILL): its edges must be on the
-// others within 10s, without a single LIST (their watches resume from
-// their resourceVersions), and the nodes stay Ready throughout.
+// node alive. Then the hub leading the scheduler and the controllers is
+// killed (SIGKILL) while a client writes through each hub: another hub
+// schedules a pod and scales a Deployment within failoverLimit; the dead
+// hub's edges are on the others within 10s, without a single LIST (their
+// watches resume from their resourceVersions); the nodes stay Ready
+// throughout; no acknowledged write is lost and each surviving hub's watch
+// gives every write once, in order.
 func TestFleetFailover(t *testing.T) {
 	const edges = 20
 	pg := pgtest.Start(t)
 	dsn := pg.NewDatabase()
 	// A short idle timeout: edges notice a silently dead hub within 6s.
-	common := []string{"--datastore", dsn, "--tunnel-idle-timeout", "6s", "--disable-scheduler", "--disable-metrics-api"}
-	h1 := hubtest.Start(t, append(common, "--controllers=nodelifecycle,serviceaccount,garbagecollector,namespace")...)
-	h2 := hubtest.StartPeer(t, h1, append(common, "--controllers=garbagecollector")...)
-	h3 := hubtest.StartPeer(t, h1, append(common, "--controllers=garbagecollector")...)
+	common := []string{"--datastore", dsn, "--tunnel-idle-timeout", "6s", "--disable-metrics-api",
+		"--controllers=nodelifecycle,serviceaccount,garbagecollector,namespace,deployment,replicaset"}
+	h1 := hubtest.Start(t, common...)
+	h2 := hubtest.StartPeer(t, h1, common...)
+	h3 := hubtest.StartPeer(t, h1, common...)
 	hubs := []*hubtest.Hub{h1, h2, h3}
 
 	out, err := exec.Command(h1.Bin, "token", "create", "--kubeconfig", h1.Kubeconfig).Output()
@@ -91,42 +105,100 @@ func TestFleetFailover(t *testing.T) {
 		}
 	}
 
-	lists := edgeLists(t, h1, edges)
-	onH2 := sessions(t, h2)
-	if onH2 == 0 {
+	// Kill the hub leading the scheduler and the controllers while a
+	// client writes through each hub and each hub watches the writes.
+	cs := make([]kubernetes.Interface, len(hubs))
+	for i, h := range hubs {
+		cs[i] = clientOf(t, h)
+	}
+	lead := leaders(t, hubs, cs)
+	dead := map[int]bool{lead[hub.SchedulerLease]: true, lead[hub.ControllerManagerLease]: true}
+	var alive []int
+	for i := range hubs {
+		if !dead[i] {
+			alive = append(alive, i)
+		}
+	}
+	survivor := hubs[alive[0]]
+	lists := edgeLists(t, survivor, edges)
+	onDead := 0
+	for i := range dead {
+		onDead += sessions(t, hubs[i])
+	}
+	if onDead == 0 {
 		t.Fatal("no edge on the hub to kill")
 	}
-	t.Logf("%d edges on the hub to kill; LISTs so far %v", onH2, lists)
-
+	t.Logf("killing hubs %v, leading the scheduler and the controllers, with %d edges; LISTs so far %v", slices.Collect(maps.Keys(dead)), onDead, lists)
+	load := startWriteLoad(t, cs, "writes")
+	time.Sleep(time.Second)
 	killed := time.Now()
-	h2.Kill()
-	var moved time.Duration
+	for i := range dead {
+		hubs[i].Kill()
+		cs[i] = nil
+	}
+	c := cs[alive[0]]
+	ctx := t.Context()
+	// No token volume: the node would LIST the root CA ConfigMap for it,
+	// which the relist count below must not take for a relist.
+	spec := corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false), Containers: []corev1.Container{{Name: "c", Image: "sim"}}}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "after"}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "web"}
+	if _, err := c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var moved, resumed time.Duration
 	notReady := 0
-	waitFleet(t, "every edge on the surviving hubs", 30*time.Second, func() bool {
-		if readyNodes(h1) != edges {
+	waitFleet(t, "every edge on the surviving hubs and the controllers back", 2*failoverLimit, func() bool {
+		if readyNodes(survivor) != edges {
 			notReady++
 		}
-		if sessions(t, h1)+sessions(t, h3) == edges {
-			moved = time.Since(killed)
-			return true
+		held := 0
+		for _, i := range alive {
+			held += sessions(t, hubs[i])
 		}
-		return false
+		if moved == 0 && held == edges {
+			moved = time.Since(killed)
+		}
+		if resumed == 0 {
+			p, err := c.CoreV1().Pods("default").Get(ctx, "after", metav1.GetOptions{})
+			pods, lerr := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err == nil && lerr == nil && p.Spec.NodeName != "" && len(pods.Items) == 2 {
+				resumed = time.Since(killed)
+			}
+		}
+		return moved > 0 && resumed > 0
 	})
-	t.Logf("the %d edges of the killed hub were on the others %v after the kill (load average %s)", onH2, moved.Round(10*time.Millisecond), loadavg())
+	t.Logf("the %d edges of the killed hubs were on the others %v after the kill, the scheduler and controllers ran again after %v (load average %s)",
+		onDead, moved.Round(10*time.Millisecond), resumed.Round(10*time.Millisecond), loadavg())
 	if moved > 10*time.Second {
 		t.Errorf("edges took %v to move, want at most 10s", moved)
 	}
-	// The nodes stay Ready a while longer, judged on h1 and h3.
+	if resumed > failoverLimit {
+		t.Errorf("the scheduler and controllers took %v to resume, want at most %v", resumed, failoverLimit)
+	}
+	// The nodes stay Ready a while longer, judged on every survivor.
 	for range 10 {
-		if readyNodes(h1) != edges || readyNodes(h3) != edges {
-			notReady++
+		for _, i := range alive {
+			if readyNodes(hubs[i]) != edges {
+				notReady++
+			}
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
 	if notReady > 0 {
 		t.Errorf("nodes not all Ready in %d checks after the kill", notReady)
 	}
-	after := edgeLists(t, h3, edges)
+	for _, i := range alive {
+		if n := load.ackedThrough(i); n == 0 {
+			t.Errorf("no write acknowledged through surviving hub %d", i)
+		}
+	}
+	load.check(t, cs)
+	after := edgeLists(t, hubs[alive[len(alive)-1]], edges)
 	relists := 0
 	for n, c := range after {
 		relists += c - lists[n]
@@ -135,7 +207,7 @@ func TestFleetFailover(t *testing.T) {
 	if relists != 0 {
 		t.Errorf("edges listed %d times after moving hubs (before %v, after %v)", relists, lists, after)
 	}
-	if out, err := h3.Run("logs", "far", "--tail=1"); err != nil || strings.TrimSpace(out) == "" {
+	if out, err := survivor.Run("logs", "far", "--tail=1"); err != nil || strings.TrimSpace(out) == "" {
 		t.Errorf("kubectl logs after the move: %v %q", err, out)
 	}
 }
