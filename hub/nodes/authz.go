@@ -72,7 +72,7 @@ func NewAuthorizer(cfg Config) *Authorizer {
 
 // Run keeps the authorizer's view of pods current until ctx ends.
 func (a *Authorizer) Run(ctx context.Context) {
-	a.graph.run(ctx, a.cfg.Storage, a.cfg.Logger.Warn)
+	a.graph.run(ctx, a.cfg.Storage, a.cfg.Logger)
 }
 
 // nodeOf returns the node a user is, or false for other users.

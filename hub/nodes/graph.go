@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -112,13 +113,16 @@ func (g *graph) reset(pods []corev1.Pod) {
 	g.once.Do(func() { close(g.synced) })
 }
 
-// run keeps the graph current until ctx ends: a list, then a watch from
-// its revision, and again after the watch ends. The graph reads a pod's
-// node and references and keeps neither the pod nor anything of it.
-func (g *graph) run(ctx context.Context, st storage.API, log func(msg string, args ...any)) {
-	follow(ctx, st, podsKind, "node authorizer: pod", log,
-		func(list runtime.Object) { g.reset(list.(*corev1.PodList).Items) },
-		func(ev watch.EventType, obj runtime.Object) {
+// run keeps the graph current until ctx ends (see storage.Follow). The
+// graph reads a pod's node and references and keeps neither the pod nor
+// anything of it: it shares the watch's objects.
+func (g *graph) run(ctx context.Context, st storage.API, log *slog.Logger) {
+	storage.Follow(ctx, st, podsKind, "", storage.FollowOptions{Shared: true, Logger: log}, storage.FollowFuncs{
+		ReplaceFunc: func(list runtime.Object) error {
+			g.reset(list.(*corev1.PodList).Items)
+			return nil
+		},
+		ApplyFunc: func(ev watch.EventType, obj runtime.Object) {
 			p, ok := obj.(*corev1.Pod)
 			switch {
 			case !ok:
@@ -127,7 +131,8 @@ func (g *graph) run(ctx context.Context, st storage.API, log func(msg string, ar
 			default:
 				g.set(p)
 			}
-		})
+		},
+	})
 }
 
 // podRefs lists the secrets, config maps, claims and the service account a

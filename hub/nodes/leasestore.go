@@ -8,71 +8,66 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tether-edge/tether/hub/storage"
 )
 
 // watchStored keeps l.stored equal to the stored Leases of
-// kube-node-lease until ctx ends: a list, then a watch from its revision,
-// and again after the watch ends.
+// kube-node-lease until ctx ends (see storage.Follow). The stored Leases
+// are served to clients: the watch's objects are not shared.
 func (l *Leases) watchStored(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := l.syncStored(ctx); err != nil && ctx.Err() == nil {
-			l.cfg.Logger.Warn("node lease watch ended; starting again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	storage.Follow(ctx, l.cfg.Storage, leasesKind, corev1.NamespaceNodeLease, storage.FollowOptions{Logger: l.cfg.Logger},
+		storage.FollowFuncs{ReplaceFunc: l.replaceStored, ApplyFunc: l.applyStored})
 }
 
-func (l *Leases) syncStored(ctx context.Context) error {
-	obj, err := l.cfg.Storage.List(ctx, leasesKind, corev1.NamespaceNodeLease, storage.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list node leases: %w", err)
+// replaceStored makes a list of kube-node-lease the stored Leases. What
+// the hub knew of a Lease the list lacks (deleted while the watch was
+// down) goes as with a deletion event.
+func (l *Leases) replaceStored(obj runtime.Object) error {
+	list, ok := obj.(*coordinationv1.LeaseList)
+	if !ok {
+		return fmt.Errorf("list node leases: unexpected %T", obj)
 	}
-	list := obj.(*coordinationv1.LeaseList)
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.stored = make(map[string]*coordinationv1.Lease, len(list.Items))
 	for i := range list.Items {
 		l.setStoredLocked(&list.Items[i])
 	}
-	l.synced = true
-	l.mu.Unlock()
-	w, err := l.cfg.Storage.Watch(ctx, leasesKind, corev1.NamespaceNodeLease, storage.WatchOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		return fmt.Errorf("watch node leases: %w", err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("watch node leases: watch closed")
-			}
-			lease, isLease := ev.Object.(*coordinationv1.Lease)
-			switch {
-			case ev.Type == watch.Error:
-				return fmt.Errorf("watch node leases: %w", apierrors.FromObject(ev.Object))
-			case !isLease:
-			case ev.Type == watch.Added || ev.Type == watch.Modified:
-				l.mu.Lock()
-				l.setStoredLocked(lease)
-				l.mu.Unlock()
-			case ev.Type == watch.Deleted:
-				l.mu.Lock()
-				delete(l.stored, lease.Name)
-				delete(l.renewals, lease.Name)
-				delete(l.written, lease.Name)
-				l.mu.Unlock()
-			}
+	for name := range l.renewals {
+		if l.stored[name] == nil {
+			delete(l.renewals, name)
 		}
 	}
+	listed, err := parseRV(list.ResourceVersion)
+	for name, w := range l.written {
+		// A write the list is not older than, of a Lease it lacks,
+		// was deleted since.
+		if l.stored[name] == nil && err == nil && w.rv <= listed {
+			delete(l.written, name)
+		}
+	}
+	l.synced = true
+	return nil
+}
+
+// applyStored records a change of a stored Lease.
+func (l *Leases) applyStored(ev watch.EventType, obj runtime.Object) {
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ev == watch.Deleted {
+		delete(l.stored, lease.Name)
+		delete(l.renewals, lease.Name)
+		delete(l.written, lease.Name)
+		return
+	}
+	l.setStoredLocked(lease)
 }
 
 // setStoredLocked records the stored state of a Lease; a renewal made on

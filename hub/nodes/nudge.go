@@ -73,24 +73,27 @@ func NewNudges(cfg NudgeConfig) *Nudges {
 		slots: make(chan struct{}, cfg.Concurrency)}
 }
 
-// Run follows Nodes until ctx ends.
+// Run follows Nodes until ctx ends (see storage.Follow).
 func (n *Nudges) Run(ctx context.Context) {
-	follow(ctx, n.cfg.Storage, nodesKind, "node nudges: node", n.log.Warn,
-		func(list runtime.Object) {
-			items := list.(*corev1.NodeList).Items
-			n.mu.Lock()
-			clear(n.unknown)
-			for i := range items {
-				if readyUnknown(&items[i]) {
-					n.unknown[items[i].Name] = true
+	storage.Follow(ctx, n.cfg.Storage, nodesKind, "", storage.FollowOptions{Shared: true, Logger: n.log},
+		storage.FollowFuncs{
+			ReplaceFunc: func(list runtime.Object) error {
+				items := list.(*corev1.NodeList).Items
+				n.mu.Lock()
+				clear(n.unknown)
+				for i := range items {
+					if readyUnknown(&items[i]) {
+						n.unknown[items[i].Name] = true
+					}
 				}
-			}
-			n.mu.Unlock()
-		},
-		func(ev watch.EventType, obj runtime.Object) {
-			if node, ok := obj.(*corev1.Node); ok {
-				n.apply(ctx, ev, node)
-			}
+				n.mu.Unlock()
+				return nil
+			},
+			ApplyFunc: func(ev watch.EventType, obj runtime.Object) {
+				if node, ok := obj.(*corev1.Node); ok {
+					n.apply(ctx, ev, node)
+				}
+			},
 		})
 }
 

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +19,7 @@ import (
 // cost no store read.
 type Zones struct {
 	st  storage.API
-	log func(msg string, args ...any)
+	log *slog.Logger
 
 	mu       sync.RWMutex
 	zone     map[string]string              // node -> zone ("" for none)
@@ -33,7 +34,7 @@ func NewZones(cfg Config) *Zones {
 	cfg.setDefaults()
 	return &Zones{
 		st:      cfg.Storage,
-		log:     cfg.Logger.Warn,
+		log:     cfg.Logger,
 		zone:    map[string]string{},
 		members: map[string]map[string]struct{}{},
 		synced:  make(chan struct{}),
@@ -179,15 +180,18 @@ func (z *Zones) reset(items []corev1.Node) {
 	z.notify(changes)
 }
 
-// Run keeps the zones current until ctx ends: a list, then a watch from
-// its revision, and again after the watch ends. Only a node's name and one
-// label are read.
+// Run keeps the zones current until ctx ends (see storage.Follow). Only a
+// node's name and one label are read: the watch's objects are shared.
 func (z *Zones) Run(ctx context.Context) {
-	follow(ctx, z.st, nodesKind, "node zones: node", z.log,
-		func(list runtime.Object) { z.reset(list.(*corev1.NodeList).Items) },
-		func(ev watch.EventType, obj runtime.Object) {
+	storage.Follow(ctx, z.st, nodesKind, "", storage.FollowOptions{Shared: true, Logger: z.log}, storage.FollowFuncs{
+		ReplaceFunc: func(list runtime.Object) error {
+			z.reset(list.(*corev1.NodeList).Items)
+			return nil
+		},
+		ApplyFunc: func(ev watch.EventType, obj runtime.Object) {
 			if n, ok := obj.(*corev1.Node); ok {
 				z.apply(ev, n)
 			}
-		})
+		},
+	})
 }
