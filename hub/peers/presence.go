@@ -185,8 +185,8 @@ func (d *Directory) write(ctx context.Context, held []string, now time.Time) err
 	return err
 }
 
-// follow keeps hubs equal to the stored presences: a list, then a watch
-// from its revision, and again after the watch ends.
+// follow keeps hubs equal to the stored presences until ctx ends (see
+// storage.Follow).
 func (d *Directory) follow(ctx context.Context) {
 	// Presences lapse without an event: the vouched nodes are
 	// recomputed every second as well.
@@ -207,58 +207,38 @@ func (d *Directory) follow(ctx context.Context) {
 			last = v
 		}
 	}()
-	for ctx.Err() == nil {
-		if err := d.sync(ctx); err != nil && ctx.Err() == nil {
-			d.cfg.Logger.Warn("hub presence watch ended; starting again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	sel := labels.SelectorFromSet(labels.Set{LabelPresence: "true"})
+	storage.Follow(ctx, d.cfg.Storage, leasesKind, Namespace, storage.FollowOptions{Label: sel, Logger: d.cfg.Logger},
+		storage.FollowFuncs{ReplaceFunc: d.replace, ApplyFunc: d.apply})
 }
 
-func (d *Directory) sync(ctx context.Context) error {
-	sel := labels.SelectorFromSet(labels.Set{LabelPresence: "true"})
-	obj, err := d.cfg.Storage.List(ctx, leasesKind, Namespace, storage.ListOptions{Label: sel})
-	if err != nil {
-		return fmt.Errorf("list hub presences: %w", err)
+// replace makes a list of presence Leases the known hubs.
+func (d *Directory) replace(obj runtime.Object) error {
+	list, ok := obj.(*coordinationv1.LeaseList)
+	if !ok {
+		return fmt.Errorf("list hub presences: unexpected %T", obj)
 	}
-	list := obj.(*coordinationv1.LeaseList)
-	hubs := map[string]Hub{}
+	hubs := make(map[string]Hub, len(list.Items))
 	for i := range list.Items {
 		hubs[list.Items[i].Name] = hubOf(&list.Items[i])
 	}
 	d.set(hubs)
-	w, err := d.cfg.Storage.Watch(ctx, leasesKind, Namespace, storage.WatchOptions{Label: sel, ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		return fmt.Errorf("watch hub presences: %w", err)
+	return nil
+}
+
+// apply records a change of a presence Lease.
+func (d *Directory) apply(ev watch.EventType, obj runtime.Object) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
 	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return errors.New("watch hub presences: watch closed")
-			}
-			l, isLease := ev.Object.(*coordinationv1.Lease)
-			switch {
-			case ev.Type == watch.Error:
-				return fmt.Errorf("watch hub presences: %w", apierrors.FromObject(ev.Object))
-			case !isLease:
-			case ev.Type == watch.Added || ev.Type == watch.Modified:
-				d.mu.Lock()
-				d.hubs[l.Name] = hubOf(l)
-				d.mu.Unlock()
-			case ev.Type == watch.Deleted:
-				d.mu.Lock()
-				delete(d.hubs, l.Name)
-				d.mu.Unlock()
-			}
-		}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ev == watch.Deleted {
+		delete(d.hubs, l.Name)
+		return
 	}
+	d.hubs[l.Name] = hubOf(l)
 }
 
 func (d *Directory) set(hubs map[string]Hub) {
