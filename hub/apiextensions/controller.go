@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -121,28 +123,24 @@ func (c *Controller) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// follow lists and watches the definitions, again after a watch ends,
-// queueing each one that changes.
+// follow keeps the view equal to the stored definitions until ctx ends
+// (see storage.Follow), queueing each one that changes. The definitions
+// stored before the hub started are served before it takes requests:
+// they are handled once the first list is in the view.
 func (c *Controller) follow(ctx context.Context) {
-	first := true
-	for ctx.Err() == nil {
-		err := c.listWatch(ctx, first)
-		first = false
-		if err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("apiextensions: watch ended; starting again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+	synced := func() {
+		for _, name := range c.names() {
+			c.handle(ctx, name)
 		}
+		close(c.synced)
 	}
+	storage.Follow(ctx, c.cfg.Storage, c.kind, "", storage.FollowOptions{Logger: c.cfg.Logger, Synced: synced},
+		storage.FollowFuncs{ReplaceFunc: c.replace, ApplyFunc: c.apply})
 }
 
-func (c *Controller) listWatch(ctx context.Context, first bool) error {
-	obj, err := c.cfg.Storage.List(ctx, c.kind, "", storage.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list %s: %w", Resource, err)
-	}
+// replace makes a list of definitions the view, queueing each listed one
+// and each one the list lacks (deleted while the watch was down).
+func (c *Controller) replace(obj runtime.Object) error {
 	list, ok := obj.(*apiextensionsv1.CustomResourceDefinitionList)
 	if !ok {
 		return fmt.Errorf("list %s: unexpected %T", Resource, obj)
@@ -154,51 +152,37 @@ func (c *Controller) listWatch(ctx context.Context, first bool) error {
 		c.observe(crd)
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for name := range c.crds {
 		if !seen[name] {
 			delete(c.crds, name)
 			c.q.Add(name)
 		}
 	}
+	return nil
+}
+
+// apply records a change of a stored definition and queues it.
+func (c *Controller) apply(ev watch.EventType, obj runtime.Object) {
+	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !ok {
+		return
+	}
+	if ev != watch.Deleted {
+		c.observe(crd)
+		return
+	}
+	c.mu.Lock()
+	delete(c.crds, crd.Name)
 	c.mu.Unlock()
-	if first {
-		// The definitions stored before the hub started are served
-		// before it takes requests.
-		for i := range list.Items {
-			c.handle(ctx, list.Items[i].Name)
-		}
-		close(c.synced)
-	}
-	w, err := c.cfg.Storage.Watch(ctx, c.kind, "", storage.WatchOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", Resource, err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("watch %s: closed", Resource)
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				if crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition); ok {
-					c.observe(crd)
-				}
-			case watch.Deleted:
-				if crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition); ok {
-					c.mu.Lock()
-					delete(c.crds, crd.Name)
-					c.mu.Unlock()
-					c.q.Add(crd.Name)
-				}
-			case watch.Error:
-				return fmt.Errorf("watch %s: %v", Resource, apierrors.FromObject(ev.Object))
-			}
-		}
-	}
+	c.q.Add(crd.Name)
+}
+
+// names returns the names of the definitions in the view, sorted.
+func (c *Controller) names() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.crds))
 }
 
 // observe records a definition read from storage, unless the view holds
