@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,77 +32,41 @@ func kindOf(resource string) *registry.Kind {
 }
 
 // Run keeps the authorizer's view of roles and bindings current until ctx
-// ends: for each kind a list, then a watch from its revision, and again
-// after a watch ends.
+// ends, following each kind (see storage.Follow). The index keeps the
+// rules and subjects it reads, never the objects, and changes neither: it
+// shares the watches' objects.
 func (a *Authorizer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, res := range watched {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k := kindOf(res)
-			for ctx.Err() == nil {
-				if err := a.follow(ctx, k); err != nil && ctx.Err() == nil {
-					a.cfg.Logger.Warn("rbac authorizer: watch ended; starting again", "resource", res, "err", err)
-					select {
-					case <-ctx.Done():
-					case <-time.After(time.Second):
-					}
-				}
-			}
+			storage.Follow(ctx, a.cfg.Storage, kindOf(res), "", storage.FollowOptions{Shared: true, Logger: a.cfg.Logger},
+				storage.FollowFuncs{
+					ReplaceFunc: func(list runtime.Object) error { return a.replace(res, list) },
+					ApplyFunc:   a.apply,
+				})
 		}()
 	}
 	wg.Wait()
 }
 
-func (a *Authorizer) follow(ctx context.Context, k *registry.Kind) error {
-	obj, err := a.cfg.Storage.List(ctx, k, "", storage.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list %s: %w", k.Resource, err)
+// apply records a change of one RBAC object.
+func (a *Authorizer) apply(ev watch.EventType, obj runtime.Object) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ev == watch.Deleted {
+		a.idx.remove(obj)
+		return
 	}
-	rv, err := a.replace(k.Resource, obj)
-	if err != nil {
-		return err
-	}
-	// The index keeps the rules and subjects it reads, never the
-	// objects, and changes neither: it may share the decoded changes
-	// with the other watches.
-	w, err := a.cfg.Storage.Watch(ctx, k, "", storage.WatchOptions{ResourceVersion: rv, Shared: true})
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", k.Resource, err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("watch %s: closed", k.Resource)
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				a.mu.Lock()
-				a.idx.set(ev.Object)
-				a.mu.Unlock()
-			case watch.Deleted:
-				a.mu.Lock()
-				a.idx.remove(ev.Object)
-				a.mu.Unlock()
-			case watch.Error:
-				return fmt.Errorf("watch %s: %v", k.Resource, ev.Object)
-			}
-		}
-	}
+	a.idx.set(obj)
 }
 
-// replace puts a list's objects in place of those of its kind and
-// returns the list's resourceVersion.
-func (a *Authorizer) replace(resource string, list runtime.Object) (string, error) {
+// replace puts a list's objects in place of those of its kind.
+func (a *Authorizer) replace(resource string, list runtime.Object) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	x := a.idx
-	var rv string
 	switch l := list.(type) {
 	case *rbacv1.RoleList:
 		for _, s := range x.roles {
@@ -114,7 +77,6 @@ func (a *Authorizer) replace(resource string, list runtime.Object) (string, erro
 		for i := range l.Items {
 			x.set(&l.Items[i])
 		}
-		rv = l.ResourceVersion
 	case *rbacv1.ClusterRoleList:
 		for _, s := range x.cluster {
 			if s.exists {
@@ -124,7 +86,6 @@ func (a *Authorizer) replace(resource string, list runtime.Object) (string, erro
 		for i := range l.Items {
 			x.set(&l.Items[i])
 		}
-		rv = l.ResourceVersion
 	case *rbacv1.RoleBindingList:
 		for k := range x.bindings {
 			if k.namespace != "" {
@@ -134,7 +95,6 @@ func (a *Authorizer) replace(resource string, list runtime.Object) (string, erro
 		for i := range l.Items {
 			x.set(&l.Items[i])
 		}
-		rv = l.ResourceVersion
 	case *rbacv1.ClusterRoleBindingList:
 		for k := range x.bindings {
 			if k.namespace == "" {
@@ -144,15 +104,14 @@ func (a *Authorizer) replace(resource string, list runtime.Object) (string, erro
 		for i := range l.Items {
 			x.set(&l.Items[i])
 		}
-		rv = l.ResourceVersion
 	default:
-		return "", fmt.Errorf("list %s: unexpected %T", resource, list)
+		return fmt.Errorf("list %s: unexpected %T", resource, list)
 	}
 	a.listed[resource] = true
 	if len(a.listed) == len(watched) {
 		a.syncOnce.Do(func() { close(a.synced) })
 	}
-	return rv, nil
+	return nil
 }
 
 // set adds or replaces one RBAC object.
