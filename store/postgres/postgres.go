@@ -102,6 +102,10 @@ type Config struct {
 	// empty database records it (a random one when empty); a database
 	// holding another id is refused. Empty accepts any.
 	ClusterID string
+	// NewClusterID is the id an empty database records when ClusterID is
+	// empty; "" means a random one. A used database is not checked
+	// against it: ClusterID says which id it tells after Open.
+	NewClusterID string
 	// MaxConns caps the connection pool; zero means 10. One more
 	// connection listens for notifications.
 	MaxConns int32
@@ -339,6 +343,9 @@ func (s *Store) prepare(ctx context.Context) error {
 			return errors.New("open postgres store: the database holds tether tables but no tether_meta; refusing to use it")
 		}
 		id := s.cfg.ClusterID
+		if id == "" {
+			id = s.cfg.NewClusterID
+		}
 		if id == "" {
 			b := make([]byte, 16)
 			rand.Read(b)

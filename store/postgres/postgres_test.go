@@ -149,9 +149,15 @@ func TestOpenRefusesOtherCluster(t *testing.T) {
 		t.Fatalf("reopened cluster %q at revision %d", s.ClusterID(), s.Revision())
 	}
 	s.Close()
-	s = mustOpen(t, Config{DSN: dsn})
+	s = mustOpen(t, Config{DSN: dsn, NewClusterID: "cluster-c"})
 	if s.ClusterID() != "cluster-a" {
 		t.Fatalf("cluster id %q", s.ClusterID())
+	}
+	s.Close()
+	// An empty database records NewClusterID when no ClusterID is given.
+	s = mustOpen(t, Config{DSN: c.NewDatabase(), NewClusterID: "cluster-c"})
+	if s.ClusterID() != "cluster-c" {
+		t.Fatalf("new database's cluster id %q, want cluster-c", s.ClusterID())
 	}
 }
 
