@@ -1,6 +1,7 @@
 // Package pki is the hub's certificate authority: it creates and keeps the
 // cluster CA, the API server's serving certificate, client certificates and
-// kubeconfig files that embed them.
+// kubeconfig files that embed them. Keys is the secret part hubs of one
+// cluster share, which a shared store keeps sealed with a secret key.
 package pki
 
 import (
@@ -50,6 +51,10 @@ type Config struct {
 	ServingValidity time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Keys, when set, are the cluster's keys, shared by its hubs: they
+	// are written to Dir/pki (replacing what differs) and used instead of
+	// creating any there.
+	Keys *Keys
 }
 
 // Authority holds the CA and the serving certificate.
@@ -97,6 +102,11 @@ func LoadOrCreate(cfg Config) (*Authority, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create pki directory: %w", err)
 	}
+	if cfg.Keys != nil {
+		if err := cfg.Keys.write(dir); err != nil {
+			return nil, err
+		}
+	}
 	a := &Authority{cfg: cfg}
 	if err := a.loadOrCreateCA(dir); err != nil {
 		return nil, err
@@ -140,31 +150,13 @@ func (a *Authority) loadOrCreateCAPair(name, commonName string) (*x509.Certifica
 	if errC == nil || errK == nil {
 		return nil, nil, nil, fmt.Errorf("load %s: only one of %s.crt and %s.key exists", name, name, name)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := newCA(commonName, a.cfg.Now(), a.cfg.CAValidity)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generate %s key: %w", name, err)
-	}
-	now := a.cfg.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(a.cfg.CAValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("create %s certificate: %w", name, err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("parse %s certificate: %w", name, err)
-	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if keyPEM, err = encodeKey(key); err != nil {
 		return nil, nil, nil, err
+	}
+	cert, key, err := parsePair(certPEM, keyPEM)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load %s: %w", name, err)
 	}
 	if err := writeAtomic(a.path(name+".key"), keyPEM, 0o600); err != nil {
 		return nil, nil, nil, err
@@ -472,11 +464,7 @@ func (a *Authority) ServiceAccountKey() (*ecdsa.PrivateKey, error) {
 	}
 	path := a.path("sa.key")
 	if data, err := os.ReadFile(path); err == nil {
-		block, _ := pem.Decode(data)
-		if block == nil {
-			return nil, fmt.Errorf("load %s: no PEM block", path)
-		}
-		key, err := x509.ParseECPrivateKey(block.Bytes)
+		key, err := parseECKey(data)
 		if err != nil {
 			return nil, fmt.Errorf("load %s: %w", path, err)
 		}
