@@ -24,8 +24,10 @@ func isPostgresDatastore(ds string) bool {
 
 // openStore opens the store cfg.Datastore names: SQLite in the data
 // directory when empty, else a PostgreSQL database, which must hold no
-// other cluster's data (the cluster is named by its CA's key hash).
-func openStore(ctx context.Context, cfg Config, clusterID string) (store.Store, error) {
+// other cluster's data than clusterID's (a cluster is named by its CA's
+// key hash) unless clusterID is empty; an empty database records
+// clusterID, or newClusterID when clusterID is empty.
+func openStore(ctx context.Context, cfg Config, clusterID, newClusterID string) (store.Store, error) {
 	log := cfg.Logger.With("component", "store")
 	switch {
 	case cfg.Datastore == "":
@@ -39,6 +41,7 @@ func openStore(ctx context.Context, cfg Config, clusterID string) (store.Store, 
 		return postgres.Open(ctx, postgres.Config{
 			DSN:             cfg.Datastore,
 			ClusterID:       clusterID,
+			NewClusterID:    newClusterID,
 			Retain:          cfg.ChangeLogRetain,
 			CompactInterval: cfg.CompactInterval,
 			Logger:          log,

@@ -2,13 +2,16 @@ package hub_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/hub/pki"
 	"github.com/tether-edge/tether/store/postgres/pgtest"
 )
 
@@ -19,7 +22,8 @@ import (
 func TestPostgresDatastore(t *testing.T) {
 	pg := pgtest.Start(t)
 	dsn := pg.NewDatabase()
-	h := hubtest.Start(t, append(apiOnly, "--datastore", dsn)...)
+	secret := hubtest.SecretKeyFile(t)
+	h := hubtest.Start(t, append(apiOnly, "--datastore", dsn, "--secret-key-file", secret)...)
 	h.MustRun("create", "configmap", "pgconf", "--from-literal=k=v1")
 	if out := h.MustRun("get", "configmap", "pgconf", "-o", "jsonpath={.data.k}"); out != "v1" {
 		t.Fatalf("configmap data %q, want v1", out)
@@ -56,10 +60,24 @@ func TestPostgresDatastore(t *testing.T) {
 		t.Fatalf("configmap after the outage %q, want v2", out)
 	}
 
-	// Another hub has another CA, hence another cluster: refused.
+	// A hub whose data directory holds another CA is of another
+	// cluster: refused.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, h.Bin, "hub", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--datastore", dsn)
+	other := t.TempDir()
+	keys, err := pki.GenerateKeys(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(other, "pki"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"ca.crt": keys.CACert, "ca.key": keys.CAKey} {
+		if err := os.WriteFile(filepath.Join(other, "pki", name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.CommandContext(ctx, h.Bin, "hub", "--data-dir", other, "--listen", "127.0.0.1:0", "--datastore", dsn, "--secret-key-file", secret)
 	b, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(b), "refusing to mix their data") {
 		t.Fatalf("a second cluster's hub on the same database: %v\n%s", err, b)
@@ -85,6 +103,12 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	h.MustRun("-n", "mig", "delete", "configmap", "gone")
 	const rvs = `{range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion} {end}`
 	before := h.MustRun("-n", "mig", "get", "configmaps,secrets", "-o", "jsonpath="+rvs)
+	// On SQLite the keys stay in the data directory: a restart keeps them.
+	keys := readKeyFiles(t, h.DataDir)
+	h.Restart()
+	if now := readKeyFiles(t, h.DataDir); now != keys {
+		t.Fatal("the SQLite hub's keys changed across a restart")
+	}
 	h.Stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -100,7 +124,23 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 		t.Fatalf("second migrate into the same database: %v\n%s", err, out)
 	}
 
-	h.Restart(append(apiOnly, "--datastore", dsn)...)
+	// On PostgreSQL the hub stores the keys of its data directory, so
+	// its CA stays the cluster's: its edges still trust it, and a hub
+	// started with an empty data directory gets the same keys.
+	secret := hubtest.SecretKeyFile(t)
+	h.Restart(append(apiOnly, "--datastore", dsn, "--secret-key-file", secret)...)
+	if now := readKeyFiles(t, h.DataDir); now != keys {
+		t.Fatal("the hub's keys changed when it moved to PostgreSQL")
+	}
+	if !strings.Contains(h.Logs(), `msg="stored the cluster's keys in the datastore, sealed with the secret key"`) ||
+		!strings.Contains(h.Logs(), `keys="the data directory"`) {
+		t.Fatalf("the hub did not store its data directory's keys:\n%s", h.Logs())
+	}
+	peer := hubtest.Start(t, append(apiOnly, "--datastore", dsn, "--secret-key-file", secret)...)
+	if got := readKeyFiles(t, peer.DataDir); got != keys {
+		t.Fatal("a second hub on the migrated database has other keys than the first")
+	}
+	peer.Stop()
 	after := h.MustRun("-n", "mig", "get", "configmaps,secrets", "-o", "jsonpath="+rvs)
 	if after != before {
 		t.Fatalf("objects after migration:\n%s\nbefore:\n%s", after, before)
@@ -116,4 +156,19 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	if n <= o {
 		t.Fatalf("resourceVersion after an update on PostgreSQL %d, not above %d", n, o)
 	}
+}
+
+// readKeyFiles returns the cluster's keys in a hub's data directory, the
+// files concatenated.
+func readKeyFiles(t *testing.T, dataDir string) string {
+	t.Helper()
+	var all strings.Builder
+	for _, name := range sharedKeyFiles {
+		b, err := os.ReadFile(filepath.Join(dataDir, "pki", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	return all.String()
 }

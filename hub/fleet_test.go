@@ -40,11 +40,11 @@ func TestFleetFailover(t *testing.T) {
 	pg := pgtest.Start(t)
 	dsn := pg.NewDatabase()
 	// A short idle timeout: edges notice a silently dead hub within 6s.
-	common := []string{"--datastore", dsn, "--tunnel-idle-timeout", "6s", "--disable-metrics-api",
+	common := []string{"--datastore", dsn, "--secret-key-file", hubtest.SecretKeyFile(t), "--tunnel-idle-timeout", "6s", "--disable-metrics-api",
 		"--controllers=nodelifecycle,serviceaccount,garbagecollector,namespace,deployment,replicaset"}
 	h1 := hubtest.Start(t, common...)
-	h2 := hubtest.StartPeer(t, h1, common...)
-	h3 := hubtest.StartPeer(t, h1, common...)
+	h2 := hubtest.Start(t, common...)
+	h3 := hubtest.Start(t, common...)
 	hubs := []*hubtest.Hub{h1, h2, h3}
 
 	out, err := exec.Command(h1.Bin, "token", "create", "--kubeconfig", h1.Kubeconfig).Output()

@@ -59,6 +59,11 @@ type Config struct {
 	// store/postgres), which records the cluster's CA key hash and refuses
 	// to open another cluster's data.
 	Datastore string
+	// SecretKeyFile holds the secret (at least 32 bytes, blanks around it
+	// ignored) the cluster's keys are encrypted with in a PostgreSQL
+	// datastore, the same for every hub of the cluster. Required with
+	// PostgreSQL, refused with SQLite, which keeps the keys in DataDir/pki.
+	SecretKeyFile string
 	// ChangeLogRetain is how many revisions the store's change log keeps
 	// (watches may resume from within them); zero means the store's
 	// default, 100,000.
@@ -143,6 +148,12 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.Datastore != "" && !isPostgresDatastore(cfg.Datastore) {
 		return nil, fmt.Errorf("create hub: datastore %q is neither empty (SQLite) nor a postgres:// URL", redactDSN(cfg.Datastore))
+	}
+	if cfg.Datastore == "" && cfg.SecretKeyFile != "" {
+		return nil, errors.New("create hub: a secret key file (--secret-key-file) is for a PostgreSQL datastore; with SQLite the cluster's keys stay in the data directory (pki/)")
+	}
+	if cfg.Datastore != "" && cfg.SecretKeyFile == "" {
+		return nil, errors.New("create hub: " + noSecretKey)
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "0.0.0.0:6443"

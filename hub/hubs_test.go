@@ -18,15 +18,15 @@ import (
 )
 
 // startHubs runs n hubs of one cluster on one throw-away PostgreSQL
-// database: the first makes the cluster's keys, the others get a copy of
-// them (hubtest.ClusterKeys) and nothing else.
+// database, each with an empty data directory: the first makes the
+// cluster's keys and stores them, the others read them from the database.
 func startHubs(t *testing.T, n int, args ...string) []*hubtest.Hub {
 	t.Helper()
 	pg := pgtest.Start(t)
-	args = append([]string{"--datastore", pg.NewDatabase()}, args...)
+	args = append([]string{"--datastore", pg.NewDatabase(), "--secret-key-file", hubtest.SecretKeyFile(t)}, args...)
 	hubs := []*hubtest.Hub{hubtest.Start(t, args...)}
 	for len(hubs) < n {
-		hubs = append(hubs, hubtest.StartPeer(t, hubs[0], args...))
+		hubs = append(hubs, hubtest.Start(t, args...))
 	}
 	return hubs
 }

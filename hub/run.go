@@ -128,8 +128,9 @@ func (r *run) close() error {
 }
 
 // open creates the data directory, the registry with the hub's networks,
-// the API listener, the PKI, the SQLite store and the storage over it, and
-// writes the objects every cluster has (bootstrap).
+// the API listener, the store with the cluster's keys, the PKI and the
+// storage over the store, and writes the objects every cluster has
+// (bootstrap).
 func (r *run) open(ctx context.Context) error {
 	cfg := r.cfg
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -157,20 +158,22 @@ func (r *run) open(ctx context.Context) error {
 		r.advertise = pickAdvertise(host)
 	}
 
-	r.authority, err = pki.LoadOrCreate(pki.Config{
-		Dir:       cfg.DataDir,
-		Hosts:     append([]string{r.advertise}, cfg.SANs...),
-		ServiceIP: net.IP(r.serviceIP.AsSlice()),
-	})
-	if err != nil {
-		return err
-	}
-
-	st, err := openStore(ctx, cfg, r.authority.CAHash())
+	// The store first: on PostgreSQL it holds the cluster's keys, and a
+	// hub that cannot open them must write nothing.
+	st, keys, err := openStoreAndKeys(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	r.onClose(st.Close)
+	r.authority, err = pki.LoadOrCreate(pki.Config{
+		Dir:       cfg.DataDir,
+		Hosts:     append([]string{r.advertise}, cfg.SANs...),
+		ServiceIP: net.IP(r.serviceIP.AsSlice()),
+		Keys:      keys,
+	})
+	if err != nil {
+		return err
+	}
 
 	r.adm = admission.New(cfg.Logger.With("component", "admission"))
 	r.csrAdm = certificates.NewAdmission()

@@ -57,6 +57,7 @@ func newHubCmd() *cobra.Command {
 	f.StringSliceVar(&cfg.SANs, "tls-san", nil, "extra DNS names or IPs for the serving certificate")
 	f.StringVar(&cfg.ServiceCIDR, "service-cidr", "10.0.0.0/16", "range for Service cluster IPs")
 	f.StringVar(&cfg.Datastore, "datastore", "", "where the store lives: empty for SQLite in --data-dir, or a postgres:// URL of a PostgreSQL database")
+	f.StringVar(&cfg.SecretKeyFile, "secret-key-file", "", "file holding the secret (at least 32 bytes, the same on every hub) that encrypts the cluster's keys in a PostgreSQL datastore; required with --datastore")
 	f.Int64Var(&cfg.ChangeLogRetain, "change-log-retain", 0, "revisions the change log keeps for resuming watches (0: 100000)")
 	f.DurationVar(&cfg.CompactInterval, "compact-interval", 0, "how often the change log is compacted (0: 30s)")
 	f.StringVar(&cfg.TunnelListen, "tunnel-listen", "", "UDP address of the edge tunnel (default: the API's address and port)")

@@ -11,6 +11,8 @@ package hubtest
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -202,6 +204,13 @@ func freeAddr(t testing.TB) string {
 
 func (h *Hub) startArgs(extra []string) {
 	h.t.Helper()
+	h.launch(extra)
+	h.WaitReady()
+}
+
+// launch starts the hub's process with extra flags.
+func (h *Hub) launch(extra []string) {
+	h.t.Helper()
 	h.args = extra
 	args := append([]string{"hub", "--data-dir", h.DataDir, "--listen", h.Addr}, extra...)
 	cmd := exec.Command(h.Bin, args...)
@@ -216,7 +225,6 @@ func (h *Hub) startArgs(extra []string) {
 	h.mu.Lock()
 	h.cmd, h.done = cmd, done
 	h.mu.Unlock()
-	h.WaitReady()
 }
 
 // WaitReady waits until the hub answers /readyz through the admin
@@ -398,35 +406,40 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// ClusterKeys are the files of a hub's data directory (under pki/) that
-// another hub of the same cluster needs: the cluster CA, the front proxy
-// CA and the service account signing key. Each hub makes its own serving
-// and client certificates from them.
-var ClusterKeys = []string{"ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "sa.key"}
-
-// StartPeer runs another hub of first's cluster: a fresh data directory
-// holding first's ClusterKeys, on a free loopback port, with extraArgs
-// (which name first's datastore). The hub is stopped at the end of the
-// test.
-func StartPeer(t testing.TB, first *Hub, extraArgs ...string) *Hub {
+// StartTogether runs n hubs with fresh data directories, each on a free
+// loopback port with extraArgs, starting their processes at once before
+// it waits until each serves. The hubs are stopped at the end of the test.
+func StartTogether(t testing.TB, n int, extraArgs ...string) []*Hub {
 	t.Helper()
 	tether, kubectl := Binaries(t)
-	h := &Hub{t: t, Bin: tether, Kubectl: kubectl, DataDir: t.TempDir(), CacheDir: t.TempDir()}
-	if err := os.MkdirAll(filepath.Join(h.DataDir, "pki"), 0o700); err != nil {
+	hubs := make([]*Hub, n)
+	for i := range hubs {
+		h := &Hub{t: t, Bin: tether, Kubectl: kubectl, DataDir: t.TempDir(), CacheDir: t.TempDir()}
+		h.Addr = freeAddr(t)
+		h.Kubeconfig = filepath.Join(h.DataDir, "admin.kubeconfig")
+		t.Cleanup(func() { h.Stop() })
+		hubs[i] = h
+	}
+	for _, h := range hubs {
+		h.launch(extraArgs)
+	}
+	for _, h := range hubs {
+		h.WaitReady()
+	}
+	return hubs
+}
+
+// SecretKeyFile writes a new random secret key for the cluster's keys in
+// a PostgreSQL datastore (--secret-key-file) and returns its path.
+func SecretKeyFile(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := crand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range ClusterKeys {
-		b, err := os.ReadFile(filepath.Join(first.DataDir, "pki", name))
-		if err != nil {
-			t.Fatalf("copy the cluster's keys: %v", err)
-		}
-		if err := os.WriteFile(filepath.Join(h.DataDir, "pki", name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	path := filepath.Join(t.TempDir(), "secret.key")
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	h.Addr = freeAddr(t)
-	h.Kubeconfig = filepath.Join(h.DataDir, "admin.kubeconfig")
-	h.startArgs(extraArgs)
-	t.Cleanup(func() { h.Stop() })
-	return h
+	return path
 }
