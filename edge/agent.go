@@ -13,11 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
-	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
-	nodev1client "k8s.io/client-go/kubernetes/typed/node/v1"
-
+	"github.com/tether-edge/tether/edge/kube"
 	"github.com/tether-edge/tether/tunnel"
 )
 
@@ -27,18 +23,13 @@ type Agent struct {
 	log *slog.Logger
 
 	// Set by Run before anything else starts.
-	name      string
-	nodeIP    netip.Addr
-	id        *identity
-	tunnel    *tunnel.Client
-	core      corev1client.CoreV1Interface
-	discovery discoveryv1client.DiscoveryV1Interface
-	nodeAPI   nodev1client.NodeV1Interface
-	// networking reads Ingresses for the ingress controller and
-	// NetworkPolicies (netpolicy.go).
-	networking networkingv1client.NetworkingV1Interface
-	httpc      *http.Client // plain HTTP to the hub over the tunnel
-	hubs       *hubFleet    // the hubs of the fleet (hubs.go)
+	name   string
+	nodeIP netip.Addr
+	id     *identity
+	tunnel *tunnel.Client
+	client *kube.Client // the hub's API over the tunnel
+	httpc  *http.Client // plain HTTP to the hub over the tunnel
+	hubs   *hubFleet    // the hubs of the fleet (hubs.go)
 
 	local    *localState // what the node runs, kept on disk (localstate.go)
 	api      apiCounters
@@ -170,20 +161,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.tunnel = tc
 	rc := restConfig(tc.DialContext, a.cfg.Version, &a.api)
-	if a.core, err = corev1client.NewForConfig(rc); err != nil {
-		return fmt.Errorf("create API client: %w", err)
-	}
-	if a.discovery, err = discoveryv1client.NewForConfig(rc); err != nil {
-		return fmt.Errorf("create API client: %w", err)
-	}
-	if a.nodeAPI, err = nodev1client.NewForConfig(rc); err != nil {
-		return fmt.Errorf("create API client: %w", err)
-	}
-	if a.networking, err = networkingv1client.NewForConfig(rc); err != nil {
+	if a.client, err = kube.New(rc); err != nil {
 		return fmt.Errorf("create API client: %w", err)
 	}
 	a.httpc = &http.Client{Transport: &http.Transport{DialContext: tc.DialContext}, Timeout: time.Minute}
-	a.status = newStatusManager(a.core.Pods, &a.metrics)
+	a.status = newStatusManager(func(ns string) podPatcher { return a.client.Pods(ns) }, &a.metrics)
 	if a.cfg.Zone != "" && a.cfg.GossipPort > 0 {
 		if a.gossip, err = newSiteGossip(a); err != nil {
 			return fmt.Errorf("start site gossip: %w", err)
@@ -306,7 +288,7 @@ func (a *Agent) recordEvent(ev PodEvent) {
 	if a.eventsStopped.Load() {
 		return
 	}
-	a.eventsOnce.Do(func() { a.events = newEventRecorder(a.core, a.name) })
+	a.eventsOnce.Do(func() { a.events = newEventRecorder(a.client, a.name) })
 	if a.events != nil {
 		a.events.record(ev)
 	}

@@ -291,7 +291,7 @@ func (a *Agent) collectLocalVolumes(ctx context.Context, rm LocalVolumeRemover) 
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		cur, err := a.core.PersistentVolumes().Get(cctx, rec.Name, metav1.GetOptions{})
+		cur, err := a.client.PersistentVolumes().Get(cctx, rec.Name, metav1.GetOptions{})
 		cancel()
 		switch {
 		case err == nil && cur.UID == rec.UID:

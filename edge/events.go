@@ -2,9 +2,9 @@ package edge
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/tether-edge/tether/edge/kube"
 )
 
 // eventRecorder turns a runtime's PodEvents into Kubernetes Events whose
@@ -19,10 +19,10 @@ type eventRecorder struct {
 	rec record.EventRecorder
 }
 
-func newEventRecorder(events typedcorev1.EventsGetter, node string) *eventRecorder {
+func newEventRecorder(c *kube.Client, node string) *eventRecorder {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.Events("")})
-	return &eventRecorder{b: b, rec: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: node})}
+	b.StartRecordingToSink(c.Events())
+	return &eventRecorder{b: b, rec: b.NewRecorder(c.Scheme(), corev1.EventSource{Component: "kubelet", Host: node})}
 }
 
 // record implements the EventReporter callback; it does not block.

@@ -2,20 +2,29 @@ package edge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/tether-edge/tether/edge/kube"
 )
 
 // killedRuntime runs one container that is killed (as by a failed
@@ -104,12 +113,12 @@ func TestPodWorkerRestartsWhileStatusWritesHang(t *testing.T) {
 
 	const base = 200 * time.Millisecond
 	rt := &killedRuntime{runFor: 100 * time.Millisecond, backoff: RestartBackoff{Base: base, Max: 800 * time.Millisecond}}
-	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), core: client.CoreV1()}
+	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), client: podDeletions(t, client)}
 	a.node = &nodeSync{a: a, ready: make(chan struct{}), kick: make(chan struct{}, 1)}
 	close(a.node.ready)
 	a.pods = newPodManager(a)
 	a.refs = newRefManager(a)
-	a.status = newStatusManager(client.CoreV1().Pods, &a.metrics)
+	a.status = newStatusManager(func(ns string) podPatcher { return client.CoreV1().Pods(ns) }, &a.metrics)
 	rt.Notify(a.pods.runtimeChanged)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,12 +183,12 @@ func TestPodDeletionInterruptsSync(t *testing.T) {
 	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
 	client := fake.NewClientset(pod)
 	rt := &hangingRuntime{syncing: make(chan struct{}), killed: make(chan struct{})}
-	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), core: client.CoreV1()}
+	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), client: podDeletions(t, client)}
 	a.node = &nodeSync{a: a, ready: make(chan struct{}), kick: make(chan struct{}, 1)}
 	close(a.node.ready)
 	a.pods = newPodManager(a)
 	a.refs = newRefManager(a)
-	a.status = newStatusManager(client.CoreV1().Pods, &a.metrics)
+	a.status = newStatusManager(func(ns string) podPatcher { return client.CoreV1().Pods(ns) }, &a.metrics)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a.pods.start(ctx)
@@ -198,4 +207,36 @@ func TestPodDeletionInterruptsSync(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the deleted pod was not killed while its sync hung")
 	}
+}
+
+// podDeletions returns an API client whose pod deletions (what a pod
+// worker sends once a deleted pod stopped) reach client; it serves
+// nothing else.
+func podDeletions(t *testing.T, client kubernetes.Interface) *kube.Client {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /api/v1/namespaces/NAMESPACE/pods/NAME
+		p := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		var st metav1.Status
+		if r.Method != http.MethodDelete || len(p) != 6 || p[2] != "namespaces" || p[4] != "pods" {
+			st = apierrors.NewMethodNotSupported(corev1.Resource("pods"), r.Method).ErrStatus
+		} else if err := client.CoreV1().Pods(p[3]).Delete(r.Context(), p[5], metav1.DeleteOptions{}); err != nil {
+			st = apierrors.NewInternalError(err).ErrStatus
+			if s, ok := err.(apierrors.APIStatus); ok {
+				st = s.Status()
+			}
+		} else {
+			st = metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusOK}
+		}
+		st.Kind, st.APIVersion = "Status", "v1"
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(int(st.Code))
+		_ = json.NewEncoder(w).Encode(&st)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := kube.New(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

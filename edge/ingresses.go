@@ -58,7 +58,7 @@ func newIngressWatch(a *Agent) (*ingressWatch, error) {
 	cfg.HTTPAddr = ingressListenAddr(cfg.HTTPAddr, ":80", a.cfg.APIRelayAddr, a.nodeIP)
 	cfg.HTTPSAddr = ingressListenAddr(cfg.HTTPSAddr, ":443", a.cfg.APIRelayAddr, a.nodeIP)
 	if cfg.Status == nil {
-		cfg.Status = a.networking
+		cfg.Status = func(ns string) ingress.IngressClient { return a.client.Ingresses(ns) }
 	}
 	cfg.OnSecrets = w.setSecrets
 	if cfg.Logger == nil {
@@ -72,10 +72,10 @@ func newIngressWatch(a *Agent) (*ingressWatch, error) {
 	_, c := newInformer(&listWatch{
 		keep: a.keep(keptIngresses),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return a.networking.Ingresses(metav1.NamespaceAll).List(ctx, o)
+			return a.client.Ingresses(metav1.NamespaceAll).List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return a.networking.Ingresses(metav1.NamespaceAll).Watch(ctx, o)
+			return a.client.Ingresses(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}, &networkingv1.Ingress{}, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { ctrl.UpsertIngress(obj.(*networkingv1.Ingress)) },
@@ -90,10 +90,10 @@ func newIngressWatch(a *Agent) (*ingressWatch, error) {
 	_, c = newInformer(&listWatch{
 		keep: a.keep(keptIngressClasses),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return a.networking.IngressClasses().List(ctx, o)
+			return a.client.IngressClasses().List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return a.networking.IngressClasses().Watch(ctx, o)
+			return a.client.IngressClasses().Watch(ctx, o)
 		},
 	}, &networkingv1.IngressClass{}, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { ctrl.UpsertIngressClass(obj.(*networkingv1.IngressClass)) },
@@ -186,7 +186,7 @@ func (w *ingressWatch) setSecrets(refs []types.NamespacedName) {
 // watchSecret starts the kept watch of one TLS Secret.
 func (w *ingressWatch) watchSecret(ref types.NamespacedName) context.CancelFunc {
 	ctx, cancel := context.WithCancel(w.ctx)
-	client := w.a.core.Secrets(ref.Namespace)
+	client := w.a.client.Secrets(ref.Namespace)
 	lw := namedListWatch(fields.OneTermEqualSelector("metadata.name", ref.Name).String(), client.List, client.Watch)
 	if w.a.local != nil {
 		lw.keep = &keepSpec{local: w.a.local, kind: keptIngressSecrets, watch: ingressSecretWatch(ref), namespace: ref.Namespace, name: ref.Name}

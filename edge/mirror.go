@@ -182,14 +182,14 @@ func (m *podManager) createMirror(ctx context.Context, pod *corev1.Pod) (*corev1
 		},
 		Spec: *pod.Spec.DeepCopy(),
 	}
-	return m.a.core.Pods(pod.Namespace).Create(ctx, mp, metav1.CreateOptions{})
+	return m.a.client.Pods(pod.Namespace).Create(ctx, mp, metav1.CreateOptions{})
 }
 
 // deleteMirror deletes a mirror pod at once (its static pod is not
 // affected), and only that one (UID precondition).
 func (m *podManager) deleteMirror(ctx context.Context, mirror *corev1.Pod) error {
 	zero := int64(0)
-	err := m.a.core.Pods(mirror.Namespace).Delete(ctx, mirror.Name, metav1.DeleteOptions{
+	err := m.a.client.Pods(mirror.Namespace).Delete(ctx, mirror.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero,
 		Preconditions:      &metav1.Preconditions{UID: &mirror.UID},
 	})

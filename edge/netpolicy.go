@@ -82,17 +82,17 @@ func (a *Agent) startNetPolicy() (*netPolicy, error) {
 	n.policies, ctrl = newInformer(&listWatch{
 		keep: a.keep(keptPolicies),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return a.networking.NetworkPolicies(metav1.NamespaceAll).List(ctx, o)
+			return a.client.NetworkPolicies(metav1.NamespaceAll).List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return a.networking.NetworkPolicies(metav1.NamespaceAll).Watch(ctx, o)
+			return a.client.NetworkPolicies(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}, &networkingv1.NetworkPolicy{}, h)
 	n.ctrls = append(n.ctrls, ctrl)
 	n.namespaces, ctrl = newInformer(&listWatch{
 		keep: a.keep(keptNamespaces),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			l, err := a.core.Namespaces().List(ctx, o)
+			l, err := a.client.Namespaces().List(ctx, o)
 			if l != nil {
 				for i := range l.Items {
 					reduceNamespace(&l.Items[i])
@@ -101,7 +101,7 @@ func (a *Agent) startNetPolicy() (*netPolicy, error) {
 			return l, err
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := a.core.Namespaces().Watch(ctx, o)
+			w, err := a.client.Namespaces().Watch(ctx, o)
 			if err != nil {
 				return nil, err
 			}
@@ -117,7 +117,7 @@ func (a *Agent) startNetPolicy() (*netPolicy, error) {
 	n.pods, ctrl = newInformer(&listWatch{
 		keep: a.keep(keptPeerPods),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			l, err := a.core.Pods(metav1.NamespaceAll).List(ctx, o)
+			l, err := a.client.Pods(metav1.NamespaceAll).List(ctx, o)
 			if l != nil {
 				for i := range l.Items {
 					reducePod(&l.Items[i])
@@ -126,7 +126,7 @@ func (a *Agent) startNetPolicy() (*netPolicy, error) {
 			return l, err
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := a.core.Pods(metav1.NamespaceAll).Watch(ctx, o)
+			w, err := a.client.Pods(metav1.NamespaceAll).Watch(ctx, o)
 			if err != nil {
 				return nil, err
 			}

@@ -184,7 +184,7 @@ func (s *nodeSync) run(ctx context.Context) {
 // node left.
 func (s *nodeSync) register(ctx context.Context) error {
 	in := s.input(ctx)
-	nodes := s.a.core.Nodes()
+	nodes := s.a.client.Nodes()
 	want := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: s.a.name, Labels: nodeLabels(in), Annotations: s.a.nodeAnnotations()},
 		Status:     buildNodeStatus(in, nil),
@@ -248,7 +248,7 @@ func (s *nodeSync) report(ctx context.Context) error {
 	if noCIDR && due {
 		// The hub assigns the range at creation; a hub that did not
 		// might do so later.
-		if n, err := s.a.core.Nodes().Get(ctx, s.a.name, metav1.GetOptions{}); err == nil {
+		if n, err := s.a.client.Nodes().Get(ctx, s.a.name, metav1.GetOptions{}); err == nil {
 			s.mu.Lock()
 			s.node = n
 			s.mu.Unlock()
@@ -295,7 +295,7 @@ func (s *nodeSync) write(ctx context.Context, st corev1.NodeStatus, force, full 
 		s.mu.Unlock()
 		return nil
 	}
-	node, err := s.a.core.Nodes().Patch(ctx, s.a.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	node, err := s.a.client.Nodes().Patch(ctx, s.a.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		// Someone deleted the Node: register again.
 		s.a.log.Warn("node was deleted from the hub: registering again", "node", s.a.name)

@@ -50,11 +50,11 @@ func (m *podManager) informer() cache.Controller {
 		keep: m.keep(), // local state: offline.go
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return m.a.core.Pods(metav1.NamespaceAll).List(ctx, o)
+			return m.a.client.Pods(metav1.NamespaceAll).List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return m.a.core.Pods(metav1.NamespaceAll).Watch(ctx, o)
+			return m.a.client.Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}
 	store, ctrl := newInformer(lw, &corev1.Pod{}, cache.ResourceEventHandlerFuncs{
@@ -307,7 +307,7 @@ func (m *podManager) sync(ctx context.Context, w *podWorker) (done bool, err err
 		// Stopped: the hub may now forget the pod. The UID
 		// precondition keeps this from deleting a successor.
 		zero := int64(0)
-		err := m.a.core.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		err := m.a.client.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: &zero,
 			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
 		})

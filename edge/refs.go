@@ -224,19 +224,19 @@ func (m *refManager) watch(r objectRef) *objectWatcher {
 	var obj runtime.Object
 	switch r.kind {
 	case refPVC:
-		c := m.a.core.PersistentVolumeClaims(r.namespace)
+		c := m.a.client.PersistentVolumeClaims(r.namespace)
 		obj = &corev1.PersistentVolumeClaim{}
 		lw = namedListWatch(sel, c.List, c.Watch)
 	case refPV:
-		c := m.a.core.PersistentVolumes()
+		c := m.a.client.PersistentVolumes()
 		obj = &corev1.PersistentVolume{}
 		lw = namedListWatch(sel, c.List, c.Watch)
 	case refConfigMap:
-		c := m.a.core.ConfigMaps(r.namespace)
+		c := m.a.client.ConfigMaps(r.namespace)
 		obj = &corev1.ConfigMap{}
 		lw = namedListWatch(sel, c.List, c.Watch)
 	default:
-		c := m.a.core.Secrets(r.namespace)
+		c := m.a.client.Secrets(r.namespace)
 		obj = &corev1.Secret{}
 		lw = namedListWatch(sel, c.List, c.Watch)
 	}

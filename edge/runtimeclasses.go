@@ -36,10 +36,10 @@ func newRuntimeClassWatch(a *Agent) *runtimeClassWatch {
 	w.store, w.ctrl = newInformer(&listWatch{
 		keep: a.keep(keptClasses),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return a.nodeAPI.RuntimeClasses().List(ctx, o)
+			return a.client.RuntimeClasses().List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return a.nodeAPI.RuntimeClasses().Watch(ctx, o)
+			return a.client.RuntimeClasses().Watch(ctx, o)
 		},
 	}, &nodev1.RuntimeClass{}, cache.ResourceEventHandlerFuncs{})
 	return w

@@ -27,20 +27,20 @@ func newServiceWatch(a *Agent, sinks []serviceSink) *serviceWatch {
 	w.services, ctrl = newInformer(&listWatch{
 		keep: a.keep(keptServices), // local state: offline.go
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return a.core.Services(metav1.NamespaceAll).List(ctx, o)
+			return a.client.Services(metav1.NamespaceAll).List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return a.core.Services(metav1.NamespaceAll).Watch(ctx, o)
+			return a.client.Services(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}, &corev1.Service{}, serviceHandler(sinks))
 	w.ctrls = append(w.ctrls, ctrl)
 	w.slices, ctrl = newInformer(&listWatch{
 		keep: a.keep(keptSlices),
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return a.discovery.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+			return a.client.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return a.discovery.EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+			return a.client.EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}, &discoveryv1.EndpointSlice{}, sliceHandler(sinks))
 	w.ctrls = append(w.ctrls, ctrl)

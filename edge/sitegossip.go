@@ -87,7 +87,7 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 		DeleteFunc: poke,
 	}
 
-	nodes := a.core.Nodes()
+	nodes := a.client.Nodes()
 	sel := labels.SelectorFromSet(labels.Set{LabelZone: a.cfg.Zone}).String()
 	nlw := labelListWatch(sel, nodes.List, nodes.Watch)
 	if a.local != nil {
@@ -97,7 +97,7 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 	g.nodes, nc = newInformer(nlw, &corev1.Node{}, h)
 
 	name := sitedigest.KeySecretName(a.cfg.Zone)
-	secrets := a.core.Secrets(sitedigest.KeySecretNamespace)
+	secrets := a.client.Secrets(sitedigest.KeySecretNamespace)
 	klw := namedListWatch(fields.OneTermEqualSelector("metadata.name", name).String(), secrets.List, secrets.Watch)
 	if a.local != nil {
 		klw.keep = &keepSpec{local: a.local, kind: keptSiteKeys, watch: keptSiteKeys, namespace: sitedigest.KeySecretNamespace, name: name}

@@ -83,7 +83,7 @@ func (s agentSources) ServiceAccountToken(ctx context.Context, pod *corev1.Pod, 
 	if expirationSeconds > 0 {
 		tr.Spec.ExpirationSeconds = &expirationSeconds
 	}
-	out, err := s.a.core.ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+	out, err := s.a.client.CreateToken(ctx, pod.Namespace, sa, tr, metav1.CreateOptions{})
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("request token of service account %s/%s: %w", pod.Namespace, sa, err)
 	}

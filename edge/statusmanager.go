@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // Status batching. A pod that is still Pending (its sandbox or containers
@@ -36,7 +35,7 @@ const (
 // new one differs, as a patch of the difference. Writes of one pod are
 // serialised, so an older status never lands after a newer one.
 type statusManager struct {
-	pods    func(namespace string) corev1client.PodInterface
+	pods    func(namespace string) podPatcher
 	metrics *metrics
 	window  time.Duration
 	seed    maphash.Seed
@@ -45,6 +44,12 @@ type statusManager struct {
 	mu      sync.Mutex
 	known   map[types.UID]knownStatus
 	pending map[types.UID]*pendingStatus
+}
+
+// podPatcher patches the Pods of a namespace: the agent's kube client, or
+// client-go's typed one.
+type podPatcher interface {
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Pod, error)
 }
 
 type knownStatus struct {
@@ -70,7 +75,7 @@ func revision(rv string) uint64 {
 	return n
 }
 
-func newStatusManager(pods func(string) corev1client.PodInterface, m *metrics) *statusManager {
+func newStatusManager(pods func(namespace string) podPatcher, m *metrics) *statusManager {
 	return &statusManager{
 		pods: pods, metrics: m, window: pendingWindow, seed: maphash.MakeSeed(),
 		known: map[types.UID]knownStatus{}, pending: map[types.UID]*pendingStatus{},

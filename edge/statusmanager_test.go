@@ -51,7 +51,7 @@ func runningStatus(pod *corev1.Pod, ready bool) corev1.PodStatus {
 func TestStatusManagerBatchesStart(t *testing.T) {
 	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
 	client := fake.NewClientset(pod)
-	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	m := newStatusManager(func(ns string) podPatcher { return client.CoreV1().Pods(ns) }, &metrics{})
 	ctx := context.Background()
 
 	creating := computePodStatus(podStatusInput{pod: pod, now: t0, rt: &PodStatus{UID: pod.UID, SandboxReady: true}})
@@ -100,7 +100,7 @@ func TestStatusManagerBatchesStart(t *testing.T) {
 func TestStatusManagerFlushesPending(t *testing.T) {
 	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
 	client := fake.NewClientset(pod)
-	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	m := newStatusManager(func(ns string) podPatcher { return client.CoreV1().Pods(ns) }, &metrics{})
 	m.window = 50 * time.Millisecond
 	creating := computePodStatus(podStatusInput{pod: pod, now: t0, rt: &PodStatus{UID: pod.UID, SandboxReady: true}})
 	if err := m.set(context.Background(), pod, creating, false); err != nil {
@@ -140,7 +140,7 @@ func TestStatusManagerDoesNotWaitForTheHub(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	m := newStatusManager(func(ns string) podPatcher { return client.CoreV1().Pods(ns) }, &metrics{})
 	ctx := context.Background()
 	set := make(chan error, 1)
 	go func() {
@@ -197,7 +197,7 @@ func TestStatusManagerRetriesWhenAskedAgain(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	m := newStatusManager(func(ns string) podPatcher { return client.CoreV1().Pods(ns) }, &metrics{})
 	ctx := context.Background()
 	st := runningStatus(pod, true)
 	if err := m.set(ctx, pod, st, false); err != nil {
@@ -249,7 +249,7 @@ func TestNoopPatch(t *testing.T) {
 func TestStatusManagerLeavesOthersConditions(t *testing.T) {
 	pod := specPod(corev1.RestartPolicyAlways, nil, "app")
 	client := fake.NewClientset(pod)
-	m := newStatusManager(client.CoreV1().Pods, &metrics{})
+	m := newStatusManager(func(ns string) podPatcher { return client.CoreV1().Pods(ns) }, &metrics{})
 	ctx := context.Background()
 	if err := m.set(ctx, pod, runningStatus(pod, true), false); err != nil {
 		t.Fatal(err)

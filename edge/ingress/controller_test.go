@@ -340,7 +340,7 @@ func TestStatus(t *testing.T) {
 	ing := ingress("web", "tether", 0, networkingv1.IngressSpec{DefaultBackend: ptr.To(be("svc-1"))})
 	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{IP: "192.0.2.9"}}
 	client := fake.NewClientset(ing)
-	f := startController(t, Config{Status: client.NetworkingV1(), Addresses: []string{"192.0.2.1"}})
+	f := startController(t, Config{Status: func(ns string) IngressClient { return client.NetworkingV1().Ingresses(ns) }, Addresses: []string{"192.0.2.1"}})
 	f.c.UpsertIngress(ing)
 	ips := func() string {
 		got, err := client.NetworkingV1().Ingresses("default").Get(context.Background(), "web", metav1.GetOptions{})

@@ -11,12 +11,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 )
 
-// StatusWriter reads Ingresses and writes their status subresource;
-// client-go's networking/v1 client is one.
-type StatusWriter = networkingv1client.IngressesGetter
+// StatusWriter returns the client of the Ingresses of a namespace, which
+// reads them and writes their status subresource.
+type StatusWriter func(namespace string) IngressClient
+
+// IngressClient is what the controller needs of a client of Ingresses;
+// the edge agent's (edge/kube) and client-go's typed one both have it.
+type IngressClient interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*networkingv1.Ingress, error)
+	UpdateStatus(ctx context.Context, ing *networkingv1.Ingress, opts metav1.UpdateOptions) (*networkingv1.Ingress, error)
+}
 
 // statusRetry spaces the attempts of status writes that failed (the hub
 // out of reach).
@@ -119,7 +125,7 @@ func (w *statusWriter) run(ctx context.Context) {
 // status, reading it again after a conflict.
 func (w *statusWriter) write(ctx context.Context, k types.NamespacedName, add bool) error {
 	for attempt := 0; ; attempt++ {
-		ing, err := w.client.Ingresses(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+		ing, err := w.client(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -140,7 +146,7 @@ func (w *statusWriter) write(ctx context.Context, k types.NamespacedName, add bo
 		default:
 			lb.Ingress = slices.DeleteFunc(lb.Ingress, func(e networkingv1.IngressLoadBalancerIngress) bool { return slices.Contains(w.addrs, e.IP) })
 		}
-		_, err = w.client.Ingresses(k.Namespace).UpdateStatus(ctx, ing, metav1.UpdateOptions{})
+		_, err = w.client(k.Namespace).UpdateStatus(ctx, ing, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) && attempt < 5 {
 			continue
 		}
