@@ -181,6 +181,10 @@ func (s *Storage) bootstrapDefaults(ctx context.Context) error {
 	return nil
 }
 
+// bootstrapRaceWait is how long ensure retries a create that failed while
+// another hub may be creating the same object.
+const bootstrapRaceWait = 10 * time.Second
+
 // ensure creates obj unless it exists; if it exists and fix is set, fix
 // edits the stored object and reports whether it changed.
 func (s *Storage) ensure(ctx context.Context, namespace string, obj runtime.Object, fix func(cur runtime.Object) bool) error {
@@ -196,15 +200,30 @@ func (s *Storage) ensure(ctx context.Context, namespace string, obj runtime.Obje
 	obj.GetObjectKind().SetGroupVersionKind(k.GVK)
 	name := obj.(metav1.Object).GetName()
 	// Most objects are there: look before trying a create, which would
-	// run admission.
-	if _, err := s.st.Get(ctx, s.key(k, namespace, name)); err != nil {
+	// run admission. Hubs starting together on one store bootstrap at
+	// once: a create can then fail on what the other hub's create holds
+	// (the kubernetes Service's address claimed, its object not yet
+	// written), so a failed create is retried for a while as long as the
+	// object does not appear.
+	deadline := time.Now().Add(bootstrapRaceWait)
+	for {
+		if _, err := s.st.Get(ctx, s.key(k, namespace, name)); err == nil {
+			break
+		}
 		_, err = s.Create(ctx, k, namespace, obj.DeepCopyObject(), Options{FieldManager: bootstrapManager})
 		if err == nil {
 			s.log.Info("bootstrap created", "kind", k.GVK.Kind, "namespace", namespace, "name", name)
 			return nil
 		}
-		if !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsAlreadyExists(err) {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("bootstrap %s %s: %w", k.Resource, name, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	if fix == nil {
