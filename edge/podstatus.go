@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // Reasons the agent reports, as the kubelet does (clients match on them).
@@ -67,9 +69,17 @@ func computePodStatus(in podStatusInput) corev1.PodStatus {
 		st.PodIP = st.PodIPs[0].IP
 	}
 
+	// A regular container exists only once the initialization was
+	// through: the pod was initialized, even while a sidecar restarts.
+	regularCreated := len(rt.Containers) > 0
 	initDone := true
 	for _, c := range pod.Spec.InitContainers {
-		if cs := find(rt.InitContainers, c.Name); cs == nil || cs.State != ContainerExited || cs.ExitCode != 0 {
+		cs := find(rt.InitContainers, c.Name)
+		if restarts.InitRole(&c) == restarts.Sidecar {
+			if !regularCreated && (cs == nil || cs.State != ContainerRunning) {
+				initDone = false
+			}
+		} else if cs == nil || cs.State != ContainerExited || cs.ExitCode != 0 {
 			initDone = false
 		}
 	}
@@ -99,7 +109,7 @@ func computePodStatus(in podStatusInput) corev1.PodStatus {
 	}
 
 	st.Phase = podPhase(pod, st.InitContainerStatuses, st.ContainerStatuses, in.terminating)
-	st.Conditions = podConditions(pod, old.Conditions, rt, st, initDone, in.now)
+	st.Conditions = podConditions(pod, old.Conditions, rt, st, initDone, regularCreated, in.now)
 	// Reason and message belong to whoever ended the pod (eviction,
 	// deadline); the agent keeps them.
 	st.Reason, st.Message = old.Reason, old.Message
@@ -123,6 +133,9 @@ func apiTime(t time.Time) metav1.Time {
 // when the runtime has not created it yet.
 func containerStatus(c corev1.Container, cs *ContainerStatus, waitReason, waitMsg string, isInit bool) corev1.ContainerStatus {
 	out := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+	// A sidecar is ready as a regular container is; an init container
+	// that completed counts as ready.
+	sidecar := isInit && restarts.InitRole(&c) == restarts.Sidecar
 	started := false
 	out.Started = &started
 	if cs == nil {
@@ -137,14 +150,14 @@ func containerStatus(c corev1.Container, cs *ContainerStatus, waitReason, waitMs
 	case ContainerRunning:
 		out.State.Running = &corev1.ContainerStateRunning{StartedAt: apiTime(cs.StartedAt)}
 		started = true
-		out.Ready = cs.Ready && !isInit
+		out.Ready = cs.Ready && (!isInit || sidecar)
 	case ContainerExited:
 		out.State.Terminated = &corev1.ContainerStateTerminated{
 			ExitCode: cs.ExitCode, Reason: cs.Reason, Message: cs.Message,
 			StartedAt: apiTime(cs.StartedAt), FinishedAt: apiTime(cs.FinishedAt), ContainerID: cs.ID,
 		}
 		// A completed init container counts as ready, as upstream.
-		out.Ready = isInit && cs.ExitCode == 0
+		out.Ready = isInit && !sidecar && cs.ExitCode == 0
 	default:
 		reason := cs.Reason
 		if reason == "" {
@@ -164,13 +177,31 @@ func containerStatus(c corev1.Container, cs *ContainerStatus, waitReason, waitMs
 // podPhase computes the phase from the container statuses as the kubelet
 // does. A terminating pod whose containers all stopped ends Succeeded when
 // they all exited 0 and Failed otherwise, whatever its restart policy.
+// Sidecars (init containers with restartPolicy Always) keep the pod
+// Pending until they run, count as running beside the regular containers,
+// and their exits do not decide whether the pod succeeded.
 func podPhase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, terminating bool) corev1.PodPhase {
-	policy := pod.Spec.RestartPolicy
-	if policy == "" {
-		policy = corev1.RestartPolicyAlways
+	policy := restarts.Policy(&pod.Spec)
+	regularStarted := false
+	for _, s := range apps {
+		if s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil {
+			regularStarted = true
+		}
 	}
-	initPending, initFailed := 0, false
+	initPending, initFailed, sidecarsPending := 0, false, 0
+	running, waiting, stopped, succeeded := 0, 0, 0, 0
 	for _, s := range inits {
+		if restarts.IsSidecar(&pod.Spec, s.Name) {
+			switch {
+			case s.State.Running != nil:
+				running++
+			case s.State.Terminated != nil:
+				// Stopped or restarting: it does not decide the phase.
+			case s.LastTerminationState.Terminated == nil:
+				sidecarsPending++
+			}
+			continue
+		}
 		switch {
 		case s.State.Terminated != nil && s.State.Terminated.ExitCode == 0:
 		case s.State.Terminated != nil:
@@ -180,6 +211,11 @@ func podPhase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, terminating
 		default:
 			initPending++
 		}
+	}
+	if !regularStarted {
+		// Not initialized while a sidecar has not run yet; once a
+		// regular container ran, a restarting sidecar changes nothing.
+		initPending += sidecarsPending
 	}
 	if initFailed && policy == corev1.RestartPolicyNever {
 		return corev1.PodFailed
@@ -191,7 +227,6 @@ func podPhase(pod *corev1.Pod, inits, apps []corev1.ContainerStatus, terminating
 	if initPending > 0 || initFailed {
 		return corev1.PodPending
 	}
-	running, waiting, stopped, succeeded := 0, 0, 0, 0
 	for _, s := range apps {
 		switch {
 		case s.State.Running != nil:
@@ -242,7 +277,7 @@ func boolInt(b bool) int {
 
 // podConditions computes the pod's conditions, keeping the transition times
 // of those that did not change.
-func podConditions(pod *corev1.Pod, old []corev1.PodCondition, rt *PodStatus, st corev1.PodStatus, initDone bool, now time.Time) []corev1.PodCondition {
+func podConditions(pod *corev1.Pod, old []corev1.PodCondition, rt *PodStatus, st corev1.PodStatus, initDone, regularCreated bool, now time.Time) []corev1.PodCondition {
 	terminal := st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed
 	var conds []corev1.PodCondition
 	set := func(t corev1.PodConditionType, ok bool, reason, msg string) {
@@ -263,8 +298,19 @@ func podConditions(pod *corev1.Pod, old []corev1.PodCondition, rt *PodStatus, st
 	sandbox := rt.SandboxReady && !(terminal && !anyRunning(st))
 	set(corev1.PodReadyToStartContainers, sandbox, "", "")
 
-	var notInit []string
+	var notInit, unready []string
 	for _, s := range st.InitContainerStatuses {
+		if restarts.IsSidecar(&pod.Spec, s.Name) {
+			// A sidecar must run to initialize the pod, and be
+			// ready for its containers to be.
+			if !regularCreated && s.State.Running == nil {
+				notInit = append(notInit, s.Name)
+			}
+			if !s.Ready {
+				unready = append(unready, s.Name)
+			}
+			continue
+		}
 		if s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 {
 			notInit = append(notInit, s.Name)
 		}
@@ -272,7 +318,6 @@ func podConditions(pod *corev1.Pod, old []corev1.PodCondition, rt *PodStatus, st
 	initialized := initDone || (terminal && len(notInit) == 0)
 	set(corev1.PodInitialized, initialized, reasonContainersNotInit, incomplete("incomplete status", notInit))
 
-	var unready []string
 	for _, s := range st.ContainerStatuses {
 		if !s.Ready {
 			unready = append(unready, s.Name)

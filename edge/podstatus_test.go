@@ -280,3 +280,58 @@ func TestQOSClass(t *testing.T) {
 		}
 	}
 }
+
+// TestPodStatusSidecars covers init containers with restartPolicy Always:
+// they initialize the pod by running, count for its readiness, keep it
+// Running beside finished regular containers, and their own exits do not
+// decide whether it succeeded.
+func TestPodStatusSidecars(t *testing.T) {
+	pod := specPod(corev1.RestartPolicyNever, []string{"s", "i1"}, "app")
+	always := corev1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers[0].RestartPolicy = &always
+
+	st := compute(pod, &PodStatus{SandboxReady: true, InitContainers: []ContainerStatus{running("s", false)}})
+	if st.Phase != corev1.PodPending {
+		t.Fatalf("phase while initialising: %s", st.Phase)
+	}
+	if init := cond(st, corev1.PodInitialized); init.Status != "False" || init.Message != "containers with incomplete status: [i1]" {
+		t.Fatalf("Initialized while i1 waits: %+v", init)
+	}
+
+	st = compute(pod, &PodStatus{SandboxReady: true,
+		InitContainers: []ContainerStatus{running("s", true), exited("i1", 0)}, Containers: []ContainerStatus{running("app", true)}})
+	if st.Phase != corev1.PodRunning || !st.InitContainerStatuses[0].Ready {
+		t.Fatalf("running: phase %s, sidecar ready %v", st.Phase, st.InitContainerStatuses[0].Ready)
+	}
+	wantConds(t, st, map[corev1.PodConditionType]corev1.ConditionStatus{corev1.PodInitialized: "True", corev1.ContainersReady: "True", corev1.PodReady: "True"})
+
+	st = compute(pod, &PodStatus{SandboxReady: true,
+		InitContainers: []ContainerStatus{running("s", false), exited("i1", 0)}, Containers: []ContainerStatus{running("app", true)}})
+	if c := cond(st, corev1.ContainersReady); c.Status != "False" || c.Message != "containers with unready status: [s]" {
+		t.Fatalf("unready sidecar: %+v", c)
+	}
+
+	// A restarting sidecar does not undo the initialization.
+	st = compute(pod, &PodStatus{SandboxReady: true,
+		InitContainers: []ContainerStatus{crashLooping("s", 1), exited("i1", 0)}, Containers: []ContainerStatus{running("app", true)}})
+	if st.Phase != corev1.PodRunning || cond(st, corev1.PodInitialized).Status != "True" {
+		t.Fatalf("restarting sidecar: phase %s, conditions %+v", st.Phase, st.Conditions)
+	}
+
+	for _, tt := range []struct {
+		name    string
+		sidecar ContainerStatus
+		app     int32
+		want    corev1.PodPhase
+	}{
+		{"sidecar still runs", running("s", true), 0, corev1.PodRunning},
+		{"sidecar stopped, app succeeded", exited("s", 143), 0, corev1.PodSucceeded},
+		{"sidecar stopped, app failed", exited("s", 0), 1, corev1.PodFailed},
+	} {
+		st = compute(pod, &PodStatus{SandboxReady: true,
+			InitContainers: []ContainerStatus{tt.sidecar, exited("i1", 0)}, Containers: []ContainerStatus{exited("app", tt.app)}})
+		if st.Phase != tt.want {
+			t.Errorf("%s: phase %s, want %s", tt.name, st.Phase, tt.want)
+		}
+	}
+}
