@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // Annotations that make a simulated pod misbehave. Each may also be given
@@ -15,7 +17,9 @@ import (
 //
 // The pod-wide ExitCode, CrashAfter, HangStart and NotReady apply to the
 // regular containers only: init containers, unless told otherwise by the
-// per-container form, run to completion and exit 0 right after they start.
+// per-container form, run to completion and exit 0 right after they start,
+// and sidecars (init containers with restartPolicy Always) run until they
+// are stopped.
 // StartDelay, StopDelay and LogInterval apply to every container.
 const (
 	// StartDelay (a Go duration, e.g. "2s") is how long a container takes
@@ -55,9 +59,9 @@ type behaviour struct {
 }
 
 // behaviourOf reads the annotations for container name of pod.
-func (r *Runtime) behaviourOf(pod *corev1.Pod, name string, isInit bool) (behaviour, error) {
+func (r *Runtime) behaviourOf(pod *corev1.Pod, name string, role restarts.Role) (behaviour, error) {
 	b := behaviour{startDelay: r.cfg.StartDelay, logInterval: r.logInterval()}
-	if isInit {
+	if role == restarts.Init {
 		b.exits = true
 	}
 	ann := pod.Annotations
@@ -72,7 +76,7 @@ func (r *Runtime) behaviourOf(pod *corev1.Pod, name string, isInit bool) (behavi
 		}
 		return "", "", false
 	}
-	app := !isInit
+	app := role == restarts.Regular
 	var err error
 	dur := func(key string, podWide bool, dst *time.Duration) {
 		if k, v, ok := lookup(key, podWide); ok && err == nil {

@@ -2,6 +2,8 @@ package sim
 
 import (
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // all returns every container of the pod: init, app and ephemeral.
@@ -27,7 +29,7 @@ func (r *Runtime) syncEphemeral(p *pod, spec *corev1.Pod) {
 			continue
 		}
 		b := behaviour{startDelay: r.cfg.StartDelay, logInterval: r.logInterval()}
-		c := r.newContainer(corev1.Container(ec.EphemeralContainerCommon), b, false)
+		c := r.newContainer(corev1.Container(ec.EphemeralContainerCommon), b, restarts.Regular)
 		p.eph = append(p.eph, c)
 		r.scheduleStart(p, c, b.startDelay)
 	}

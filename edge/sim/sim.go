@@ -3,7 +3,8 @@
 // the node's pod range, write synthetic log lines, and exit, crash, hang or
 // stay unready when the pod's annotations say so (see the constants). The
 // runtime restarts them according to the pod's restartPolicy with the
-// kubelet's crash-loop back-off. Hollow nodes use it to load a hub with
+// kubelet's crash-loop back-off, as edge/restarts decides: init
+// containers in order, sidecars beside the regular containers. Hollow nodes use it to load a hub with
 // thousands of nodes from one process; tests use it to drive every pod
 // state the status logic must handle. Ephemeral containers added to a pod
 // start once, run until the pod is killed and are never restarted.
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // Name is the runtime's name in the node's containerRuntimeVersion.
@@ -135,9 +137,8 @@ type pod struct {
 	ips           []string
 	init          []*container
 	app           []*container
-	eph           []*container // ephemeral containers, in the order they were added
-	nextInit      int          // index of the init container that must complete next
-	initFailed    bool         // an init container failed and will not be restarted
+	eph           []*container  // ephemeral containers, in the order they were added
+	grace         time.Duration // the pod's termination grace period
 	killing       bool
 }
 
@@ -145,20 +146,26 @@ type pod struct {
 type container struct {
 	name    string
 	image   string
-	isInit  bool
+	role    restarts.Role
 	b       behaviour
 	pending bool // a start is scheduled or hangs
-	state   edge.ContainerState
-	reason  string
-	message string
-	ready   bool
-	starts  int32 // instances created so far
-	cur     *instance
-	prev    *instance
-	last    *edge.ContainerTermination
-	backoff edge.RestartBackoff
-	timer   *time.Timer
-	usage   usage // from the usage annotations (usage.go)
+	// backingOff is set while it waits out its crash-loop back-off
+	// (pending, with timer running).
+	backingOff bool
+	// stopping is set once the stop signal was sent to the current
+	// instance.
+	stopping bool
+	state    edge.ContainerState
+	reason   string
+	message  string
+	ready    bool
+	starts   int32 // instances created so far
+	cur      *instance
+	prev     *instance
+	last     *edge.ContainerTermination
+	backoff  restarts.Backoff
+	timer    *time.Timer
+	usage    usage // from the usage annotations (usage.go)
 }
 
 // instance is one run of a container; logs are computed from it.
@@ -216,32 +223,34 @@ func (r *Runtime) SyncPod(_ context.Context, spec *corev1.Pod, net edge.Network)
 }
 
 func (r *Runtime) newPod(spec *corev1.Pod) (*pod, error) {
-	p := &pod{uid: spec.UID, namespace: spec.Namespace, name: spec.Name, restartPolicy: spec.Spec.RestartPolicy}
-	if p.restartPolicy == "" {
-		p.restartPolicy = corev1.RestartPolicyAlways
+	p := &pod{uid: spec.UID, namespace: spec.Namespace, name: spec.Name, restartPolicy: restarts.Policy(&spec.Spec),
+		grace: corev1.DefaultTerminationGracePeriodSeconds * time.Second}
+	if g := spec.Spec.TerminationGracePeriodSeconds; g != nil {
+		p.grace = time.Duration(*g) * time.Second
 	}
 	for _, c := range spec.Spec.InitContainers {
-		b, err := r.behaviourOf(spec, c.Name, true)
+		role := restarts.InitRole(&c)
+		b, err := r.behaviourOf(spec, c.Name, role)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", spec.Namespace, spec.Name, err)
 		}
-		p.init = append(p.init, r.newContainer(c, b, true))
+		p.init = append(p.init, r.newContainer(c, b, role))
 	}
 	for _, c := range spec.Spec.Containers {
-		b, err := r.behaviourOf(spec, c.Name, false)
+		b, err := r.behaviourOf(spec, c.Name, restarts.Regular)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", spec.Namespace, spec.Name, err)
 		}
-		p.app = append(p.app, r.newContainer(c, b, false))
+		p.app = append(p.app, r.newContainer(c, b, restarts.Regular))
 	}
 	return p, nil
 }
 
-func (r *Runtime) newContainer(c corev1.Container, b behaviour, isInit bool) *container {
+func (r *Runtime) newContainer(c corev1.Container, b behaviour, role restarts.Role) *container {
 	return &container{
-		name: c.Name, image: c.Image, isInit: isInit, b: b,
+		name: c.Name, image: c.Image, role: role, b: b,
 		state:   edge.ContainerWaiting,
-		backoff: edge.RestartBackoff{Base: r.cfg.BackoffBase, Max: r.cfg.BackoffMax},
+		backoff: restarts.Backoff{Base: r.cfg.BackoffBase, Max: r.cfg.BackoffMax},
 	}
 }
 
@@ -264,27 +273,93 @@ func (r *Runtime) createSandbox(p *pod, spec *corev1.Pod, net edge.Network) erro
 	return nil
 }
 
-// advance schedules the starts the pod is ready for. r.mu is held.
+// advance carries out what edge/restarts decides for the pod's init and
+// regular containers: first starts, restarts, back-offs and sidecar
+// stops. A container whose start is already scheduled, or whose back-off
+// timer runs, is left to it. r.mu is held.
 func (r *Runtime) advance(p *pod) {
-	if p.killing || !p.sandboxReady || p.initFailed {
+	if p.killing || !p.sandboxReady {
 		return
 	}
-	for p.nextInit < len(p.init) {
-		c := p.init[p.nextInit]
-		if c.state == edge.ContainerExited && c.cur.exitCode == 0 {
-			p.nextInit++
+	cs := append(append([]*container{}, p.init...), p.app...)
+	in := make([]restarts.Container, len(cs))
+	for i, c := range cs {
+		in[i] = restarts.Container{
+			Name: c.name, Role: c.role, Backoff: &c.backoff,
+			Created: c.starts > 0, Running: c.state == edge.ContainerRunning,
+			// No startup probes here: a sidecar started once it ran.
+			Started: c.starts > 0,
+		}
+		if c.cur != nil && c.state != edge.ContainerRunning {
+			in[i].ExitCode, in[i].FinishedAt = c.cur.exitCode, c.cur.end
+		}
+		if c.pending && !c.backingOff {
+			// Its start is under way.
+			in[i].Created, in[i].Running, in[i].Backoff = true, true, nil
+		}
+	}
+	plan := restarts.Decide(p.restartPolicy, in, time.Now())
+	for i, step := range plan.Steps {
+		c := cs[i]
+		if c.backingOff {
+			if step.Action == restarts.BackOff {
+				continue // its timer runs
+			}
+			// Due now, or not to be restarted any more (a sidecar
+			// of a pod that is done): the back-off ends here.
+			c.timer.Stop()
+			c.pending, c.backingOff, c.timer = false, false, nil
+			c.state, c.reason, c.message = edge.ContainerExited, c.cur.reason, ""
+		}
+		if c.pending {
 			continue
 		}
-		if c.starts == 0 && !c.pending {
+		switch step.Action {
+		case restarts.Start:
 			r.scheduleStart(p, c, c.b.startDelay)
-		}
-		return
-	}
-	for _, c := range p.app {
-		if c.starts == 0 && !c.pending {
+		case restarts.Restart:
+			c.last = c.termination()
 			r.scheduleStart(p, c, c.b.startDelay)
+		case restarts.BackOff:
+			r.backOff(p, c, step)
+		case restarts.Stop:
+			if !c.stopping {
+				r.stop(p, c, p.grace)
+			}
 		}
 	}
+}
+
+// termination describes the current instance of c, which exited.
+func (c *container) termination() *edge.ContainerTermination {
+	inst := c.cur
+	return &edge.ContainerTermination{
+		ID: Name + "://" + inst.id, ExitCode: inst.exitCode, Reason: inst.reason,
+		StartedAt: inst.start, FinishedAt: inst.end,
+	}
+}
+
+// backOff leaves c waiting in CrashLoopBackOff until step.Until, then looks
+// at the pod again. r.mu is held.
+func (r *Runtime) backOff(p *pod, c *container, step restarts.Step) {
+	inst := c.cur
+	c.last = c.termination()
+	c.pending, c.backingOff = true, true
+	c.state, c.ready = edge.ContainerWaiting, false
+	c.reason = restarts.ReasonCrashLoopBackOff
+	c.message = restarts.BackOffMessage(step.Wait, c.name, p.name, p.namespace, string(p.uid))
+	c.timer = time.AfterFunc(time.Until(step.Until), func() {
+		r.mu.Lock()
+		if p.killing || c.cur != inst {
+			r.mu.Unlock()
+			return
+		}
+		c.pending, c.backingOff, c.timer = false, false, nil
+		c.state, c.reason, c.message = edge.ContainerExited, inst.reason, ""
+		r.advance(p)
+		r.mu.Unlock()
+		r.changed(p.uid)
+	})
 }
 
 // scheduleStart creates the next instance of c after delay. r.mu is held.
@@ -312,15 +387,17 @@ func (r *Runtime) start(p *pod, c *container) {
 		interval: c.b.logInterval, name: c.name, image: c.image, cpuSince: now,
 	}
 	c.starts++
-	c.pending = false
+	c.pending, c.stopping = false, false
 	c.state, c.reason, c.message = edge.ContainerRunning, "", ""
-	c.ready = !c.isInit && !c.b.notReady
+	c.ready = c.role != restarts.Init && !c.b.notReady
 	c.timer = nil
 	if c.b.exits {
 		code := c.b.exitCode
 		inst := c.cur
 		c.timer = time.AfterFunc(c.b.exitAfter, func() { r.exitOnOwn(p, c, inst, code) })
 	}
+	// A sidecar that started lets the next init container start.
+	r.advance(p)
 	r.mu.Unlock()
 	r.changed(p.uid)
 }
@@ -331,12 +408,8 @@ func (r *Runtime) exitOnOwn(p *pod, c *container, inst *instance, code int32) {
 		r.mu.Unlock()
 		return
 	}
-	reason := "Completed"
-	if code != 0 {
-		reason = "Error"
-	}
-	r.exit(c, code, reason)
-	r.afterExit(p, c)
+	r.exit(c, code, restarts.ExitReason(code, false))
+	r.advance(p)
 	r.mu.Unlock()
 	r.changed(p.uid)
 }
@@ -348,63 +421,6 @@ func (r *Runtime) exit(c *container, code int32, reason string) {
 	close(inst.done)
 	c.state, c.reason, c.message, c.ready = edge.ContainerExited, reason, "", false
 	c.timer = nil
-}
-
-// afterExit applies the restart policy to c, which just exited. r.mu is
-// held.
-func (r *Runtime) afterExit(p *pod, c *container) {
-	code := c.cur.exitCode
-	if c.isInit {
-		switch {
-		case code == 0:
-			p.nextInit++
-			r.advance(p)
-			return
-		case p.restartPolicy == corev1.RestartPolicyNever:
-			p.initFailed = true
-			return
-		}
-		r.restart(p, c)
-		return
-	}
-	switch p.restartPolicy {
-	case corev1.RestartPolicyAlways:
-		r.restart(p, c)
-	case corev1.RestartPolicyOnFailure:
-		if code != 0 {
-			r.restart(p, c)
-		}
-	}
-}
-
-// restart brings c back after its back-off. r.mu is held.
-func (r *Runtime) restart(p *pod, c *container) {
-	inst := c.cur
-	c.last = &edge.ContainerTermination{
-		ID: Name + "://" + inst.id, ExitCode: inst.exitCode, Reason: inst.reason,
-		StartedAt: inst.start, FinishedAt: inst.end,
-	}
-	wait := c.backoff.Wait(inst.end)
-	if wait <= 0 {
-		c.backoff.Restarted(time.Now())
-		r.scheduleStart(p, c, c.b.startDelay)
-		return
-	}
-	c.pending = true
-	c.state, c.ready = edge.ContainerWaiting, false
-	c.reason = "CrashLoopBackOff"
-	c.message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.name, p.name, p.namespace, p.uid)
-	c.timer = time.AfterFunc(time.Until(inst.end.Add(wait)), func() {
-		r.mu.Lock()
-		if p.killing || c.cur != inst {
-			r.mu.Unlock()
-			return
-		}
-		c.backoff.Restarted(time.Now())
-		r.scheduleStart(p, c, c.b.startDelay)
-		r.mu.Unlock()
-		r.changed(p.uid)
-	})
 }
 
 // KillPod implements edge.Runtime.
@@ -422,24 +438,12 @@ func (r *Runtime) KillPod(ctx context.Context, uid types.UID, grace time.Duratio
 			c.timer.Stop()
 			c.timer = nil
 		}
-		c.pending = false
+		c.pending, c.backingOff = false, false
 		if c.state != edge.ContainerRunning {
 			continue
 		}
-		inst := c.cur
-		wait = append(wait, inst.done)
-		code, reason, after := int32(0), "Completed", c.b.stopDelay
-		if after > grace {
-			code, reason, after = 137, "Error", grace
-		}
-		c.timer = time.AfterFunc(after, func() {
-			r.mu.Lock()
-			if c.cur == inst && inst.end.IsZero() {
-				r.exit(c, code, reason)
-			}
-			r.mu.Unlock()
-			r.changed(uid)
-		})
+		wait = append(wait, c.cur.done)
+		r.stop(p, c, grace)
 	}
 	r.mu.Unlock()
 	for _, done := range wait {
@@ -450,6 +454,28 @@ func (r *Runtime) KillPod(ctx context.Context, uid types.UID, grace time.Duratio
 		}
 	}
 	return nil
+}
+
+// stop sends c the stop signal: it exits with 0 after its stop delay, or is
+// killed with 137 at the end of grace. r.mu is held.
+func (r *Runtime) stop(p *pod, c *container, grace time.Duration) {
+	inst := c.cur
+	c.stopping = true
+	code, reason, after := int32(0), restarts.ReasonCompleted, c.b.stopDelay
+	if after > grace {
+		code, reason, after = 137, restarts.ReasonError, grace
+	}
+	c.timer = time.AfterFunc(after, func() {
+		r.mu.Lock()
+		if c.cur != inst || !inst.end.IsZero() {
+			r.mu.Unlock()
+			return
+		}
+		r.exit(c, code, reason)
+		r.advance(p)
+		r.mu.Unlock()
+		r.changed(p.uid)
+	})
 }
 
 // RemovePod implements edge.Runtime.
@@ -523,10 +549,6 @@ func (c *container) status() (edge.ContainerStatus, bool) {
 		if c.state == edge.ContainerExited {
 			cs.ExitCode, cs.FinishedAt = c.cur.exitCode, c.cur.end
 		}
-	}
-	if c.state == edge.ContainerWaiting {
-		// A restart is pending: the container has no current instance.
-		cs.ID, cs.StartedAt = "", time.Time{}
 	}
 	if c.last != nil {
 		l := *c.last

@@ -209,6 +209,11 @@ func TestCrashLoopBackoff(t *testing.T) {
 				if c.Last == nil || c.Last.ExitCode != 2 || c.Last.Reason != "Error" {
 					t.Fatalf("back-off without the last termination: %+v", c)
 				}
+				// As the kubelet reports it, the container's ID is the
+				// exited instance's while it waits.
+				if c.ID == "" || c.ID != c.Last.ID {
+					t.Fatalf("back-off with ID %q, last %q", c.ID, c.Last.ID)
+				}
 				if !strings.Contains(c.Message, "back-off") || !strings.Contains(c.Message, "container=app") {
 					t.Fatalf("back-off message %q", c.Message)
 				}
@@ -378,4 +383,94 @@ func TestBadAnnotation(t *testing.T) {
 	if err := r.SyncPod(context.Background(), p, testNet); err == nil || !strings.Contains(err.Error(), CrashAfter) {
 		t.Fatalf("bad annotation: %v, want an error naming it", err)
 	}
+}
+
+func TestSidecars(t *testing.T) {
+	withSidecar := func(p *corev1.Pod) *corev1.Pod {
+		always := corev1.ContainerRestartPolicyAlways
+		p.Spec.InitContainers = []corev1.Container{
+			{Name: "s", Image: "proxy", RestartPolicy: &always},
+			{Name: "i1", Image: "busybox"},
+		}
+		return p
+	}
+	t.Run("run beside the app and stop when it is done", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := New(Config{StartDelay: time.Second})
+			p := withSidecar(testPod("p", corev1.RestartPolicyNever, map[string]string{CrashAfter: "10s", ExitCode: "0"}))
+			syncPod(t, r, p)
+			time.Sleep(1500 * time.Millisecond)
+			synctest.Wait()
+			st := status(t, r, p.UID)
+			if len(st.InitContainers) != 2 || st.InitContainers[0].State != edge.ContainerRunning || st.InitContainers[1].State != edge.ContainerWaiting {
+				t.Fatalf("once the sidecar runs, i1 starts: %+v", st.InitContainers)
+			}
+			if !st.InitContainers[0].Ready {
+				t.Fatalf("sidecar not ready: %+v", st.InitContainers[0])
+			}
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+			st = status(t, r, p.UID)
+			if st.InitContainers[0].State != edge.ContainerRunning || st.InitContainers[1].State != edge.ContainerExited || st.Containers[0].State != edge.ContainerRunning {
+				t.Fatalf("app with its sidecar: init %+v, app %+v", st.InitContainers, st.Containers)
+			}
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			st = status(t, r, p.UID)
+			if s, a := st.InitContainers[0], st.Containers[0]; s.State != edge.ContainerExited || s.RestartCount != 0 || a.State != edge.ContainerExited || a.ExitCode != 0 {
+				t.Fatalf("after the app completed: sidecar %+v, app %+v", s, a)
+			}
+			r.RemovePod(context.Background(), p.UID)
+		})
+	})
+	t.Run("back-off ends when the app is done", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := New(Config{})
+			p := withSidecar(testPod("p", corev1.RestartPolicyNever, map[string]string{
+				CrashAfter + ".s": "1s", ExitCode + ".s": "0", CrashAfter: "3s", ExitCode: "0"}))
+			syncPod(t, r, p)
+			time.Sleep(2500 * time.Millisecond)
+			synctest.Wait()
+			if s := status(t, r, p.UID).InitContainers[0]; s.State != edge.ContainerWaiting || s.Reason != "CrashLoopBackOff" {
+				t.Fatalf("sidecar before the app is done: %+v", s)
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+			st := status(t, r, p.UID)
+			if s := st.InitContainers[0]; s.State != edge.ContainerExited || s.Reason != "Completed" || s.RestartCount != 1 {
+				t.Fatalf("sidecar once the app is done: %+v", s)
+			}
+			if a := st.Containers[0]; a.State != edge.ContainerExited || a.ExitCode != 0 {
+				t.Fatalf("app: %+v", a)
+			}
+			time.Sleep(time.Minute)
+			synctest.Wait()
+			if s := status(t, r, p.UID).InitContainers[0]; s.State != edge.ContainerExited || s.RestartCount != 1 {
+				t.Fatalf("sidecar restarted after the app was done: %+v", s)
+			}
+			r.RemovePod(context.Background(), p.UID)
+		})
+	})
+	t.Run("restarted whatever the pod's policy", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := New(Config{})
+			p := withSidecar(testPod("p", corev1.RestartPolicyNever, map[string]string{CrashAfter + ".s": "1s", ExitCode + ".s": "0"}))
+			syncPod(t, r, p)
+			time.Sleep(2500 * time.Millisecond)
+			synctest.Wait()
+			st := status(t, r, p.UID)
+			if s := st.InitContainers[0]; s.State != edge.ContainerWaiting || s.Reason != "CrashLoopBackOff" || s.RestartCount != 1 || s.Last == nil {
+				t.Fatalf("exited sidecar: %+v", s)
+			}
+			if a := st.Containers[0]; a.State != edge.ContainerRunning {
+				t.Fatalf("app while its sidecar restarts: %+v", a)
+			}
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			if s := status(t, r, p.UID).InitContainers[0]; s.State != edge.ContainerRunning || s.RestartCount != 2 {
+				t.Fatalf("sidecar after its back-off: %+v", s)
+			}
+			r.RemovePod(context.Background(), p.UID)
+		})
+	})
 }

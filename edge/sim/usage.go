@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/metrics"
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // Annotations that give simulated containers a resource usage, reported
@@ -48,7 +49,7 @@ type usage struct {
 func (r *Runtime) setUsage(p *pod, spec *corev1.Pod) {
 	now := time.Now()
 	for _, c := range p.all() {
-		podWide := !c.isInit && !slices.Contains(p.eph, c)
+		podWide := c.role == restarts.Regular && !slices.Contains(p.eph, c)
 		u := usage{
 			cpuNanoCores: quantityAnnotation(spec.Annotations, CPUUsage, c.name, podWide, 1e9),
 			memory:       quantityAnnotation(spec.Annotations, MemoryUsage, c.name, podWide, 1),
