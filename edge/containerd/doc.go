@@ -6,7 +6,8 @@
 // their PersistentVolume's host directory; tether's local-path volumes live
 // under the local-path root), and one containerd container per container
 // instance. Logs are written in the CRI
-// log format with size-based rotation.
+// log format with size-based rotation. What to start, restart or stop
+// when, and the crash-loop back-off, edge/restarts decides.
 //
 // Everything the runtime needs to find its pods again lives in containerd
 // (container labels) and in the data directory, so a restarted agent

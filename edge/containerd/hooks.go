@@ -108,7 +108,7 @@ func (r *Runtime) postStart(ctx context.Context, p *pod, cs *ctr, inst *instance
 	p.mu.Unlock()
 	r.event(p, cs, false, "Killing", "FailedPostStartHook")
 	r.stopInstance(context.WithoutCancel(ctx), p, spec, cs, gracePeriodOf(spec))
-	if spec.Spec.RestartPolicy != corev1.RestartPolicyNever {
+	if spec.Spec.RestartPolicy != corev1.RestartPolicyNever || cs.sidecar {
 		// Waiting for its restart, as the kubelet reports it until the
 		// next sync.
 		p.mu.Lock()

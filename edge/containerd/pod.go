@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // Labels on tether's containerd containers: they are how a restarted
@@ -69,14 +70,18 @@ type pod struct {
 
 // ctr is a container of a pod across its instances.
 type ctr struct {
-	name    string
-	isInit  bool
-	cur     *instance
-	prev    *instance
-	backoff edge.RestartBackoff
+	name   string
+	isInit bool
+	// sidecar marks an init container with restartPolicy Always, from
+	// the spec; sidecarStarted is set once an instance of it started in
+	// the pod's current sandbox (edge/restarts).
+	sidecar, sidecarStarted bool
+	cur                     *instance
+	prev                    *instance
+	backoff                 restarts.Backoff
 	// pullBackoff spaces out pulls of an image that failed to pull, on
 	// the kubelet's schedule; pullRetryAt is when the next may start.
-	pullBackoff edge.RestartBackoff
+	pullBackoff restarts.Backoff
 	pullRetryAt time.Time
 	// waiting explains why no instance runs (image errors, back-off).
 	waitReason, waitMessage string
@@ -121,6 +126,9 @@ type instance struct {
 	hooking bool
 	// killNoted is set when the Killing event was already reported.
 	killNoted bool
+	// stopping is set once the runtime began stopping it (a sidecar of
+	// a pod whose regular containers are done).
+	stopping bool
 }
 
 func (p *pod) key() string { return p.namespace + "/" + p.name }
@@ -135,10 +143,25 @@ func (p *pod) container(name string, isInit bool, base, max time.Duration) *ctr 
 			return c
 		}
 	}
-	c := &ctr{name: name, isInit: isInit, backoff: edge.RestartBackoff{Base: base, Max: max},
-		pullBackoff: edge.RestartBackoff{Base: base, Max: max}}
+	c := &ctr{name: name, isInit: isInit, backoff: restarts.Backoff{Base: base, Max: max},
+		pullBackoff: restarts.Backoff{Base: base, Max: max}}
 	*list = append(*list, c)
 	return c
+}
+
+// existing returns the record of container name, or nil when it was never
+// started. p.mu is held.
+func (p *pod) existing(name string, isInit bool) *ctr {
+	list := p.app
+	if isInit {
+		list = p.init
+	}
+	for _, c := range list {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
 }
 
 // started tells whether a container of the pod was created: its volumes
@@ -232,7 +255,7 @@ func (r *Runtime) SyncPod(ctx context.Context, spec *corev1.Pod, net edge.Networ
 		p.mu.Lock()
 		for _, cs := range p.init {
 			if cs.cur != nil && !cs.cur.running {
-				cs.stale = true
+				cs.stale, cs.sidecarStarted = true, false
 			}
 		}
 		p.mu.Unlock()
@@ -282,59 +305,106 @@ func (r *Runtime) createSandbox(ctx context.Context, p *pod, spec *corev1.Pod, n
 	return nil
 }
 
-// advance starts what the pod is ready for: the next init container, or
-// the app containers; and restarts exited ones as the restart policy and
-// back-off allow.
+// advance carries out what edge/restarts decides for the pod's init and
+// regular containers: it starts the next init container or the regular
+// ones, restarts exited ones as the restart policy and back-off allow,
+// leaves the others waiting in CrashLoopBackOff with a timer that wakes the
+// pod, and stops the sidecars of a pod whose regular containers are done.
 func (r *Runtime) advance(ctx context.Context, p *pod, spec *corev1.Pod) error {
-	policy := spec.Spec.RestartPolicy
-	if policy == "" {
-		policy = corev1.RestartPolicyAlways
-	}
+	specs := make([]*corev1.Container, 0, len(spec.Spec.InitContainers)+len(spec.Spec.Containers))
 	for i := range spec.Spec.InitContainers {
-		c := &spec.Spec.InitContainers[i]
-		p.mu.Lock()
-		cs := p.container(c.Name, true, r.cfg.BackoffBase, r.cfg.BackoffMax)
-		cur := cs.cur
-		p.mu.Unlock()
-		switch {
-		case cur == nil:
-			return r.start(ctx, p, cs, c, spec, 0)
-		case cur.running:
-			r.ensureProbes(p, cs, c)
-			return nil
-		case cs.stale:
-			// A new sandbox: run it again now, with no back-off, as
-			// the kubelet does.
-			return r.start(ctx, p, cs, c, spec, cur.attempt+1)
-		case cur.exitCode == 0:
-			continue
-		case policy == corev1.RestartPolicyNever:
-			return nil // the pod failed
-		default:
-			return r.restart(ctx, p, cs, c, spec)
+		specs = append(specs, &spec.Spec.InitContainers[i])
+	}
+	for i := range spec.Spec.Containers {
+		specs = append(specs, &spec.Spec.Containers[i])
+	}
+	nInit := len(spec.Spec.InitContainers)
+	p.mu.Lock()
+	// Containers are recorded once they are first started: the status
+	// lists only those.
+	cs := make([]*ctr, len(specs))
+	in := make([]restarts.Container, len(specs))
+	for i, c := range specs {
+		role := restarts.Regular
+		if i < nInit {
+			role = restarts.InitRole(c)
+		}
+		in[i] = restarts.Container{Name: c.Name, Role: role}
+		if cs[i] = p.existing(c.Name, i < nInit); cs[i] != nil {
+			cs[i].sidecar = role == restarts.Sidecar
+			in[i] = cs[i].observed(role)
 		}
 	}
+	plan := restarts.Decide(restarts.Policy(&spec.Spec), in, time.Now())
+	for i, step := range plan.Steps {
+		if cs[i] == nil && step.Action == restarts.Start {
+			cs[i] = p.container(specs[i].Name, i < nInit, r.cfg.BackoffBase, r.cfg.BackoffMax)
+			cs[i].sidecar = in[i].Role == restarts.Sidecar
+		}
+	}
+	p.mu.Unlock()
+
 	var errs []error
-	for i := range spec.Spec.Containers {
-		c := &spec.Spec.Containers[i]
+	for i, step := range plan.Steps {
+		c, cs := specs[i], cs[i]
+		if cs == nil {
+			continue
+		}
 		p.mu.Lock()
-		cs := p.container(c.Name, false, r.cfg.BackoffBase, r.cfg.BackoffMax)
 		cur := cs.cur
 		p.mu.Unlock()
 		var err error
-		switch {
-		case cur == nil:
-			err = r.start(ctx, p, cs, c, spec, 0)
-		case cur.running:
-			r.ensureProbes(p, cs, c)
-		case policy == corev1.RestartPolicyAlways, policy == corev1.RestartPolicyOnFailure && cur.exitCode != 0:
-			err = r.restart(ctx, p, cs, c, spec)
+		switch step.Action {
+		case restarts.Start:
+			attempt := int32(0)
+			if cur != nil {
+				// A new sandbox: run it again now, with no back-off,
+				// as the kubelet does.
+				attempt = cur.attempt + 1
+			}
+			err = r.start(ctx, p, cs, c, spec, attempt)
+		case restarts.Restart:
+			err = r.start(ctx, p, cs, c, spec, cur.attempt+1)
+		case restarts.BackOff:
+			r.backOff(p, cs, step)
+		case restarts.Stop:
+			r.stopSidecar(p, cs, spec)
+		case restarts.Keep:
+			if cur != nil && cur.running {
+				r.ensureProbes(p, cs, c)
+			}
+			p.mu.Lock()
+			if cur != nil && !cur.running && cs.waitReason == restarts.ReasonCrashLoopBackOff {
+				// Not restarted any more (a sidecar of a pod that is
+				// done): it shows how it ended.
+				cs.waitReason, cs.waitMessage = "", ""
+			}
+			p.mu.Unlock()
 		}
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// observed is what edge/restarts needs to know of cs, a container of the
+// given role. p.mu is held.
+func (cs *ctr) observed(role restarts.Role) restarts.Container {
+	out := restarts.Container{Name: cs.name, Role: role, Backoff: &cs.backoff, Rerun: cs.stale}
+	i := cs.cur
+	if i == nil {
+		return out
+	}
+	out.Created, out.Running = true, i.running
+	if i.running && !i.hooking && i.startupDone {
+		cs.sidecarStarted = true
+	}
+	out.Started = cs.sidecarStarted
+	if !i.running {
+		out.ExitCode, out.FinishedAt = i.exitCode, i.finished
+	}
+	return out
 }
 
 // wakeAt makes the pod's worker look at the pod again at t (when a back-off
@@ -352,26 +422,30 @@ func (r *Runtime) wakeAt(p *pod, t time.Time) {
 	p.timer = time.AfterFunc(time.Until(t), func() { r.changed(uid) })
 }
 
-// restart starts a new instance of an exited container once its back-off
-// allows, and otherwise leaves it waiting in CrashLoopBackOff with a timer
-// that wakes the pod.
-func (r *Runtime) restart(ctx context.Context, p *pod, cs *ctr, c *corev1.Container, spec *corev1.Pod) error {
+// backOff leaves an exited container waiting in CrashLoopBackOff until
+// its back-off ends, with a timer that wakes the pod then.
+func (r *Runtime) backOff(p *pod, cs *ctr, step restarts.Step) {
 	p.mu.Lock()
-	cur := cs.cur
-	wait := cs.backoff.Wait(cur.finished)
-	at := cur.finished.Add(wait)
-	if now := time.Now(); now.Before(at) {
-		cs.waitReason = "CrashLoopBackOff"
-		cs.waitMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.Name, p.name, p.namespace, p.uid)
-		r.wakeAt(p, at)
-		p.mu.Unlock()
-		r.event(p, cs, true, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, p.name, p.namespace, p.uid)
-		return nil
-	}
-	cs.backoff.Restarted(time.Now())
-	attempt := cur.attempt + 1
+	cs.waitReason = restarts.ReasonCrashLoopBackOff
+	cs.waitMessage = restarts.BackOffMessage(step.Wait, cs.name, p.name, p.namespace, string(p.uid))
+	r.wakeAt(p, step.Until)
 	p.mu.Unlock()
-	return r.start(ctx, p, cs, c, spec, attempt)
+	r.event(p, cs, true, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", cs.name, p.name, p.namespace, p.uid)
+}
+
+// stopSidecar stops a running sidecar, once, in the background: the pod's
+// regular containers are done (or its initialization failed), and it is
+// not restarted. Its exit wakes the pod.
+func (r *Runtime) stopSidecar(p *pod, cs *ctr, spec *corev1.Pod) {
+	p.mu.Lock()
+	inst := cs.cur
+	if inst == nil || !inst.running || inst.stopping {
+		p.mu.Unlock()
+		return
+	}
+	inst.stopping = true
+	p.mu.Unlock()
+	go r.stopInstance(context.Background(), p, spec, cs, gracePeriodOf(spec))
 }
 
 // start creates and starts instance attempt of container c.
@@ -563,15 +637,9 @@ func (r *Runtime) watchExit(p *pod, cs *ctr, inst *instance, cont containerd.Con
 				continue
 			}
 			code := int32(st.ExitCode())
-			reason, msg := "Completed", ""
-			if code != 0 {
-				reason = "Error"
-			}
-			if r.oomKilled(inst.id) {
-				reason = "OOMKilled"
-			}
+			reason, msg := restarts.ExitReason(code, r.oomKilled(inst.id)), ""
 			p.mu.Lock()
-			if inst.killReason != "" && reason == "Error" {
+			if inst.killReason != "" && reason == restarts.ReasonError {
 				msg = inst.killReason
 			}
 			p.mu.Unlock()

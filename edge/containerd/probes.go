@@ -33,7 +33,7 @@ func (r *Runtime) ensureProbes(p *pod, cs *ctr, c *corev1.Container) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	inst.stop = cancel
-	if c.StartupProbe == nil && c.ReadinessProbe == nil && !cs.isInit {
+	if c.StartupProbe == nil && c.ReadinessProbe == nil && (!cs.isInit || cs.sidecar) {
 		inst.ready = true
 	}
 	p.mu.Unlock()

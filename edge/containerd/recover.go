@@ -16,6 +16,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // recover rebuilds the runtime's pods from containerd's containers and the
@@ -159,13 +161,7 @@ func (r *Runtime) adopt(ctx context.Context, p *pod, cs *ctr, cont containerd.Co
 	st, err := task.Status(ctx)
 	if err != nil || st.Status == containerd.Stopped || st.Status == containerd.Unknown {
 		code := int32(st.ExitStatus)
-		reason := "Completed"
-		if code != 0 {
-			reason = "Error"
-		}
-		if r.oomKilled(inst.id) {
-			reason = "OOMKilled"
-		}
+		reason := restarts.ExitReason(code, r.oomKilled(inst.id))
 		_, _ = task.Delete(ctx)
 		if logs != nil {
 			logs.Close()
