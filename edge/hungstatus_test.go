@@ -25,6 +25,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tether-edge/tether/edge/kube"
+	"github.com/tether-edge/tether/edge/restarts"
 )
 
 // killedRuntime runs one container that is killed (as by a failed
@@ -38,7 +39,7 @@ type killedRuntime struct {
 
 	mu       sync.Mutex
 	notify   func(types.UID)
-	backoff  RestartBackoff
+	backoff  restarts.Backoff
 	running  bool
 	exitedAt time.Time
 	starts   []time.Time
@@ -112,7 +113,7 @@ func TestPodWorkerRestartsWhileStatusWritesHang(t *testing.T) {
 	defer close(release)
 
 	const base = 200 * time.Millisecond
-	rt := &killedRuntime{runFor: 100 * time.Millisecond, backoff: RestartBackoff{Base: base, Max: 800 * time.Millisecond}}
+	rt := &killedRuntime{runFor: 100 * time.Millisecond, backoff: restarts.Backoff{Base: base, Max: 800 * time.Millisecond}}
 	a := &Agent{cfg: Config{Runtime: rt}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), client: podDeletions(t, client)}
 	a.node = &nodeSync{a: a, ready: make(chan struct{}), kick: make(chan struct{}, 1)}
 	close(a.node.ready)
