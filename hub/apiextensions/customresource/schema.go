@@ -33,13 +33,17 @@ type crdSchemas struct {
 	// structural is each version's structural schema with defaults
 	// pruned, nil for a version without schema.
 	structural map[string]*structuralschema.Structural
-	versions   map[string]*versionSchema
+	// shapes is what each version's structural schema can make the
+	// walks over an object do (see shape).
+	shapes   map[string]*shape
+	versions map[string]*versionSchema
 }
 
 // versionSchema holds the validators of one version.
 type versionSchema struct {
 	name       string
 	structural *structuralschema.Structural
+	shape      *shape
 	// validator checks the whole object against the OpenAPI schema
 	// (types, formats, enums, bounds); statusValidator checks status
 	// alone against the schema's status property, for /status writes.
@@ -62,6 +66,7 @@ func newCRDSchemas(crd *apiextensionsv1.CustomResourceDefinition, storageVersion
 		storageVersion:        storageVersion,
 		preserveUnknownFields: crd.Spec.PreserveUnknownFields,
 		structural:            map[string]*structuralschema.Structural{},
+		shapes:                map[string]*shape{},
 		versions:              map[string]*versionSchema{},
 	}
 	for i := range crd.Spec.Versions {
@@ -91,6 +96,8 @@ func newCRDSchemas(crd *apiextensionsv1.CustomResourceDefinition, storageVersion
 			vs.structural = s
 		}
 		c.structural[v.Name] = vs.structural
+		vs.shape = newShape(vs.structural)
+		c.shapes[v.Name] = vs.shape
 		var err error
 		if vs.validator, _, err = apiservervalidation.NewSchemaValidator(props); err != nil {
 			return nil, fmt.Errorf("build schema validator of version %s: %w", v.Name, err)
@@ -170,20 +177,28 @@ func (c *crdSchemas) coerce(u *unstructured.Unstructured, opts coerceOptions) ([
 		return nil, err
 	}
 	if gv.Group == c.gk.Group && kind == c.gk.Kind {
-		s := c.structural[gv.Version]
+		// A version the CRD does not have has neither schema nor
+		// shape: every walk runs.
+		s, sh := c.structural[gv.Version], c.shapes[gv.Version]
 		if !c.preserveUnknownFields {
-			unknown = append(unknown, structuralpruning.PruneWithOptions(u.Object, s, true,
-				structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: opts.trackUnknown})...)
-			structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u.Object, s)
+			if sh.wouldPrune(u.Object) {
+				unknown = append(unknown, structuralpruning.PruneWithOptions(u.Object, s, true,
+					structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: opts.trackUnknown})...)
+			}
+			if hasNull(u.Object) {
+				structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u.Object, s)
+			}
 		}
-		ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, u.Object, s, false, schemaobjectmeta.CoerceOptions{
-			DropInvalidFields:       opts.dropInvalidMetadata,
-			ReturnUnknownFieldPaths: opts.trackUnknown,
-		})
-		if ferr != nil {
-			return nil, ferr
+		if sh.hasEmbedded() {
+			ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, u.Object, s, false, schemaobjectmeta.CoerceOptions{
+				DropInvalidFields:       opts.dropInvalidMetadata,
+				ReturnUnknownFieldPaths: opts.trackUnknown,
+			})
+			if ferr != nil {
+				return nil, ferr
+			}
+			unknown = append(unknown, paths...)
 		}
-		unknown = append(unknown, paths...)
 		if opts.repairGeneration && objectMeta != nil && objectMeta.Generation == 0 {
 			objectMeta.Generation = 1
 		}
@@ -218,7 +233,7 @@ func (c *crdSchemas) defaults(u *unstructured.Unstructured) {
 	if gvk.GroupKind() != c.gk {
 		return
 	}
-	if s := c.structural[gvk.Version]; s != nil {
+	if s := c.structural[gvk.Version]; s != nil && c.shapes[gvk.Version].mayDefault() {
 		structuraldefaulting.Default(u.Object, s)
 	}
 }

@@ -161,8 +161,10 @@ func (b *behaviour) validate(obj runtime.Object) field.ErrorList {
 	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u.Object, b.v.validator)...)
 	errs = append(errs, validateScaleSpec(u, b.v.scale)...)
 	errs = append(errs, validateScaleStatus(u, b.v.scale)...)
-	errs = append(errs, schemaobjectmeta.Validate(ctx, nil, u.Object, b.v.structural, false)...)
-	errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object)...)
+	errs = append(errs, b.validateEmbedded(ctx, u)...)
+	if b.v.shape.hasListSetsOrMaps() {
+		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object)...)
+	}
 	return b.withCEL(ctx, errs, u.Object, nil)
 }
 
@@ -181,9 +183,11 @@ func (b *behaviour) validateUpdate(obj, old runtime.Object) field.ErrorList {
 		apiservervalidation.WithRatcheting(correlated))...)
 	errs = append(errs, validateScaleSpec(u, b.v.scale)...)
 	errs = append(errs, validateScaleStatus(u, b.v.scale)...)
-	errs = append(errs, schemaobjectmeta.Validate(ctx, nil, u.Object, b.v.structural, false)...)
-	if oldErrs := structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, o.Object); len(oldErrs) == 0 {
-		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object)...)
+	errs = append(errs, b.validateEmbedded(ctx, u)...)
+	if b.v.shape.hasListSetsOrMaps() {
+		if oldErrs := structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, o.Object); len(oldErrs) == 0 {
+			errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object)...)
+		}
 	}
 	return b.withCEL(ctx, errs, u.Object, o.Object, cel.WithRatcheting(correlated))
 }
@@ -208,12 +212,23 @@ func (b *behaviour) validateStatusUpdate(obj, old runtime.Object) field.ErrorLis
 			b.v.statusValidator, opts...)...)
 	}
 	errs = append(errs, validateScaleStatus(u, b.v.scale)...)
-	if newErrs := structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object); len(newErrs) > 0 {
-		if oldErrs := structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, o.Object); len(oldErrs) == 0 {
-			errs = append(errs, newErrs...)
+	if b.v.shape.hasListSetsOrMaps() {
+		if newErrs := structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, u.Object); len(newErrs) > 0 {
+			if oldErrs := structurallisttype.ValidateListSetsAndMaps(nil, b.v.structural, o.Object); len(oldErrs) == 0 {
+				errs = append(errs, newErrs...)
+			}
 		}
 	}
 	return b.withCEL(ctx, errs, u.Object, o.Object, cel.WithRatcheting(correlated))
+}
+
+// validateEmbedded checks the apiVersion, kind and metadata of the
+// embedded resources in u, which only a schema with some has.
+func (b *behaviour) validateEmbedded(ctx context.Context, u *unstructured.Unstructured) field.ErrorList {
+	if !b.v.shape.hasEmbedded() {
+		return nil
+	}
+	return schemaobjectmeta.Validate(ctx, nil, u.Object, b.v.structural, false)
 }
 
 // updatePair returns obj and old as unstructured objects, or the errors
