@@ -49,6 +49,9 @@ type versionSchema struct {
 	// alone against the schema's status property, for /status writes.
 	validator       apiservervalidation.SchemaValidator
 	statusValidator apiservervalidation.SchemaValidator
+	// quick and statusQuick tell, for most valid objects, that the
+	// validators would find nothing (see quickCheck).
+	quick, statusQuick *quickCheck
 	// cel evaluates the x-kubernetes-validations rules; nil without any.
 	cel *cel.Validator
 	// statusSubresource: the version serves /status.
@@ -98,15 +101,18 @@ func newCRDSchemas(crd *apiextensionsv1.CustomResourceDefinition, storageVersion
 		c.structural[v.Name] = vs.structural
 		vs.shape = newShape(vs.structural)
 		c.shapes[v.Name] = vs.shape
-		var err error
-		if vs.validator, _, err = apiservervalidation.NewSchemaValidator(props); err != nil {
+		validator, openAPISchema, err := apiservervalidation.NewSchemaValidator(props)
+		if err != nil {
 			return nil, fmt.Errorf("build schema validator of version %s: %w", v.Name, err)
 		}
+		vs.validator, vs.quick = validator, newQuickCheck(openAPISchema)
 		if v.Subresources != nil && v.Subresources.Status != nil && props != nil && props.Properties != nil {
 			if status, ok := props.Properties["status"]; ok {
-				if vs.statusValidator, _, err = apiservervalidation.NewSchemaValidator(&status); err != nil {
+				validator, openAPISchema, err := apiservervalidation.NewSchemaValidator(&status)
+				if err != nil {
 					return nil, fmt.Errorf("build status validator of version %s: %w", v.Name, err)
 				}
+				vs.statusValidator, vs.statusQuick = validator, newQuickCheck(openAPISchema)
 			}
 		}
 		if vs.structural != nil {

@@ -158,7 +158,9 @@ func (b *behaviour) validate(obj runtime.Object) field.ErrorList {
 	}
 	ctx := context.Background()
 	errs := validateMetadataShape(u)
-	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u.Object, b.v.validator)...)
+	if !b.v.quick.valid(u.Object) {
+		errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u.Object, b.v.validator)...)
+	}
 	errs = append(errs, validateScaleSpec(u, b.v.scale)...)
 	errs = append(errs, validateScaleStatus(u, b.v.scale)...)
 	errs = append(errs, b.validateEmbedded(ctx, u)...)
@@ -179,8 +181,12 @@ func (b *behaviour) validateUpdate(obj, old runtime.Object) field.ErrorList {
 	ctx := context.Background()
 	correlated := common.NewCorrelatedObject(u.Object, o.Object, &model.Structural{Structural: b.v.structural})
 	errs = validateMetadataShape(u)
-	errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(nil, u.Object, o.Object, b.v.validator,
-		apiservervalidation.WithRatcheting(correlated))...)
+	// Ratcheting only lets errors of unchanged values pass: an object
+	// known to be valid is valid with it too.
+	if !b.v.quick.valid(u.Object) {
+		errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(nil, u.Object, o.Object, b.v.validator,
+			apiservervalidation.WithRatcheting(correlated))...)
+	}
 	errs = append(errs, validateScaleSpec(u, b.v.scale)...)
 	errs = append(errs, validateScaleStatus(u, b.v.scale)...)
 	errs = append(errs, b.validateEmbedded(ctx, u)...)
@@ -203,7 +209,7 @@ func (b *behaviour) validateStatusUpdate(obj, old runtime.Object) field.ErrorLis
 	ctx := context.Background()
 	correlated := common.NewCorrelatedObject(u.Object, o.Object, &model.Structural{Structural: b.v.structural})
 	errs = validateMetadataShape(u)
-	if status, ok := u.Object["status"]; ok {
+	if status, ok := u.Object["status"]; ok && !b.v.statusQuick.valid(status) {
 		var opts []apiservervalidation.ValidationOption
 		if b.v.structural != nil {
 			opts = append(opts, apiservervalidation.WithRatcheting(correlated.Key("status")))
