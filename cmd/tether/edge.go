@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/tether-edge/tether/deploy"
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/containerd"
 	"github.com/tether-edge/tether/edge/ingress"
@@ -211,7 +212,7 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 	cmd.AddCommand(newEdgeImagesCmd(), newEdgeResetCmd())
 	_ = cmd.MarkFlagRequired("hub")
 	_ = cmd.MarkFlagRequired("data-dir")
-	return cmd
+	return withConfigFile(cmd, deploy.Edge)
 }
 
 // runtimeHandlerFlags parses the --runtime-handler flags.

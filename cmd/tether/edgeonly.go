@@ -11,7 +11,8 @@ import (
 // kubernetesVersion is the Kubernetes version the agent reports.
 const kubernetesVersion = edge.KubernetesVersion
 
-// commands are the subcommands of the edge-only binary: the agent's.
+// commands are the subcommands of the edge-only binary: the agent's and
+// the installer's (of the agent only).
 func commands() []*cobra.Command {
-	return []*cobra.Command{newEdgeCmd()}
+	return []*cobra.Command{newEdgeCmd(), newInstallCmd(), newUninstallCmd()}
 }

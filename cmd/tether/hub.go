@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-edge/tether/controllers"
+	"github.com/tether-edge/tether/deploy"
 	"github.com/tether-edge/tether/hub"
 )
 
@@ -20,9 +21,9 @@ import (
 const kubernetesVersion = hub.KubernetesVersion
 
 // commands are the subcommands of the full binary: the hub's, the join
-// tokens', the users' and the agent's.
+// tokens', the users', the agent's and the installer's.
 func commands() []*cobra.Command {
-	return []*cobra.Command{newHubCmd(), newStoreCmd(), newTokenCmd(), newUserCmd(), newEdgeCmd()}
+	return []*cobra.Command{newHubCmd(), newStoreCmd(), newTokenCmd(), newUserCmd(), newEdgeCmd(), newInstallCmd(), newUninstallCmd()}
 }
 
 func newHubCmd() *cobra.Command {
@@ -84,5 +85,5 @@ func newHubCmd() *cobra.Command {
 	f.BoolVar(&cfg.Audit.Compress, "audit-log-compress", false, "gzip rotated audit log files")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = cmd.MarkFlagRequired("data-dir")
-	return cmd
+	return withConfigFile(cmd, deploy.Hub)
 }
