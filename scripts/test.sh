@@ -130,6 +130,12 @@ run_tests() {
 }
 
 if step test; then
+# The install test (deploy) installs a hub and an edge from a release
+# tarball of this machine's architecture. Building it is a full -trimpath
+# rebuild (minutes), so it is done once here rather than in the test.
+echo "== release tarball for linux/$(go env GOARCH) (scripts/release.sh)"
+TETHER_RELEASE_ARCHES=$(go env GOARCH) bash scripts/release.sh ci "$root/bin/release"
+export TETHER_RELEASE_DIR=$root/bin/release
 echo "== go test"
 # shellcheck disable=SC2046,SC2086
 run_tests -count=1 -timeout 25m ${TETHER_TEST_ARGS:-} $({ go list "${slow_pkgs[@]}"; go list ./... | grep -vxF -f <(go list "${slow_pkgs[@]}"); } | grep -vxF -f <(go list "${race_pkgs[@]}"))
