@@ -278,7 +278,7 @@ func releaseTarball(t *testing.T, dir string) (version, path string) {
 		rel = filepath.Join(dir, "release")
 		version = "0.0.0-installtest"
 		cmd := exec.Command("bash", filepath.Join(hubtest.RepoRoot(), "scripts", "release.sh"), version, rel)
-		cmd.Env = append(os.Environ(), "TETHER_RELEASE_ARCHES="+runtime.GOARCH)
+		cmd.Env = append(os.Environ(), "TETHER_RELEASE_ARCHES="+runtime.GOARCH, "TETHER_RELEASE_TRIMPATH=0")
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("scripts/release.sh: %v\n%s", err, out)

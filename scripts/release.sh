@@ -14,7 +14,10 @@
 # sorted, owned by root, dated from the last commit.
 #
 #   scripts/release.sh VERSION OUTDIR
-#   TETHER_RELEASE_ARCHES  architectures (default "amd64 arm64")
+#   TETHER_RELEASE_ARCHES    architectures (default "amd64 arm64")
+#   TETHER_RELEASE_TRIMPATH  0 builds without -trimpath, reusing the packages
+#                            `go test` compiled (the tests' tarball; the
+#                            binaries then name this checkout's paths)
 set -euo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: scripts/release.sh VERSION OUTDIR" >&2
@@ -32,6 +35,10 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 epoch=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 ldflags="-s -w -X main.version=$version"
+trimpath=-trimpath
+if [ "${TETHER_RELEASE_TRIMPATH:-1}" = 0 ]; then
+  trimpath=
+fi
 
 for arch in ${TETHER_RELEASE_ARCHES:-amd64 arm64}; do
   case $arch in
@@ -50,8 +57,8 @@ for arch in ${TETHER_RELEASE_ARCHES:-amd64 arm64}; do
   mkdir -p "$dir/systemd"
   start=$SECONDS
   export CGO_ENABLED=1 GOOS=linux GOARCH=$arch CC=$cc
-  go build -trimpath -ldflags="$ldflags" -o "$dir/tether" ./cmd/tether
-  go build -trimpath -ldflags="$ldflags" -tags edge -o "$dir/tether-edge" ./cmd/tether
+  go build $trimpath -ldflags="$ldflags" -o "$dir/tether" ./cmd/tether
+  go build $trimpath -ldflags="$ldflags" -tags edge -o "$dir/tether-edge" ./cmd/tether
   unset CGO_ENABLED GOOS GOARCH CC
   cp deploy/systemd/tether-hub.service deploy/systemd/tether-edge.service "$dir/systemd/"
   sed "s/@VERSION@/$version/g; s/@ARCH@/$arch/g" deploy/INSTALL.md >"$dir/INSTALL.md"
