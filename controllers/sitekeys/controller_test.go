@@ -89,6 +89,16 @@ func (e *env) waitKeys(what, site string, ok func(keys []byte) bool) []byte {
 // settle lets the controller act on what it has seen.
 func settle() { time.Sleep(200 * time.Millisecond) }
 
+// step moves the clock by d once the controller has settled. Stepping
+// while the work queue's delay loop is between reading the clock and
+// setting its timer would set that timer late by the whole step (client-go's
+// delaying queue over a fake clock), and the requeue it waits for would
+// not come.
+func (e *env) step(d time.Duration) {
+	settle()
+	e.clock.Step(d)
+}
+
 func node(name, zone string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if zone != "" {
@@ -124,27 +134,27 @@ func TestSiteKeys(t *testing.T) {
 	}
 
 	// Not before Rotation.
-	e.clock.Step(rotation - time.Minute)
+	e.step(rotation - time.Minute)
 	settle()
 	if !bytes.Equal(e.keys("site-a"), a0) {
 		t.Fatal("keys rotated early")
 	}
-	e.clock.Step(time.Minute)
+	e.step(time.Minute)
 	a1 := e.waitKeys("first rotation", "site-a", count(2))
 	if !bytes.Equal(a1[KeySize:], a0) || bytes.Equal(a1[:KeySize], a0) {
 		t.Fatal("rotation did not put a new key before the old one")
 	}
 	e.waitKeys("Site_B rotated too", "Site_B", count(2))
-	e.clock.Step(rotation)
+	e.step(rotation)
 	a2 := e.waitKeys("second rotation", "site-a", count(3))
-	e.clock.Step(rotation)
+	e.step(rotation)
 	a3 := e.waitKeys("third rotation", "site-a", func(k []byte) bool { return !bytes.Equal(k, a2) })
 	if len(a3) != Kept*KeySize || !bytes.Equal(a3[KeySize:], a2[:2*KeySize]) {
 		t.Fatalf("third rotation kept %d bytes, want the new key and the two before it", len(a3))
 	}
 
 	// A restart half-way does not rotate early, nor late.
-	e.clock.Step(rotation / 2)
+	e.step(rotation / 2)
 	e.restart()
 	e.kube.CoreV1().Nodes().Create(context.Background(), node("d1", "site-d"), metav1.CreateOptions{})
 	e.waitKeys("new site's keys", "site-d", count(1))
@@ -152,10 +162,10 @@ func TestSiteKeys(t *testing.T) {
 	if !bytes.Equal(e.keys("site-a"), a3) {
 		t.Fatal("restarted controller rotated early")
 	}
-	e.clock.Step(rotation / 2)
+	e.step(rotation / 2)
 	a4 := e.waitKeys("rotation on time after a restart", "site-a", func(k []byte) bool { return !bytes.Equal(k, a3) })
 	e.stop()
-	e.clock.Step(2 * rotation)
+	e.step(2 * rotation)
 	e.start()
 	e.waitKeys("overdue rotation at start", "site-a", func(k []byte) bool { return !bytes.Equal(k, a4) })
 
