@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -141,7 +140,7 @@ func TestCustomResourceBenchmark(t *testing.T) {
 	perK := func(d time.Duration) float64 { return float64(d) / 1e6 * 1000 / float64(per*rounds) }
 	crCPU, cmCPU := perK(cr.cpu), perK(cm.cpu)
 	t.Logf("creates/s: custom objects %.0f, configmaps %.0f; hub CPU ms per 1,000 creates: custom objects %.0f, configmaps %.0f (load %s)",
-		crRate, cmRate, crCPU, cmCPU, machineLoad())
+		crRate, cmRate, crCPU, cmCPU, loadavg())
 
 	list := func(c dynamic.ResourceInterface) time.Duration {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -187,18 +186,4 @@ func TestCustomResourceBenchmark(t *testing.T) {
 			}
 		}
 	}
-}
-
-// machineLoad is the machine's 1, 5 and 15 minute load averages, logged
-// beside timings that depend on them.
-func machineLoad() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
