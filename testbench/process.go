@@ -189,6 +189,9 @@ func (p *Process) kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
+	if cmd == nil {
+		return // never started, or its start failed
+	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	<-done
 }

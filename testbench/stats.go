@@ -40,6 +40,10 @@ func (l *Lab) Stats() Stats {
 	defer l.mu.Unlock()
 	for n, p := range l.procs {
 		p.mu.Lock()
+		if p.cmd == nil { // Start has reserved the name but not started it
+			p.mu.Unlock()
+			continue
+		}
 		s.Procs[n] = ProcessSnapshot{Host: p.Host, PID: p.cmd.Process.Pid, Samples: append([]Sample(nil), p.samples...)}
 		p.mu.Unlock()
 	}
@@ -115,6 +119,11 @@ const clkTck = 100
 func (p *Process) sample(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cmd == nil {
+		// Start has reserved the name but the command is not running
+		// yet: there is nothing to measure.
+		return
+	}
 	s := Sample{Time: now}
 	select {
 	case <-p.done:
