@@ -3,43 +3,21 @@ package testbench
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-edge/tether/hub/hubtest"
 )
 
-// buildTools builds tether and the pinned kubectl into a temp dir. A
-// missing or broken ./cmd/tether fails the test: the smoke test exists to
-// prove the hub works through NAT, and skipping would hide that it does
-// not.
+// buildTools returns tether and the pinned kubectl, built once per test
+// process (hubtest.Binaries). A missing or broken ./cmd/tether fails the
+// test: the lab tests exist to prove the hub works through NAT, and
+// skipping would hide that it does not.
 func buildTools(t *testing.T) (tether, kubectl string) {
 	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	tether, kubectl = filepath.Join(bin, "tether"), filepath.Join(bin, "kubectl")
-	// A cold kubectl build takes minutes on two cores; later runs hit the
-	// build cache.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tether, "./cmd/tether")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hub smoke test needs the tether binary, but `go build ./cmd/tether` failed: %v\n%s", err, out)
-	}
-	// tools/kubectl/build.sh puts kubectl in bin/ by default; reuse it.
-	if prebuilt := filepath.Join(root, "bin", "kubectl"); fileExists(prebuilt) {
-		return tether, prebuilt
-	}
-	cmd = exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "kubectl", "build.sh"), kubectl)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build kubectl from tools/kubectl: %v\n%s", err, out)
-	}
-	return tether, kubectl
+	return hubtest.Binaries(t)
 }
 
 func TestHubThroughNAT(t *testing.T) {

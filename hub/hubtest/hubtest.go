@@ -1,6 +1,8 @@
 // Package hubtest runs a real tether hub process and a real kubectl against
 // it, for end-to-end tests. The binaries are built once per test process:
-// tether from ./cmd/tether, kubectl from the pinned k8s.io/kubectl module in
+// tether from ./cmd/tether (or taken from $TETHER_BIN when set: the test
+// script links it once for every package, which otherwise each link their
+// own), kubectl from the pinned k8s.io/kubectl module in
 // tools/kubectl (or taken from $TETHER_KUBECTL when set), and Helm likewise
 // from tools/helm (or $TETHER_HELM); Helm 3, cert-manager's controller and
 // the sample operator from tools/helm3, tools/certmanager and
@@ -14,6 +16,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -72,11 +75,19 @@ func Binaries(t testing.TB) (tether, kubectl string) {
 			return
 		}
 		tetherBin = filepath.Join(buildDir, "tether")
-		cmd := exec.Command("go", "build", "-o", tetherBin, "./cmd/tether")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build tether: %v\n%s", err, out)
-			return
+		if prebuilt := os.Getenv("TETHER_BIN"); prebuilt != "" {
+			// A copy, not the file itself: tests that measure memory
+			// want the hub's pages to be its own.
+			if buildErr = copyExecutable(prebuilt, tetherBin); buildErr != nil {
+				return
+			}
+		} else {
+			cmd := exec.Command("go", "build", "-o", tetherBin, "./cmd/tether")
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build tether: %v\n%s", err, out)
+				return
+			}
 		}
 		// Write the fresh binary out, so the hub runs from clean pages
 		// like an installed binary: the kernel cannot release dirty
@@ -90,7 +101,7 @@ func Binaries(t testing.TB) (tether, kubectl string) {
 			return
 		}
 		kubectlBin = filepath.Join(buildDir, "kubectl")
-		cmd = exec.Command("bash", "build.sh", kubectlBin)
+		cmd := exec.Command("bash", "build.sh", kubectlBin)
 		cmd.Dir = filepath.Join(root, "tools", "kubectl")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build kubectl: %v\n%s", err, out)
@@ -149,6 +160,24 @@ func Start(t testing.TB, extraArgs ...string) *Hub {
 	h.startArgs(extraArgs)
 	t.Cleanup(func() { h.Stop() })
 	return h
+}
+
+// copyExecutable copies the executable src to dst.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("TETHER_BIN: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	return out.Close()
 }
 
 func syncFile(path string) error {
