@@ -351,13 +351,17 @@ func (h *labHub) runPod(name, node string, timeout time.Duration) {
 	}
 }
 
-// TestEdgeResumesWatchesAfterPartition cuts a site off for 60 s: when the
+// TestEdgeResumesWatchesAfterPartition cuts a site off for 2.5 times the
+// tunnel's idle timeout, so that both ends drop the connection: when the
 // link heals, the agent reconnects and resumes its watches from the last
 // resourceVersion it saw. The hub's request counters show no new LIST.
+// The hub runs with a 10 s idle timeout (the default is 45 s) so that the
+// cut need not last minutes.
 func TestEdgeResumesWatchesAfterPartition(t *testing.T) {
 	requireRoot(t)
 	l := newLab(t, Spec{Sites: []SiteSpec{{Name: "shop", Nodes: 1, Link: LinkParams{Rate: 2_000_000, Delay: Duration(25 * time.Millisecond)}}}})
-	h := startLabHub(t, l)
+	const idle = 10 * time.Second
+	h := startLabHub(t, l, "--tunnel-idle-timeout", idle.String())
 	h.startEdge("shop-n1", "shop", h.token(time.Hour))
 	h.waitReady(90*time.Second, "shop-n1")
 	h.runPod("before", "shop-n1", 60*time.Second)
@@ -368,7 +372,7 @@ func TestEdgeResumesWatchesAfterPartition(t *testing.T) {
 	if err := l.Partition("shop", Both); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Second)
+	time.Sleep(idle * 5 / 2)
 	if err := l.Heal("shop"); err != nil {
 		t.Fatal(err)
 	}
