@@ -14,6 +14,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
+source "$root/scripts/go-env.sh"
+
+# step reports whether a step is to run.
+step() {
+  [[ " ${TETHER_STEPS:-gofmt vet staticcheck test race fuzz} " == *" $1 "* ]]
+}
+
+# The modules of tether and of the upstream tools the tests build are
+# fetched in the background while the packages install and the linters
+# run: on a fresh machine that is network time the CPU-bound steps need
+# not wait for.
+tools=(kubectl helm helm3 certmanager sampleoperator)
+downloads=$(mktemp)
+(
+  go mod download
+  if step test || step race; then
+    for t in "${tools[@]}"; do (cd "tools/$t" && go mod download); done
+  fi
+) >"$downloads" 2>&1 &
+downloading=$!
+trap 'kill "$downloading" 2>/dev/null || true; rm -f "$downloads"' EXIT
+
 # Debian packages: a C compiler for the SQLite driver (cgo); iproute2,
 # nftables and conntrack for the network lab and the dataplane tests;
 # iptables for the dataplane's kube-proxy-style comparison and, with ipset,
@@ -38,37 +60,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 
-source "$root/scripts/go-env.sh"
-
-# step reports whether a step is to run.
-step() {
-  [[ " ${TETHER_STEPS:-gofmt vet staticcheck test race fuzz} " == *" $1 "* ]]
-}
-
 echo "== go $(go env GOVERSION)"
-if step test || step race; then
-  echo "== building kubectl (k8s.io/kubectl $(cd tools/kubectl && go list -m -f '{{.Version}}' k8s.io/kubectl))"
-  bash tools/kubectl/build.sh "$root/bin/kubectl"
-  export TETHER_KUBECTL=$root/bin/kubectl
-  echo "== building helm (helm.sh/helm/v4 $(cd tools/helm && go list -m -f '{{.Version}}' helm.sh/helm/v4))"
-  bash tools/helm/build.sh "$root/bin/helm"
-  export TETHER_HELM=$root/bin/helm
-  echo "== building helm 3 (helm.sh/helm/v3 $(cd tools/helm3 && go list -m -f '{{.Version}}' helm.sh/helm/v3))"
-  bash tools/helm3/build.sh "$root/bin/helm3"
-  export TETHER_HELM3=$root/bin/helm3
-  echo "== building cert-manager's controller (github.com/cert-manager/cert-manager $(cd tools/certmanager && go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager))"
-  bash tools/certmanager/build.sh "$root/bin/cert-manager-controller"
-  export TETHER_CERTMANAGER=$root/bin/cert-manager-controller
-  echo "== building the sample operator"
-  bash tools/sampleoperator/build.sh "$root/bin/sampleoperator"
-  export TETHER_SAMPLEOPERATOR=$root/bin/sampleoperator
-  # The hub binary the end-to-end tests run (hub/hubtest), linked once
-  # here: each test package would otherwise link its own copy, about half
-  # a minute of CPU each.
-  echo "== building tether for the tests"
-  go build -o "$root/bin/tether" ./cmd/tether
-  export TETHER_BIN=$root/bin/tether
-fi
 
 # Packages whose tests also run under the race detector: the ones with the
 # most concurrency whose tests take seconds, not minutes. Their tests run
@@ -125,6 +117,33 @@ rm -f "$findings"
 if [ -n "$left" ]; then
   echo "$left"; exit 1
 fi
+fi
+
+if step test || step race; then
+  if ! wait "$downloading"; then
+    cat "$downloads"; echo "go mod download failed"; exit 1
+  fi
+  echo "== building kubectl (k8s.io/kubectl $(cd tools/kubectl && go list -m -f '{{.Version}}' k8s.io/kubectl))"
+  bash tools/kubectl/build.sh "$root/bin/kubectl"
+  export TETHER_KUBECTL=$root/bin/kubectl
+  echo "== building helm (helm.sh/helm/v4 $(cd tools/helm && go list -m -f '{{.Version}}' helm.sh/helm/v4))"
+  bash tools/helm/build.sh "$root/bin/helm"
+  export TETHER_HELM=$root/bin/helm
+  echo "== building helm 3 (helm.sh/helm/v3 $(cd tools/helm3 && go list -m -f '{{.Version}}' helm.sh/helm/v3))"
+  bash tools/helm3/build.sh "$root/bin/helm3"
+  export TETHER_HELM3=$root/bin/helm3
+  echo "== building cert-manager's controller (github.com/cert-manager/cert-manager $(cd tools/certmanager && go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager))"
+  bash tools/certmanager/build.sh "$root/bin/cert-manager-controller"
+  export TETHER_CERTMANAGER=$root/bin/cert-manager-controller
+  echo "== building the sample operator"
+  bash tools/sampleoperator/build.sh "$root/bin/sampleoperator"
+  export TETHER_SAMPLEOPERATOR=$root/bin/sampleoperator
+  # The hub binary the end-to-end tests run (hub/hubtest), linked once
+  # here: each test package would otherwise link its own copy, about half
+  # a minute of CPU each.
+  echo "== building tether for the tests"
+  go build -o "$root/bin/tether" ./cmd/tether
+  export TETHER_BIN=$root/bin/tether
 fi
 
 # run_tests runs `go test` with the given arguments. A failing test's
