@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-edge/tether/edge/identity"
 	"github.com/tether-edge/tether/edge/kube"
 	"github.com/tether-edge/tether/tunnel"
 )
@@ -25,7 +26,7 @@ type Agent struct {
 	// Set by Run before anything else starts.
 	name   string
 	nodeIP netip.Addr
-	id     *identity
+	id     *identity.Identity
 	tunnel *tunnel.Client
 	client *kube.Client // the hub's API over the tunnel
 	httpc  *http.Client // plain HTTP to the hub over the tunnel
@@ -82,11 +83,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !ran {
 		return errors.New("edge agent already ran")
 	}
-	id, err := establishIdentity(ctx, &a.cfg, a.log)
+	id, err := identity.Establish(ctx, identity.Params{
+		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, HubURL: a.cfg.HubURL, Token: a.cfg.Token,
+	}, a.log)
 	if err != nil {
 		return fmt.Errorf("establish node identity: %w", err)
 	}
-	a.id, a.name = id, id.node
+	a.id, a.name = id, id.Node()
 	a.log = a.log.With("node", a.name)
 	a.nodeIP = a.cfg.NodeIP
 	if !a.nodeIP.IsValid() {
@@ -126,7 +129,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
 		Addr:              a.cfg.TunnelAddr,
 		Addrs:             a.hubs.Addrs,
-		TLS:               id.tlsConfig(hubHost(a.cfg.HubURL)),
+		TLS:               id.TLSConfig(hubHost(a.cfg.HubURL)),
 		Hello:             a.hello,
 		HeartbeatInterval: a.cfg.HeartbeatInterval,
 		DialTarget:        a.dialTarget,
@@ -330,7 +333,7 @@ func (a *Agent) hostIPs() []string {
 func (a *Agent) certLoop(ctx context.Context) {
 	retry := 30 * time.Second
 	for {
-		leaf := a.id.current().Leaf
+		leaf := a.id.Current().Leaf
 		life := leaf.NotAfter.Sub(leaf.NotBefore)
 		renewAt := leaf.NotBefore.Add(time.Duration(float64(life) * a.cfg.CertRenewFraction))
 		t := time.NewTimer(time.Until(renewAt))
@@ -342,12 +345,12 @@ func (a *Agent) certLoop(ctx context.Context) {
 		}
 		var err error
 		if time.Now().After(leaf.NotAfter) {
-			err = a.id.reattest(ctx, a.cfg.HubURL)
+			err = a.id.Reattest(ctx, a.cfg.HubURL)
 		} else {
-			err = a.id.renew(ctx, a.httpc)
+			err = a.id.Renew(ctx, a.httpc)
 		}
 		if err == nil {
-			a.log.Info("renewed node certificate", "expires", a.id.current().Leaf.NotAfter)
+			a.log.Info("renewed node certificate", "expires", a.id.Current().Leaf.NotAfter)
 			retry = 30 * time.Second
 			continue
 		}
@@ -432,7 +435,7 @@ func (a *Agent) Stats() Stats {
 		s.Node = a.name
 		ts := a.tunnel.Stats()
 		s.TunnelBytesSent, s.TunnelBytesReceived = ts.BytesSent, ts.BytesReceived
-		s.CertificateExpiry = a.id.current().Leaf.NotAfter
+		s.CertificateExpiry = a.id.Current().Leaf.NotAfter
 		s.DataplaneSynced = a.net.synced.Load()
 		s.DNSQueries = a.net.dnsQueries.Load()
 		s.DNSForwarded = a.net.dnsForwarded.Load()

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -284,15 +283,6 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.Default()
 	}
 	return nil
-}
-
-// hostName returns the host's name as a node name.
-func hostName() (string, error) {
-	h, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("read host name: %w", err)
-	}
-	return strings.ToLower(h), nil
 }
 
 // hubHost returns the host part of the hub URL.

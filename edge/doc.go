@@ -28,4 +28,6 @@
 // hub sees each through a mirror pod the agent keeps (mirror.go).
 //
 // Runtimes live in sub-packages: edge/sim runs pods without containers.
+// The agent composes the other sub-packages: edge/identity keeps the
+// node's key and certificate.
 package edge

@@ -1,4 +1,21 @@
-package edge
+// Package identity is an edge node's identity: its private key, the
+// certificate the hub signed for it and the hub's CA, kept as files in the
+// agent's data directory.
+//
+// Vocabulary:
+//   - identity: the key, the current certificate and the CA of one node;
+//     an [Identity] value holds them and presents the current certificate
+//     at every TLS handshake.
+//   - join: the first exchange with the hub, authorised by a join token,
+//     that makes the key and obtains the first certificate ([Establish]).
+//   - renewal: a fresh certificate asked for over the tunnel before the
+//     current one expires ([Identity.Renew]).
+//   - re-attestation: a fresh certificate asked for directly of the hub,
+//     proving the node with its expired certificate ([Identity.Reattest]).
+//
+// The wire format of these exchanges is package join's; this package keeps
+// the files and decides what to retry.
+package identity
 
 import (
 	"context"
@@ -14,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,8 +45,10 @@ const (
 	caFile   = "ca.crt"
 )
 
-// identity is the node's key, its current certificate and the hub's CA.
-type identity struct {
+// Identity is the node's key, its current certificate and the hub's CA.
+// Current may be called from any goroutine; Renew and Reattest, which
+// replace the certificate, from one at a time.
+type Identity struct {
 	dir   string
 	node  string
 	key   *ecdsa.PrivateKey
@@ -37,12 +57,15 @@ type identity struct {
 	cert  atomic.Pointer[tls.Certificate]
 }
 
-// current returns the certificate in use; its Leaf is set.
-func (id *identity) current() *tls.Certificate { return id.cert.Load() }
+// Node returns the name of the node the certificate is for.
+func (id *Identity) Node() string { return id.node }
+
+// Current returns the certificate in use; its Leaf is set.
+func (id *Identity) Current() *tls.Certificate { return id.cert.Load() }
 
 // loadIdentity reads the identity saved in dir; it returns nil without an
 // error when the node has not joined yet.
-func loadIdentity(dir string) (*identity, error) {
+func loadIdentity(dir string) (*Identity, error) {
 	keyPEM, err := os.ReadFile(filepath.Join(dir, keyFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -65,7 +88,7 @@ func loadIdentity(dir string) (*identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := &identity{dir: dir, key: key}
+	id := &Identity{dir: dir, key: key}
 	if err := id.setCA(caPEM); err != nil {
 		return nil, err
 	}
@@ -75,7 +98,7 @@ func loadIdentity(dir string) (*identity, error) {
 	return id, nil
 }
 
-func (id *identity) setCA(caPEM []byte) error {
+func (id *Identity) setCA(caPEM []byte) error {
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return errors.New("parse hub CA: no certificate")
@@ -84,7 +107,7 @@ func (id *identity) setCA(caPEM []byte) error {
 	return nil
 }
 
-func (id *identity) setCert(certPEM []byte) error {
+func (id *Identity) setCert(certPEM []byte) error {
 	leaf, err := join.ParseCertificate(certPEM)
 	if err != nil {
 		return fmt.Errorf("node certificate: %w", err)
@@ -117,7 +140,7 @@ func (id *identity) setCert(certPEM []byte) error {
 }
 
 // save writes a new certificate (and CA) and starts using them.
-func (id *identity) save(certPEM, caPEM []byte) error {
+func (id *Identity) save(certPEM, caPEM []byte) error {
 	if len(caPEM) > 0 {
 		if err := id.setCA(caPEM); err != nil {
 			return err
@@ -132,12 +155,12 @@ func (id *identity) save(certPEM, caPEM []byte) error {
 	return writeFileAtomic(filepath.Join(id.dir, certFile), certPEM, 0o644)
 }
 
-func (id *identity) certPEM() []byte {
-	c := id.current()
+func (id *Identity) certPEM() []byte {
+	c := id.Current()
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]})
 }
 
-func (id *identity) request() (join.Request, error) {
+func (id *Identity) request() (join.Request, error) {
 	csr, err := join.NewCSR(id.key, id.node)
 	if err != nil {
 		return join.Request{}, err
@@ -145,23 +168,40 @@ func (id *identity) request() (join.Request, error) {
 	return join.Request{Node: id.node, CSR: csr}, nil
 }
 
-// tlsConfig is the tunnel's: it trusts only the hub's CA and presents the
+// TLSConfig is the tunnel's: it trusts only the hub's CA and presents the
 // current certificate at every handshake.
-func (id *identity) tlsConfig(serverName string) *tls.Config {
+func (id *Identity) TLSConfig(serverName string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ServerName: serverName,
 		RootCAs:    id.roots,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return id.current(), nil
+			return id.Current(), nil
 		},
 	}
 }
 
-// establishIdentity loads the node's identity or joins the hub for one.
+// Params say where the identity is kept and how to obtain one.
+type Params struct {
+	// DataDir keeps the node's key (node.key, mode 0600), certificate
+	// (node.crt) and the hub's CA (ca.crt). Created if missing.
+	DataDir string
+	// NodeName is the node's name. Empty means the name in the saved
+	// certificate, or else the host name (lower-cased); a saved
+	// certificate of another node is an error.
+	NodeName string
+	// HubURL is the hub's API address, https://HOST:PORT, where the node
+	// joins and re-attests.
+	HubURL string
+	// Token is the join token (tether:<id>.<secret>:sha256:<hash>), used
+	// only when DataDir holds no certificate yet.
+	Token string
+}
+
+// Establish loads the node's identity or joins the hub for one.
 // An expired certificate is re-attested. Errors the hub or the network may
 // clear are retried until ctx ends; refusals are returned at once.
-func establishIdentity(ctx context.Context, cfg *Config, log *slog.Logger) (*identity, error) {
+func Establish(ctx context.Context, cfg Params, log *slog.Logger) (*Identity, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
@@ -173,9 +213,9 @@ func establishIdentity(ctx context.Context, cfg *Config, log *slog.Logger) (*ide
 		if cfg.NodeName != "" && cfg.NodeName != id.node {
 			return nil, fmt.Errorf("data directory %s holds the identity of node %q, not %q", cfg.DataDir, id.node, cfg.NodeName)
 		}
-		if time.Now().After(id.current().Leaf.NotAfter) {
-			log.Info("node certificate expired while the agent was stopped: re-attesting", "expired", id.current().Leaf.NotAfter)
-			if err := retryHub(ctx, log, "re-attest", func() error { return id.reattest(ctx, cfg.HubURL) }); err != nil {
+		if time.Now().After(id.Current().Leaf.NotAfter) {
+			log.Info("node certificate expired while the agent was stopped: re-attesting", "expired", id.Current().Leaf.NotAfter)
+			if err := retryHub(ctx, log, "re-attest", func() error { return id.Reattest(ctx, cfg.HubURL) }); err != nil {
 				return nil, err
 			}
 		}
@@ -184,7 +224,7 @@ func establishIdentity(ctx context.Context, cfg *Config, log *slog.Logger) (*ide
 	return joinHub(ctx, cfg, log)
 }
 
-func joinHub(ctx context.Context, cfg *Config, log *slog.Logger) (*identity, error) {
+func joinHub(ctx context.Context, cfg Params, log *slog.Logger) (*Identity, error) {
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("node has not joined yet (no certificate in %s): a join token is needed (create one with `tether token create` on the hub)", cfg.DataDir)
 	}
@@ -198,7 +238,7 @@ func joinHub(ctx context.Context, cfg *Config, log *slog.Logger) (*identity, err
 			return nil, err
 		}
 	}
-	id := &identity{dir: cfg.DataDir, node: name}
+	id := &Identity{dir: cfg.DataDir, node: name}
 	keyPath := filepath.Join(cfg.DataDir, keyFile)
 	if keyPEM, err := os.ReadFile(keyPath); err == nil {
 		// A previous attempt made the key; keep it.
@@ -231,7 +271,7 @@ func joinHub(ctx context.Context, cfg *Config, log *slog.Logger) (*identity, err
 	if err != nil {
 		return nil, explainJoin(err, cfg.HubURL)
 	}
-	log.Info("joined the hub", "node", id.node, "expires", id.current().Leaf.NotAfter)
+	log.Info("joined the hub", "node", id.node, "expires", id.Current().Leaf.NotAfter)
 	return id, nil
 }
 
@@ -244,7 +284,10 @@ func explainJoin(err error, hubURL string) error {
 	return fmt.Errorf("join hub %s: %w", hubURL, err)
 }
 
-func (id *identity) reattest(ctx context.Context, hubURL string) error {
+// Reattest asks the hub, directly at hubURL, for a fresh certificate,
+// proving the node with its current (possibly expired) one, and starts
+// using it.
+func (id *Identity) Reattest(ctx context.Context, hubURL string) error {
 	req, err := id.request()
 	if err != nil {
 		return err
@@ -257,8 +300,9 @@ func (id *identity) reattest(ctx context.Context, hubURL string) error {
 	return id.save(resp.Certificate, resp.CA)
 }
 
-// renew asks the hub for a fresh certificate through client (the tunnel).
-func (id *identity) renew(ctx context.Context, client *http.Client) error {
+// Renew asks the hub for a fresh certificate through client (the tunnel)
+// and starts using it.
+func (id *Identity) Renew(ctx context.Context, client *http.Client) error {
 	req, err := id.request()
 	if err != nil {
 		return err
@@ -305,6 +349,15 @@ func transient(err error) bool {
 		return ne.Timeout() || errors.As(err, &opErr)
 	}
 	return false
+}
+
+// hostName returns the host's name as a node name.
+func hostName() (string, error) {
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("read host name: %w", err)
+	}
+	return strings.ToLower(h), nil
 }
 
 // writeFileAtomic replaces path with data, so that a crash leaves either
