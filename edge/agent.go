@@ -15,6 +15,7 @@ import (
 
 	"github.com/tether-edge/tether/edge/identity"
 	"github.com/tether-edge/tether/edge/kube"
+	"github.com/tether-edge/tether/edge/streaming"
 	"github.com/tether-edge/tether/tunnel"
 )
 
@@ -48,8 +49,8 @@ type Agent struct {
 	relay    *apiRelay          // pods' connections to the hub; nil when off
 	dnsAddr  netip.AddrPort     // where the DNS server listens
 	server   *http.Server
-	listener *pipeListener
-	sites    *siteFilter // leaves out dead site peers' endpoints; nil without sinks
+	listener *streaming.Listener // the node server's, fed by dialTarget
+	sites    *siteFilter         // leaves out dead site peers' endpoints; nil without sinks
 
 	eventsOnce    sync.Once
 	events        *eventRecorder // the kubelet's events; see recordEvent
@@ -68,7 +69,7 @@ func New(cfg Config) (*Agent, error) {
 	a.node = &nodeSync{a: a, ready: make(chan struct{}), kick: make(chan struct{}, 1)}
 	a.pods = newPodManager(a)
 	a.refs = newRefManager(a)
-	a.listener = newPipeListener()
+	a.listener = streaming.NewListener()
 	return a, nil
 }
 
@@ -179,7 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	resource, cadvisor := a.usageHandlers()
 	a.server = &http.Server{
-		Handler: NewNodeServer(NodeServerConfig{
+		Handler: streaming.NewServer(streaming.Config{
 			Runtime: a.cfg.Runtime, Pods: a.pods.pods, Metrics: a.writeMetrics, Logger: a.log,
 			Resource: resource, Cadvisor: cadvisor, ResendStatus: a.node.resendNow,
 		}),
@@ -307,11 +308,13 @@ func (a *Agent) hello() tunnel.Hello {
 	return h
 }
 
+var errUnknownTarget = errors.New("unknown tunnel target")
+
 // dialTarget connects a stream the hub opened to its target: the node
 // server, or "tcp:IP:PORT" of one of the node's pods.
 func (a *Agent) dialTarget(ctx context.Context, target string) (net.Conn, error) {
 	if target == tunnel.TargetNode {
-		return a.listener.dial(ctx)
+		return a.listener.Dial(ctx)
 	}
 	if addr, ok := strings.CutPrefix(target, "tcp:"); ok {
 		return a.dialPod(ctx, addr)

@@ -29,5 +29,5 @@
 //
 // Runtimes live in sub-packages: edge/sim runs pods without containers.
 // The agent composes the other sub-packages: edge/identity keeps the
-// node's key and certificate.
+// node's key and certificate; edge/streaming is the node server.
 package edge

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	nodemetrics "github.com/tether-edge/tether/edge/metrics"
+	"github.com/tether-edge/tether/edge/streaming"
 )
 
 // Runtime runs the pods of one node. The agent drives it from one worker
@@ -68,13 +69,14 @@ type Runtime interface {
 	Streamer
 }
 
-// Errors of a Runtime.
+// Errors of a Runtime. The node server (edge/streaming) answers them as
+// Not Found and Bad Request.
 var (
-	ErrPodNotFound       = errors.New("pod not found in the runtime")
-	ErrContainerNotFound = errors.New("container not found")
+	ErrPodNotFound       = streaming.ErrPodNotFound
+	ErrContainerNotFound = streaming.ErrContainerNotFound
 	// ErrContainerWaiting is returned for the logs of a container that
 	// has not started yet.
-	ErrContainerWaiting = errors.New("container is waiting to start")
+	ErrContainerWaiting = streaming.ErrContainerWaiting
 )
 
 // ErrPodSandbox is what a SyncPod error made by SandboxFailed is: the
@@ -186,52 +188,19 @@ type ContainerTermination struct {
 }
 
 // LogOptions select what ContainerLogs writes; they mirror the pods/log
-// query parameters.
-type LogOptions struct {
-	// Follow keeps the stream open while the container runs.
-	Follow bool
-	// TailLines, when non-negative, writes only the last TailLines lines
-	// that exist when the call starts; negative means all.
-	TailLines int64
-	// LimitBytes, when positive, stops after that many bytes.
-	LimitBytes int64
-	// Since, when not zero, skips lines logged before it.
-	Since time.Time
-	// Timestamps prefixes every line with its RFC 3339 time (nanoseconds).
-	Timestamps bool
-	// Previous reads the previous instance of the container.
-	Previous bool
-}
+// query parameters (defined by the node server, edge/streaming).
+type LogOptions = streaming.LogOptions
 
-// Streams are the standard streams of an exec or attach session; a nil
-// stream is not connected.
-type Streams struct {
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
-	// TTY gives the process a terminal: Stderr is unused and Resize
-	// carries the client's terminal sizes.
-	TTY    bool
-	Resize <-chan TermSize
-}
+// Streams are the standard streams of an exec or attach session
+// (streaming.Streams).
+type Streams = streaming.Streams
 
-// TermSize is a terminal's size in characters.
-type TermSize struct {
-	Width, Height uint16
-}
+// TermSize is a terminal's size in characters (streaming.TermSize).
+type TermSize = streaming.TermSize
 
-// Streamer is what a runtime offers for exec, attach and port-forward.
-// Runtimes that cannot do it return ErrNotSupported.
-type Streamer interface {
-	// Exec runs cmd in a running container of the pod and returns its
-	// exit code once it exited and its output was written.
-	Exec(ctx context.Context, uid types.UID, container string, cmd []string, s Streams) (exitCode int, err error)
-	// Attach connects s to the main process of a running container
-	// until ctx ends or the process exits.
-	Attach(ctx context.Context, uid types.UID, container string, s Streams) error
-	// PortForward connects conn to port on the pod's loopback (its
-	// network namespace) and copies both ways until either side closes.
-	PortForward(ctx context.Context, uid types.UID, port int32, conn io.ReadWriteCloser) error
-}
+// Streamer is what a runtime offers for exec, attach and port-forward
+// (streaming.Streamer). Runtimes that cannot do it return ErrNotSupported.
+type Streamer = streaming.Streamer
 
 // ErrNotSupported is returned by runtimes for what they cannot do.
 var ErrNotSupported = errors.New("not supported by the runtime")

@@ -1,4 +1,4 @@
-package edge_test
+package streaming_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/sim"
+	"github.com/tether-edge/tether/edge/streaming"
 )
 
 func TestNodeServer(t *testing.T) {
@@ -29,7 +30,7 @@ func TestNodeServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.RemovePod(context.Background(), pod.UID)
-	h := edge.NewNodeServer(edge.NodeServerConfig{
+	h := streaming.NewServer(streaming.Config{
 		Runtime: rt,
 		Pods:    func() []*corev1.Pod { return []*corev1.Pod{pod} },
 		Metrics: func(w io.Writer) { io.WriteString(w, "tether_edge_pods 1\n") },

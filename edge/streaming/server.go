@@ -1,4 +1,20 @@
-package edge
+// Package streaming is the node server: the HTTP handler the hub reaches
+// through streams it opens on the tunnel when it proxies a node's
+// endpoints, pods' logs, exec, attach and port-forward. Nothing listens on
+// the node's network: the server's [Listener] is fed in-memory
+// connections.
+//
+// Vocabulary:
+//   - node server: the handler [NewServer] returns; it authenticates
+//     nothing, because only the hub can open streams to it.
+//   - [Runtime]: what the server asks of the node's container runtime
+//     (container logs and the [Streamer]); edge.Runtime includes it.
+//   - session: one exec or attach, SPDY streams upgraded from one request
+//     (stdin, stdout, stderr, error, resize), or one port-forward
+//     connection of data and error streams paired by request ID.
+//   - [Streams]: a session's standard streams as the runtime sees them.
+//   - [LogOptions]: the pods/log query parameters, parsed.
+package streaming
 
 import (
 	"encoding/json"
@@ -14,8 +30,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// NodeServerConfig configures the node server.
-type NodeServerConfig struct {
+// Config configures the node server.
+type Config struct {
 	// Runtime serves container logs, exec, attach and port-forward.
 	// Required.
 	Runtime Runtime
@@ -35,7 +51,7 @@ type NodeServerConfig struct {
 	Logger *slog.Logger
 }
 
-// NewNodeServer returns the node server's handler: what the hub reaches
+// NewServer returns the node server's handler: what the hub reaches
 // through the tunnel when it proxies /api/v1/nodes/<node>/proxy/... and
 // pods/log. It serves
 //
@@ -57,7 +73,7 @@ type NodeServerConfig struct {
 //
 // It does no authentication of its own: only the hub can open streams to
 // it, over the tunnel's mutually authenticated connection.
-func NewNodeServer(cfg NodeServerConfig) http.Handler {
+func NewServer(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -90,7 +106,7 @@ func NewNodeServer(cfg NodeServerConfig) http.Handler {
 }
 
 type nodeServer struct {
-	cfg NodeServerConfig
+	cfg Config
 }
 
 func (s *nodeServer) metrics(w http.ResponseWriter, _ *http.Request) {
