@@ -24,10 +24,12 @@
 // (edge/ingress, ingresses.go), fed from kept watches of Ingresses,
 // IngressClasses and their TLS Secrets and from the Service watches.
 //
-// Static pods come from manifest files on the node (staticpods.go); the
-// hub sees each through a mirror pod the agent keeps (mirror.go).
+// Static pods come from manifest files on the node (edge/staticpods,
+// staticpods.go); the hub sees each through a mirror pod the agent keeps
+// (mirror.go).
 //
 // Runtimes live in sub-packages: edge/sim runs pods without containers.
 // The agent composes the other sub-packages: edge/identity keeps the
-// node's key and certificate; edge/streaming is the node server.
+// node's key and certificate; edge/streaming is the node server;
+// edge/staticpods reads the static pod manifests.
 package edge

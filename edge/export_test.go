@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/tether-edge/tether/edge/staticpods"
 )
 
 // SetAfterPersist installs f, called after each event is written to the
@@ -22,7 +24,7 @@ const StateFile = stateFile
 // StaticPod makes a manifest a static pod of node, as the agent does with
 // the file.
 func StaticPod(manifest []byte, file, node string) (*corev1.Pod, error) {
-	return staticPod(manifest, file, node, time.Now())
+	return staticpods.Decode(manifest, file, node, time.Now(), staticRefs)
 }
 
 // SiteReports returns how many views the agent's site gossip reported to

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-edge/tether/edge/staticpods"
 )
 
 // Mirror pods. For every static pod the agent keeps a mirror pod on the
@@ -140,7 +142,7 @@ func (m *podManager) ensureMirror(ctx context.Context, pod *corev1.Pod) *corev1.
 	if !m.mirrorsManaged() {
 		return mirror
 	}
-	if mirror != nil && (mirror.DeletionTimestamp != nil || mirror.Annotations[AnnConfigMirror] != pod.Annotations[AnnConfigHash]) {
+	if mirror != nil && (mirror.DeletionTimestamp != nil || mirror.Annotations[staticpods.AnnConfigMirror] != pod.Annotations[staticpods.AnnConfigHash]) {
 		// Deleted by someone, or of an older manifest: replaced.
 		if err := m.deleteMirror(ctx, mirror); err != nil {
 			m.a.log.Warn("delete mirror pod", "pod", mirrorKey(pod), "err", err)
@@ -174,7 +176,7 @@ func (m *podManager) createMirror(ctx context.Context, pod *corev1.Pod) (*corev1
 	}
 	yes := true
 	ann := maps.Clone(pod.Annotations)
-	ann[AnnConfigMirror] = pod.Annotations[AnnConfigHash]
+	ann[staticpods.AnnConfigMirror] = pod.Annotations[staticpods.AnnConfigHash]
 	mp := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, Labels: maps.Clone(pod.Labels), Annotations: ann,
@@ -209,7 +211,7 @@ func (m *podManager) deleteMirror(ctx context.Context, mirror *corev1.Pod) error
 // to the janitor when the hub is out of reach.
 func (m *podManager) deleteMirrorOf(ctx context.Context, pod *corev1.Pod) {
 	mirror := m.mirror(mirrorKey(pod))
-	if mirror == nil || mirror.Annotations[AnnConfigMirror] != pod.Annotations[AnnConfigHash] || !m.mirrorsManaged() {
+	if mirror == nil || mirror.Annotations[staticpods.AnnConfigMirror] != pod.Annotations[staticpods.AnnConfigHash] || !m.mirrorsManaged() {
 		return
 	}
 	if err := m.deleteMirror(ctx, mirror); err != nil {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-edge/tether/edge/state"
+	"github.com/tether-edge/tether/edge/staticpods"
 )
 
 // This file connects the agent's parts to the local state (localstate.go):
@@ -68,7 +69,7 @@ func (m *podManager) keep() *keepSpec {
 // goneFromState makes sure a pod deleted from the hub is stopped, even
 // when the agent has no worker for it (it was deleted before a restart).
 func (m *podManager) goneFromState(p *corev1.Pod) {
-	if isMirror(p) {
+	if staticpods.IsMirror(p) {
 		m.a.local.podRemoved(p) // never ran
 		return
 	}

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tether-edge/tether/edge/staticpods"
 )
 
 // podManager watches the pods bound to the node and runs one worker per
@@ -140,7 +142,7 @@ func (m *podManager) worker(uid types.UID, create bool) *podWorker {
 }
 
 func (m *podManager) update(p *corev1.Pod) {
-	if isMirror(p) {
+	if staticpods.IsMirror(p) {
 		m.setMirror(p)
 		return
 	}
@@ -158,7 +160,7 @@ func (m *podManager) update(p *corev1.Pod) {
 }
 
 func (m *podManager) gone(p *corev1.Pod) {
-	if isMirror(p) {
+	if staticpods.IsMirror(p) {
 		m.mirrorGone(p)
 		return
 	}

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tether-edge/tether/edge/staticpods"
 )
 
 func testService(ns, name, ip string, ports ...corev1.ServicePort) *corev1.Service {
@@ -134,7 +136,7 @@ func TestAgentServiceEnv(t *testing.T) {
 		t.Errorf("unsynced: %v", err)
 	}
 	static := pod.DeepCopy()
-	static.Annotations = map[string]string{AnnConfigSource: "file"}
+	static.Annotations = map[string]string{staticpods.AnnConfigSource: "file"}
 	if env, err := src.ServiceEnv(static); err != nil || env["KUBERNETES_SERVICE_HOST"] != "10.0.0.1" {
 		t.Errorf("static pod before the sync: %v, %v", env, err)
 	}

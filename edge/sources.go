@@ -8,6 +8,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-edge/tether/edge/staticpods"
 )
 
 // agentSources serves runtimes the ConfigMaps, Secrets, claims and volumes
@@ -100,7 +102,7 @@ func (s agentSources) ServiceEnv(pod *corev1.Pod) (map[string]string, error) {
 	if w == nil {
 		return map[string]string{}, nil
 	}
-	static := pod.Annotations[AnnConfigSource] != "" && pod.Annotations[AnnConfigSource] != "api"
+	static := pod.Annotations[staticpods.AnnConfigSource] != "" && pod.Annotations[staticpods.AnnConfigSource] != "api"
 	if !static && !w.servicesSynced() {
 		return nil, errServicesNotSynced{}
 	}

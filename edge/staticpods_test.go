@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/staticpods"
 )
 
 func staticManifest(name, image string) string {
@@ -83,7 +84,7 @@ func TestStaticPods(t *testing.T) {
 		return p.Status.Phase == corev1.PodRunning && podReady(p)
 	})
 	ann := mirror.Annotations
-	if ann[edge.AnnConfigMirror] != string(uid1) || ann[edge.AnnConfigHash] != string(uid1) || ann[edge.AnnConfigSource] != "file" || ann[edge.AnnConfigSeen] == "" {
+	if ann[staticpods.AnnConfigMirror] != string(uid1) || ann[staticpods.AnnConfigHash] != string(uid1) || ann[staticpods.AnnConfigSource] != "file" || ann[staticpods.AnnConfigSeen] == "" {
 		t.Errorf("mirror annotations %v; static pod %s", ann, uid1)
 	}
 	if o := mirror.OwnerReferences; len(o) != 1 || o[0].Kind != "Node" || o[0].Name != "edge-s" || o[0].Controller == nil || !*o[0].Controller {
@@ -114,7 +115,7 @@ func TestStaticPods(t *testing.T) {
 		return ok && rt.gone(uid1), why
 	})
 	waitPod(t, e, "web-edge-s", "mirror of the new manifest", func(p *corev1.Pod) bool {
-		return p.Annotations[edge.AnnConfigMirror] == string(uid2) && p.Spec.Containers[0].Image == "registry.example/web:2" &&
+		return p.Annotations[staticpods.AnnConfigMirror] == string(uid2) && p.Spec.Containers[0].Image == "registry.example/web:2" &&
 			p.Status.Phase == corev1.PodRunning
 	})
 
@@ -167,7 +168,7 @@ spec:
 	}
 	e.hub.Restart()
 	waitPod(t, e, "db-edge-s", "mirror pod once the hub is back", func(p *corev1.Pod) bool {
-		return p.Status.Phase == corev1.PodRunning && p.Annotations[edge.AnnConfigMirror] == string(dbUID)
+		return p.Status.Phase == corev1.PodRunning && p.Annotations[staticpods.AnnConfigMirror] == string(dbUID)
 	})
 	eventually(t, 20*time.Second, "the mirror of the removed manifest deleted", func() (bool, string) {
 		_, err := pods.Get(ctx, "keep-edge-s", metav1.GetOptions{})
