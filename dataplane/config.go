@@ -29,7 +29,9 @@ type Config struct {
 	// that arrives on the uplinks, and for connections of the node's own
 	// processes and pods, which the socket programs balance. The first
 	// IPv4 one is also the SNAT source for externalIP traffic to remote
-	// backends.
+	// backends. NodePorts and host ports also answer the processes of the
+	// node's namespace (NetnsPath) on 127.0.0.1 and ::1, never a pod's
+	// connections to its own loopback.
 	NodeIPs []netip.Addr
 	// Uplinks are the interfaces that carry NodePort and externalIP
 	// traffic. Empty: no tc programs are attached.
@@ -71,8 +73,8 @@ type Config struct {
 // the defaults in parentheses.
 type MapSizes struct {
 	// (65536) Service frontends: ClusterIP/externalIP/NodePort × port ×
-	// scope, and each NodePort once more per node address (for the
-	// node's own sockets). The socket hooks' fast table has the next power of two of
+	// scope, and each NodePort once more per node address and loopback
+	// address of its family (for the node's own sockets). The socket hooks' fast table has the next power of two of
 	// lines (64 bytes each). With ClusterIPs drawn at random, as
 	// Kubernetes draws them, a quarter-full table has 88 % of its
 	// frontends in the first line they look in and 1 % in none (left to
@@ -164,6 +166,18 @@ func nodeAddrs(ips []netip.Addr) []netip.Addr {
 		out = append(out, a)
 	}
 	return out
+}
+
+// sockAddrs returns the addresses on which NodePorts and host ports answer
+// the node's own sockets: the node addresses, and 127.0.0.1 and ::1 when
+// hostCookie names the node's network namespace, in which alone the
+// socket programs translate loopback (a pod's loopback is its own). Without
+// the cookie (Linux < 5.14 has no SO_NETNS_COOKIE) loopback is not served.
+func sockAddrs(nodeIPs []netip.Addr, hostCookie uint64) []netip.Addr {
+	if hostCookie == 0 {
+		return nodeIPs
+	}
+	return nodeAddrs(append(slices.Clone(nodeIPs), netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()))
 }
 
 // pow2Bits returns the smallest b ≥ min with 1<<b ≥ n.

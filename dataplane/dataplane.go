@@ -30,6 +30,7 @@ const labelServiceName = discoveryv1.LabelServiceName
 type Dataplane struct {
 	cfg      Config
 	nodeIPs  []netip.Addr // cfg.NodeIPs unmapped, without duplicates and unusable ones
+	sockIPs  []netip.Addr // where NodePorts answer the node's sockets: nodeIPs, loopback (sockAddrs)
 	log      *slog.Logger
 	mapsDir  string
 	linksDir string
@@ -93,6 +94,7 @@ func New(cfg Config) (*Dataplane, error) {
 	if err := inNetns(cfg.NetnsPath, func() error { cookie = netnsCookie(); return nil }); err != nil {
 		return nil, err
 	}
+	d.sockIPs = sockAddrs(d.nodeIPs, cookie)
 	objs, replaced, err := loadObjects(&d.cfg, d.mapsDir, cookie)
 	if err != nil {
 		return nil, err
@@ -315,7 +317,7 @@ func sliceService(s *discoveryv1.EndpointSlice) types.NamespacedName {
 // desiredFor computes the frontends of one owner from the recorded state.
 func (d *Dataplane) desiredFor(o ownerKey) []desiredFE {
 	if o.pod != "" {
-		return desiredHostPorts(d.hostPorts[o.pod], d.nodeIPs)
+		return desiredHostPorts(d.hostPorts[o.pod], d.sockIPs)
 	}
 	key := o.svc
 	svc := d.services[key]
@@ -329,7 +331,7 @@ func (d *Dataplane) desiredFor(o ownerKey) []desiredFE {
 			eps = append(eps, s)
 		}
 	}
-	return desiredFrontends(svc, eps, d.cfg.NodeName, d.nodeIPs)
+	return desiredFrontends(svc, eps, d.cfg.NodeName, d.sockIPs)
 }
 
 // plan adds to b what owner key needs and returns the frontends it will

@@ -8,7 +8,10 @@
 // rewrite the address that connect or sendmsg asks for into a backend, and
 // getpeername and recvmsg show the Service address again. This serves
 // ClusterIPs, externalIPs and load-balancer IPs, and NodePorts dialled on
-// one of Config.NodeIPs; post_bind keeps host processes off NodePorts.
+// one of Config.NodeIPs, or on 127.0.0.1 or ::1 in the node's own network
+// namespace (the programs compare the socket's namespace cookie with the
+// node's; a pod's loopback stays its own); post_bind keeps host processes
+// off NodePorts.
 // Traffic that arrives on Config.Uplinks for a NodePort or an externalIP
 // is translated per packet by tc programs (DNAT, and SNAT when the backend
 // runs on another node under externalTrafficPolicy Cluster). The same

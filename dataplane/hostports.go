@@ -14,8 +14,9 @@ import (
 // NodePort's with a single local backend, the pod: the tc programs
 // translate what arrives on an uplink for the node address (DNAT only,
 // the pod sees the client), the socket programs what the node's processes
-// and pods dial. As with NodePorts, a host process cannot bind a port that
-// a pod publishes on every node address.
+// and pods dial, and 127.0.0.1 or ::1 dialled in the node's namespace. As
+// with NodePorts, a host process cannot bind a port that a pod publishes
+// on every node address.
 
 // HostPort is one port a pod publishes on the node: connections to
 // HostIP:Port, or to any node address when HostIP is unset or
@@ -106,7 +107,8 @@ func (d *Dataplane) SetHostPorts(uid types.UID, ports []HostPort) error {
 // desiredHostPorts computes the frontends of one pod's host ports. Both
 // scopes are Local with the pod as their only backend; a host port on
 // every node address is the NodePort key for the uplinks and one key per
-// node address of the pod address's family for the node's sockets.
+// address of nodeIPs (the node's and loopback, sockAddrs) of the pod
+// address's family for the node's sockets.
 func desiredHostPorts(ports []HostPort, nodeIPs []netip.Addr) []desiredFE {
 	var out []desiredFE
 	add := func(ip netip.Addr, p HostPort, proto uint8, scope uint8) {

@@ -241,8 +241,8 @@ func anyAddr(v6 bool) netip.Addr {
 }
 
 // desiredFrontends computes every frontend one Service needs. nodeIPs are
-// the node's addresses (unmapped), on which its NodePorts also answer the
-// sockets of the node and its pods.
+// the addresses (unmapped) on which its NodePorts also answer the sockets
+// of the node and its pods: the node's, and loopback (sockAddrs).
 func desiredFrontends(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, node string, nodeIPs []netip.Addr) []desiredFE {
 	if !serviceHandled(svc) {
 		return nil
@@ -335,7 +335,9 @@ func desiredFrontends(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, nod
 				// dials a node address never crosses the uplink: the
 				// socket programs balance it, with the backends the
 				// tc programs use (externalTrafficPolicy Local: this
-				// node's only, refused when there is none).
+				// node's only, refused when there is none). The same
+				// for loopback, which the programs translate in the
+				// node's namespace only.
 				for _, ip := range nodeIPs {
 					if ip.Is6() == fam {
 						add(ip, sp.NodePort, scopeInternal, extFlags, external)

@@ -47,7 +47,10 @@ char __license[] SEC("license") = "Dual BSD/GPL";
  * bpf_set_retval. */
 volatile const __u8 have_set_retval = 0;
 /* Cookie of the node's own network namespace: NodePorts are protected from
- * bind() there only; pods may bind any port in their own namespaces. */
+ * bind() there only; pods may bind any port in their own namespaces. Its
+ * loopback addresses are the node's only there too: connects to them are
+ * translated from that namespace alone. 0 when the loader could not learn
+ * it (Linux < 5.14): loopback is then never translated. */
 volatile const __u64 host_netns_cookie = 0;
 /* LB_LAYOUT, which the programs do not use: the loader reads it from the
  * object and stamps it in lb_config. */
@@ -227,6 +230,24 @@ static __always_inline __u32 mix32(__u64 v)
 	h *= 0xc2b2ae35;
 	h ^= h >> 16;
 	return h;
+}
+
+/* An address in 127.0.0.0/8 (IPv4-mapped) or ::1. The last word is tested
+ * first: two comparisons of it are all that any other address costs. */
+static __always_inline int is_loopback(const struct lb_addr *a)
+{
+	if ((a->w[3] & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000))
+		return (a->w[0] | a->w[1]) == 0 && a->w[2] == bpf_htonl(0x0000ffff);
+	if (a->w[3] == bpf_htonl(1))
+		return (a->w[0] | a->w[1] | a->w[2]) == 0;
+	return 0;
+}
+
+/* 127.0.0.1 or ::1: the loopback addresses NodePorts and host ports answer
+ * on (see sock_xlate). */
+static __always_inline int is_loopback1(const struct lb_addr *a)
+{
+	return is_loopback(a) && (a->w[3] == bpf_htonl(0x7f000001) || a->w[3] == bpf_htonl(1));
 }
 
 static __always_inline int key_eq(const struct fe_key *a, const struct fe_key *b)
@@ -527,6 +548,15 @@ static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct lb_addr 
 	key.port = *port;
 	key.proto = ctx->protocol;
 	key.scope = SCOPE_INTERNAL;
+
+	/* Loopback is the node's own only in the node's namespace: there
+	 * 127.0.0.1 and ::1 reach NodePorts and host ports, as the node's
+	 * addresses do (kube-proxy's iptables rules with route_localnet). A
+	 * pod that dials its own loopback reaches its own listeners,
+	 * whatever frontend has that port. */
+	if (is_loopback(dst) &&
+	    (!host_netns_cookie || bpf_get_netns_cookie(ctx) != host_netns_cookie))
+		return 1;
 
 	/* One pick per socket, from its cookie: a TCP connection is a new
 	 * socket, and a UDP client's datagrams keep reaching the same
@@ -894,8 +924,11 @@ static __always_inline int post_bind(struct bpf_sock *ctx, struct lb_addr *ip, i
 		return 1;
 	if (!(check4 && nodeport_taken(ctx, 0)) && !(check6 && nodeport_taken(ctx, 1)))
 		return 1;
-	/* Binding to a specific address that is not a node address is fine. */
-	if ((ip->w[0] | ip->w[1] | ip->w[3]) != 0 && !bpf_map_lookup_elem(&lb_node_ips, ip))
+	/* Binding to a specific address that is not a node address is fine.
+	 * 127.0.0.1 and ::1 count as node addresses while connects to them
+	 * are translated (a known host namespace). */
+	if ((ip->w[0] | ip->w[1] | ip->w[3]) != 0 && !(host_netns_cookie && is_loopback1(ip)) &&
+	    !bpf_map_lookup_elem(&lb_node_ips, ip))
 		return 1;
 	if (have_set_retval)
 		bpf_set_retval(-EADDRINUSE);

@@ -17,8 +17,10 @@
  * take over once the new maps are filled (see loader.go). The maps of open
  * connections (lb_sk_rev, lb_sk_rnat, lb_sock_rnat, lb_ct4, lb_rct4) are
  * kept while their sizes match: a change to what their entries mean needs
- * a new map name. */
-#define LB_LAYOUT 2
+ * a new map name. Version 3: internal frontends on 127.0.0.1 and ::1
+ * answer sockets of the node's own namespace only, which programs of
+ * version 2 would not know to check. */
+#define LB_LAYOUT 3
 
 /* Scope of a frontend. Socket-level hooks see what a local socket asked for
  * (ClusterIP, externalIPs, load-balancer IPs reached from inside the node);
@@ -44,7 +46,10 @@ struct lb_addr {
 };
 
 /* A Service frontend: one (address, port, protocol) a client may use.
- * NodePorts use the all-zero address with SCOPE_EXTERNAL. */
+ * NodePorts use the all-zero address with SCOPE_EXTERNAL, and for the
+ * node's own sockets each node address, 127.0.0.1 and ::1 with
+ * SCOPE_INTERNAL; the socket hooks translate loopback addresses in the
+ * node's network namespace only. */
 struct fe_key {
 	struct lb_addr ip;
 	__u16 port;		/* network byte order */
