@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tether-edge/tether/hub"
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/internal/benchfmt"
 	"github.com/tether-edge/tether/store/postgres/pgtest"
 )
 
@@ -36,6 +38,13 @@ import (
 // watches resume from their resourceVersions); the nodes stay Ready
 // throughout; no acknowledged write is lost and each surviving hub's watch
 // gives every write once, in order.
+//
+// The times from the kill until the edges were moved, the scheduler bound
+// a pod and the controllers made a Deployment's pods are BENCH lines
+// (internal/benchfmt). With TETHER_FAILOVER_BENCH=n the leader is killed n
+// times, each killed hub restarted as a standby before the next kill, every
+// kill checked as the first, and the lines give the median, the 90th
+// percentile and the worst of the n.
 func TestFleetFailover(t *testing.T) {
 	const edges = 20
 	pg := pgtest.Start(t)
@@ -107,11 +116,91 @@ func TestFleetFailover(t *testing.T) {
 	}
 
 	// Kill the hub leading the scheduler and the controllers while a
-	// client writes through each hub and each hub watches the writes.
+	// client writes through each hub and each hub watches the writes; as
+	// a benchmark, again with each killed hub back as a standby.
+	kills := 1
+	if n, err := strconv.Atoi(os.Getenv("TETHER_FAILOVER_BENCH")); err == nil && n > 0 {
+		kills = n
+	}
 	cs := make([]kubernetes.Interface, len(hubs))
 	for i, h := range hubs {
 		cs[i] = clientOf(t, h)
 	}
+	lists := edgeLists(t, h1, edges)
+	var sched, ctrl, moved []time.Duration
+	for k := range kills {
+		if k > 0 {
+			for i, h := range hubs {
+				if cs[i] == nil {
+					h.Restart()
+					cs[i] = clientOf(t, h)
+				}
+			}
+		}
+		r := killFleetLeader(t, hubs, cs, k, edges)
+		sched, ctrl = append(sched, r.sched), append(ctrl, r.ctrl)
+		if r.edges > 0 {
+			moved = append(moved, r.moved)
+		}
+	}
+	var last *hubtest.Hub
+	for i, c := range cs {
+		if c != nil {
+			last = hubs[i]
+		}
+	}
+	after := edgeLists(t, last, edges)
+	relists := 0
+	for n, c := range after {
+		relists += c - lists[n]
+	}
+	t.Logf("full relists after the moves: %d", relists)
+	if relists != 0 {
+		t.Errorf("edges listed %d times after moving hubs (before %v, after %v)", relists, lists, after)
+	}
+	if out, err := last.Run("logs", "far", "--tail=1"); err != nil || strings.TrimSpace(out) == "" {
+		t.Errorf("kubectl logs after the move: %v %q", err, out)
+	}
+	mode := benchfmt.Mode(kills > 1)
+	for _, m := range []struct {
+		name   string
+		times  []time.Duration
+		target string
+	}{{"sched", sched, "<=15"}, {"ctrl", ctrl, "<=15"}, {"edges", moved, "<=10"}} {
+		if len(m.times) == 0 {
+			continue
+		}
+		slices.Sort(m.times)
+		extra := []string{"kills=" + strconv.Itoa(kills), "samples=" + strconv.Itoa(len(m.times)), "load=" + strings.ReplaceAll(loadavg(), " ", ",")}
+		for _, q := range []struct {
+			name string
+			p    float64
+		}{{"p50", 0.5}, {"p90", 0.9}, {"max", 1}} {
+			// Nearest rank: the smallest time at least a share p of
+			// the kills took no longer than.
+			v := m.times[max(0, int(math.Ceil(q.p*float64(len(m.times))))-1)]
+			benchfmt.Report(t, benchfmt.Figure{Name: "fleet_failover_" + m.name + "_" + q.name, Value: v.Seconds(), Unit: "s",
+				Target: m.target, Mode: mode, Extra: extra})
+		}
+	}
+}
+
+// fleetKill is what one kill of the leading hub took, from the kill: until
+// the dead hub's edges were all on the others (moved; edges is how many it
+// held), until a new pod was bound (sched), and until a new Deployment's
+// two pods existed (ctrl).
+type fleetKill struct {
+	edges              int
+	moved, sched, ctrl time.Duration
+}
+
+// killFleetLeader kills (SIGKILL) the hubs leading the scheduler and the
+// controllers, sets their clients in cs to nil, and checks that within the
+// limits another hub runs both and the dead hubs' edges are on the others,
+// that the nodes stay Ready on every survivor, and that no write
+// acknowledged through a surviving hub is lost or watched out of order.
+func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interface, round, edges int) fleetKill {
+	t.Helper()
 	lead := leaders(t, hubs, cs)
 	dead := map[int]bool{lead[hub.SchedulerLease]: true, lead[hub.ControllerManagerLease]: true}
 	var alive []int
@@ -120,17 +209,15 @@ func TestFleetFailover(t *testing.T) {
 			alive = append(alive, i)
 		}
 	}
-	survivor := hubs[alive[0]]
-	lists := edgeLists(t, survivor, edges)
-	onDead := 0
+	var r fleetKill
 	for i := range dead {
-		onDead += sessions(t, hubs[i])
+		r.edges += sessions(t, hubs[i])
 	}
-	if onDead == 0 {
+	if round == 0 && r.edges == 0 {
 		t.Fatal("no edge on the hub to kill")
 	}
-	t.Logf("killing hubs %v, leading the scheduler and the controllers, with %d edges; LISTs so far %v", slices.Collect(maps.Keys(dead)), onDead, lists)
-	load := startWriteLoad(t, cs, "writes")
+	t.Logf("round %d: killing hubs %v, leading the scheduler and the controllers, with %d edges", round, slices.Collect(maps.Keys(dead)), r.edges)
+	load := startWriteLoad(t, cs, fmt.Sprintf("writes-%d", round))
 	time.Sleep(time.Second)
 	killed := time.Now()
 	for i := range dead {
@@ -140,79 +227,71 @@ func TestFleetFailover(t *testing.T) {
 	c := cs[alive[0]]
 	ctx := t.Context()
 	// No token volume: the node would LIST the root CA ConfigMap for it,
-	// which the relist count below must not take for a relist.
+	// which the relist count must not take for a relist.
 	spec := corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false), Containers: []corev1.Container{{Name: "c", Image: "sim"}}}
-	if _, err := c.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "after"}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+	pod, dep := fmt.Sprintf("after-%d", round), fmt.Sprintf("web-%d", round)
+	if _, err := c.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{"app": "web"}
-	if _, err := c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+	labels := map[string]string{"app": dep}
+	if _, err := c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var moved, resumed time.Duration
 	notReady := 0
 	waitFleet(t, "every edge on the surviving hubs and the controllers back", 2*failoverLimit, func() bool {
-		// Sessions first, read through client-go: kubectl's start-up
-		// under load would add seconds to the figure.
+		// Read through client-go: kubectl's start-up under load would
+		// add seconds to the figures.
 		held := 0
 		for _, i := range alive {
 			held += sessionsOf(ctx, cs[i])
 		}
-		if moved == 0 && held == edges {
-			moved = time.Since(killed)
+		if r.moved == 0 && held == edges {
+			r.moved = time.Since(killed)
 		}
-		if resumed == 0 {
-			p, err := c.CoreV1().Pods("default").Get(ctx, "after", metav1.GetOptions{})
-			pods, lerr := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-			if err == nil && lerr == nil && p.Spec.NodeName != "" && len(pods.Items) == 2 {
-				resumed = time.Since(killed)
+		if r.sched == 0 {
+			if p, err := c.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+				r.sched = time.Since(killed)
 			}
 		}
-		if readyNodes(survivor) != edges {
+		if r.ctrl == 0 {
+			if pods, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + dep}); err == nil && len(pods.Items) == 2 {
+				r.ctrl = time.Since(killed)
+			}
+		}
+		if readyNodesOf(ctx, c) != edges {
 			notReady++
 		}
-		return moved > 0 && resumed > 0
+		return r.moved > 0 && r.sched > 0 && r.ctrl > 0
 	})
-	t.Logf("the %d edges of the killed hubs were on the others %v after the kill, the scheduler and controllers ran again after %v (load average %s)",
-		onDead, moved.Round(10*time.Millisecond), resumed.Round(10*time.Millisecond), loadavg())
-	if moved > 10*time.Second {
-		t.Errorf("edges took %v to move, want at most 10s", moved)
+	t.Logf("round %d: the %d edges of the killed hubs were on the others %v after the kill, the scheduler ran again after %v, the controllers after %v (load average %s)",
+		round, r.edges, r.moved.Round(10*time.Millisecond), r.sched.Round(10*time.Millisecond), r.ctrl.Round(10*time.Millisecond), loadavg())
+	if r.moved > 10*time.Second {
+		t.Errorf("round %d: edges took %v to move, want at most 10s", round, r.moved)
 	}
-	if resumed > failoverLimit {
-		t.Errorf("the scheduler and controllers took %v to resume, want at most %v", resumed, failoverLimit)
+	if back := max(r.sched, r.ctrl); back > failoverLimit {
+		t.Errorf("round %d: the scheduler and controllers took %v to resume, want at most %v", round, back, failoverLimit)
 	}
 	// The nodes stay Ready a while longer, judged on every survivor.
 	for range 10 {
 		for _, i := range alive {
-			if readyNodes(hubs[i]) != edges {
+			if readyNodesOf(ctx, cs[i]) != edges {
 				notReady++
 			}
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
 	if notReady > 0 {
-		t.Errorf("nodes not all Ready in %d checks after the kill", notReady)
+		t.Errorf("round %d: nodes not all Ready in %d checks after the kill", round, notReady)
 	}
 	for _, i := range alive {
 		if n := load.ackedThrough(i); n == 0 {
-			t.Errorf("no write acknowledged through surviving hub %d", i)
+			t.Errorf("round %d: no write acknowledged through surviving hub %d", round, i)
 		}
 	}
 	load.check(t, cs)
-	after := edgeLists(t, hubs[alive[len(alive)-1]], edges)
-	relists := 0
-	for n, c := range after {
-		relists += c - lists[n]
-	}
-	t.Logf("full relists after the move: %d", relists)
-	if relists != 0 {
-		t.Errorf("edges listed %d times after moving hubs (before %v, after %v)", relists, lists, after)
-	}
-	if out, err := survivor.Run("logs", "far", "--tail=1"); err != nil || strings.TrimSpace(out) == "" {
-		t.Errorf("kubectl logs after the move: %v %q", err, out)
-	}
+	return r
 }
 
 // startFleetEdge runs a sim edge joined through h.
@@ -253,6 +332,23 @@ func waitFleet(t *testing.T, what string, timeout time.Duration, ok func() bool)
 func readyNodes(h *hubtest.Hub) int {
 	out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}`)
 	return strings.Count(out, "True")
+}
+
+// readyNodesOf is readyNodes read through a client.
+func readyNodesOf(ctx context.Context, c kubernetes.Interface) int {
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, node := range nodes.Items {
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // freshLeases counts the node Leases h serves renewed within 20s.
