@@ -137,7 +137,7 @@ func TestFleetFailover(t *testing.T) {
 				}
 			}
 		}
-		r := killFleetLeader(t, hubs, cs, k, edges)
+		r := killFleetLeader(t, hubs, cs, k, dirs)
 		sched, ctrl = append(sched, r.sched), append(ctrl, r.ctrl)
 		if r.edges > 0 {
 			moved = append(moved, r.moved)
@@ -199,8 +199,23 @@ type fleetKill struct {
 // limits another hub runs both and the dead hubs' edges are on the others,
 // that the nodes stay Ready on every survivor, and that no write
 // acknowledged through a surviving hub is lost or watched out of order.
-func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interface, round, edges int) fleetKill {
+func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interface, round int, dirs []string) fleetKill {
 	t.Helper()
+	edges := len(dirs)
+	// An edge can move only to hubs it knows: each must know the three
+	// again, the hubs killed before included, once they are back.
+	for _, d := range dirs {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			b, err := os.ReadFile(filepath.Join(d, "hubs.json"))
+			var l struct{ Hubs []struct{ Tunnel string } }
+			if err == nil && json.Unmarshal(b, &l) == nil && len(l.Hubs) == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("before kill %d, edge %s knows the hubs %s, not the three", round, filepath.Base(d), b)
+			}
+		}
+	}
 	lead := leaders(t, hubs, cs)
 	dead := map[int]bool{lead[hub.SchedulerLease]: true, lead[hub.ControllerManagerLease]: true}
 	var alive []int
@@ -239,11 +254,15 @@ func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interfac
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	notReady := 0
-	waitFleet(t, "every edge on the surviving hubs and the controllers back", 2*failoverLimit, func() bool {
+	notReady, held := 0, 0
+	for deadline := killed.Add(2 * failoverLimit); ; time.Sleep(200 * time.Millisecond) {
 		// Read through client-go: kubectl's start-up under load would
 		// add seconds to the figures.
-		held := 0
+		if time.Now().After(deadline) {
+			t.Fatalf("round %d: after %v, %d of %d edges on the surviving hubs, a new pod bound after %v, a Deployment's pods after %v (0: not yet)",
+				round, 2*failoverLimit, held, edges, r.sched, r.ctrl)
+		}
+		held = 0
 		for _, i := range alive {
 			held += sessionsOf(ctx, cs[i])
 		}
@@ -263,8 +282,10 @@ func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interfac
 		if readyNodesOf(ctx, c) != edges {
 			notReady++
 		}
-		return r.moved > 0 && r.sched > 0 && r.ctrl > 0
-	})
+		if r.moved > 0 && r.sched > 0 && r.ctrl > 0 {
+			break
+		}
+	}
 	t.Logf("round %d: the %d edges of the killed hubs were on the others %v after the kill, the scheduler ran again after %v, the controllers after %v (load average %s)",
 		round, r.edges, r.moved.Round(10*time.Millisecond), r.sched.Round(10*time.Millisecond), r.ctrl.Round(10*time.Millisecond), loadavg())
 	if r.moved > 10*time.Second {
