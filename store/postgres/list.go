@@ -60,39 +60,34 @@ func (s *Store) list(ctx context.Context, opts store.ListOptions, after *rowcode
 		where += fmt.Sprintf(` AND (o.namespace, o.name) > ($%d, $%d)`, len(args)-1, len(args))
 	}
 	filtered := (opts.Label != nil && !opts.Label.Empty()) || (opts.Field != nil && !opts.Field.Empty())
-	q := `SELECT o.namespace, o.name, o.rev, l.value, l.labels, l.fields
+	q := `SELECT ` + listColumns + `
 		FROM tether_objects o JOIN tether_log l ON l.rev = o.rev
 		WHERE ` + where + ` ORDER BY o.namespace, o.name`
 	if opts.Limit > 0 && !filtered {
 		q += fmt.Sprintf(` LIMIT %d`, opts.Limit)
 	}
-	rows, err := tx.Query(ctx, q, args...)
+	rows, err := tx.Query(ctx, q, append(s.binaryResults(), args...)...)
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("list %s: %w", opts.Resource, unavailable(err))
 	}
 	res := store.ListResult{Revision: rev, Objects: []store.Object{}}
 	full := false
+	dec := newListDecoder(opts.Resource)
+	var keep func(labels, fields map[string]string) bool
+	if filtered {
+		keep = func(l, f map[string]string) bool { return store.Matches(opts.Label, opts.Field, l, f) }
+	}
 	for rows.Next() {
 		if opts.Limit > 0 && int64(len(res.Objects)) == opts.Limit {
 			full = true
 			break
 		}
-		o := store.Object{Key: store.Key{Resource: opts.Resource}}
-		var lb, fb []byte
-		if err := rows.Scan(&o.Namespace, &o.Name, &o.Revision, &o.Value, &lb, &fb); err != nil {
+		o, ok, err := dec.decodeRow(rows, keep)
+		if err != nil {
 			rows.Close()
-			return store.ListResult{}, fmt.Errorf("list %s: %w", opts.Resource, unavailable(err))
+			return store.ListResult{}, fmt.Errorf("list %s: %w", opts.Resource, err)
 		}
-		o.Value = nonNil(o.Value)
-		if o.Labels, err = rowcodec.DecodeMap(lb); err != nil {
-			rows.Close()
-			return store.ListResult{}, fmt.Errorf("list %s: labels of %v: %w", opts.Resource, o.Key, err)
-		}
-		if o.Fields, err = rowcodec.DecodeMap(fb); err != nil {
-			rows.Close()
-			return store.ListResult{}, fmt.Errorf("list %s: fields of %v: %w", opts.Resource, o.Key, err)
-		}
-		if filtered && !store.Matches(opts.Label, opts.Field, o.Labels, o.Fields) {
+		if !ok {
 			continue
 		}
 		res.Objects = append(res.Objects, o)

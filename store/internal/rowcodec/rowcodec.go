@@ -41,6 +41,13 @@ var errCorrupt = errors.New("corrupt map encoding")
 
 // DecodeMap reads a map EncodeMap wrote.
 func DecodeMap(b []byte) (map[string]string, error) {
+	return DecodeMapWith(b, nil)
+}
+
+// DecodeMapWith reads a map EncodeMap wrote, turning keys and values into
+// strings with str, which may hand out one string for equal bytes; nil
+// converts each on its own.
+func DecodeMapWith(b []byte, str func([]byte) string) (map[string]string, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -55,9 +62,12 @@ func DecodeMap(b []byte) (map[string]string, error) {
 		if k <= 0 || uint64(len(b)-k) < l {
 			return "", errCorrupt
 		}
-		s := string(b[k : k+int(l)])
+		field := b[k : k+int(l)]
 		b = b[k+int(l):]
-		return s, nil
+		if str == nil {
+			return string(field), nil
+		}
+		return str(field), nil
 	}
 	for range n {
 		key, err := next()
