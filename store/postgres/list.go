@@ -60,12 +60,21 @@ func (s *Store) list(ctx context.Context, opts store.ListOptions, after *rowcode
 		where += fmt.Sprintf(` AND (o.namespace, o.name) > ($%d, $%d)`, len(args)-1, len(args))
 	}
 	filtered := (opts.Label != nil && !opts.Label.Empty()) || (opts.Field != nil && !opts.Field.Empty())
-	q := `SELECT ` + listColumns + `
-		FROM tether_objects o JOIN tether_log l ON l.rev = o.rev
-		WHERE ` + where + ` ORDER BY o.namespace, o.name`
+	// The keys are ordered (and limited) before the values are fetched,
+	// each by the log's primary key: ordering the joined rows would sort
+	// every value, on disk beyond work_mem, and the planner, with stale
+	// statistics of a table that just grew, picks that sort. Both
+	// subqueries are fenced with OFFSET 0 so that it cannot flatten them
+	// back into one join; the nested loop keeps the keys' order.
+	limit := ""
 	if opts.Limit > 0 && !filtered {
-		q += fmt.Sprintf(` LIMIT %d`, opts.Limit)
+		limit = fmt.Sprintf(` LIMIT %d`, opts.Limit)
 	}
+	q := `SELECT ` + listColumns + `
+		FROM (SELECT o.namespace, o.name, o.rev FROM tether_objects o
+			WHERE ` + where + ` ORDER BY o.namespace, o.name` + limit + ` OFFSET 0) o
+		CROSS JOIN LATERAL (SELECT value, labels, fields FROM tether_log WHERE rev = o.rev OFFSET 0) l
+		ORDER BY o.namespace, o.name`
 	rows, err := tx.Query(ctx, q, append(s.binaryResults(), args...)...)
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("list %s: %w", opts.Resource, unavailable(err))
