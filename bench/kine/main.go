@@ -2,7 +2,8 @@
 // (or the datastore -endpoint names, e.g. PostgreSQL),
 // started in-process with endpoint.Listen and reached through an etcd v3
 // client, the way k3s runs its API server on kine. It prints the result as
-// JSON on stdout.
+// JSON on stdout. With -watch-id it is instead one server of the two-writer
+// watch workload, driven over standard input and output (see watch.go).
 package main
 
 import (
@@ -41,6 +42,9 @@ func run() error {
 		sync    string
 		// datastore: kine's datastore endpoint; empty means SQLite in dir.
 		datastore string
+		// wcfg: the two-writer watch workload instead of storebench.Run.
+		wcfg    storebench.WatchConfig
+		prepare bool
 	)
 	flag.StringVar(&cfg.Name, "name", "", "result name (default kine, or kine-full with -synchronous=FULL)")
 	flag.IntVar(&cfg.Objects, "objects", 10000, "pods created and updated per write phase")
@@ -49,6 +53,10 @@ func run() error {
 	flag.StringVar(&dir, "dir", "", "data directory (default: a new temporary one, removed afterwards)")
 	flag.StringVar(&sync, "synchronous", "", "override _synchronous in kine's default DSN (e.g. FULL)")
 	flag.StringVar(&datastore, "endpoint", "", "kine's datastore endpoint instead of SQLite in -dir, e.g. postgres://...")
+	flag.StringVar(&wcfg.ID, "watch-id", "", "run as one server of the two-writer watch workload under this id (see watch.go)")
+	flag.Float64Var(&wcfg.Rate, "watch-rate", 50, "writes per second of this server in the watch workload")
+	flag.DurationVar(&wcfg.Duration, "watch-duration", 10*time.Second, "how long this server writes in the watch workload")
+	flag.BoolVar(&prepare, "watch-prepare", false, "create the pods every server updates before starting")
 	flag.Parse()
 	ws, err := storebench.ParseWriters(writers)
 	if err != nil {
@@ -120,6 +128,9 @@ func run() error {
 			}
 			return st.DbSize, nil
 		}
+	}
+	if wcfg.ID != "" {
+		return serveWatch(ctx, t, wcfg, prepare, os.Stdin, os.Stdout)
 	}
 	res, err := storebench.Run(ctx, t, cfg)
 	if err != nil {

@@ -29,18 +29,27 @@ func pgSize(ctx context.Context, dsn string) (int64, error) {
 	return n, err
 }
 
-// TestComparePostgres runs the workload against tether's PostgreSQL backend
-// and kine over PostgreSQL, each on its own database of one throw-away
-// cluster, and prints the comparison. Short by default; -storebench.full
-// runs the full workload.
+// TestComparePostgres compares tether's PostgreSQL backend with kine over
+// PostgreSQL, each on its own databases of one throw-away cluster: the
+// storebench workload (Workload) and two servers sharing a database while
+// their watches follow each other's writes (TwoWriterWatch, see
+// compare_watch_test.go). Short by default; -storebench.full runs the full
+// workloads.
 func TestComparePostgres(t *testing.T) {
 	pg := pgtest.Start(t)
+	kineBin := filepath.Join(t.TempDir(), "kinebench")
+	buildPeer(t, "kine", kineBin)
+	t.Run("Workload", func(t *testing.T) { comparePostgresWorkload(t, pg, kineBin) })
+	t.Run("TwoWriterWatch", func(t *testing.T) { compareTwoWriterWatch(t, pg, kineBin) })
+}
+
+// comparePostgresWorkload runs the storebench workload against tether's
+// PostgreSQL backend and kine and prints the comparison.
+func comparePostgresWorkload(t *testing.T, pg *pgtest.Cluster, kineBin string) {
 	cfg := storebench.Config{Objects: 1000, Writers: []int{1, 16, 64}, Lists: 5}
 	if *full {
 		cfg = storebench.Config{Objects: 10000, Writers: []int{1, 16, 64}, Lists: 50}
 	}
-	kineBin := filepath.Join(t.TempDir(), "kinebench")
-	buildPeer(t, "kine", kineBin)
 	ctx := context.Background()
 	var teth, kine []storebench.Result
 	for range max(1, *runs) {
