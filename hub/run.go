@@ -48,7 +48,11 @@ import (
 // reverse order.
 func (h *Hub) Run(ctx context.Context) (err error) {
 	r := &run{h: h, cfg: h.cfg}
-	defer func() { err = errors.Join(err, r.close()) }()
+	defer func() {
+		t := time.Now()
+		err = errors.Join(err, r.close())
+		r.h.log.Info("closed", "took", time.Since(t).Round(time.Millisecond))
+	}()
 	if err := r.open(ctx); err != nil {
 		return err
 	}
@@ -493,17 +497,27 @@ func (r *run) startControllerManager(ctx context.Context) (func(), error) {
 // their watches break, and the port closes before the watches in flight
 // end.
 func (r *run) shutdown() {
+	began := time.Now()
 	r.h.log.Info("shutting down")
+	// step runs one step of the shutdown and logs how long it took: a
+	// restart is an outage for every client, and these say where it goes.
+	step := func(name string, f func()) {
+		t := time.Now()
+		f()
+		r.h.log.Info("shutdown step done", "step", name, "took", time.Since(t).Round(time.Millisecond))
+	}
 	// Tell edges to come back spread over the drain window rather than
 	// all at once when the hub is back, then let them go.
-	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = r.edges.Drain(drainCtx, r.cfg.DrainWindow)
-	cancelDrain()
+	step("drain edges", func() {
+		drainCtx, cancelDrain := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = r.edges.Drain(drainCtx, r.cfg.DrainWindow)
+		cancelDrain()
+	})
 	// Close what is left explicitly, so every edge gets a close frame now
 	// instead of finding out by its idle timeout after the socket is gone.
-	_ = r.edges.Close()
-	r.stopSched()
-	r.stopCtrl() // before requests end, so the controllers see no broken watches
+	step("close tunnels", func() { _ = r.edges.Close() })
+	step("stop scheduler", r.stopSched)
+	step("stop controllers", r.stopCtrl) // before requests end, so the controllers see no broken watches
 
 	// Close the door before ending the watches in flight. Shutdown closes
 	// the listener and tells HTTP/2 clients (GOAWAY) to open no new
@@ -511,21 +525,24 @@ func (r *run) shutdown() {
 	// client-go retries from its resourceVersion. Were the door still open,
 	// its new watch would end at once, and client-go answers a watch that
 	// ends within a second with a full re-list.
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	shutDone := make(chan error, 1)
-	go func() { shutDone <- r.srv.Shutdown(shutCtx) }()
-	tunnelShutDone := make(chan error, 1)
-	go func() { tunnelShutDone <- r.tunnelHTTP.Shutdown(shutCtx) }()
-	time.Sleep(200 * time.Millisecond) // the GOAWAYs go out from goroutines of their own
-	r.cancelRequests()                 // ends watches and streams so Shutdown need not wait for them
-	if err := <-shutDone; err != nil {
-		_ = r.srv.Close()
-	}
-	if err := <-tunnelShutDone; err != nil {
-		_ = r.tunnelHTTP.Close()
-	}
-	r.stopBackground()
+	step("shut down HTTP", func() {
+		shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shutDone := make(chan error, 1)
+		go func() { shutDone <- r.srv.Shutdown(shutCtx) }()
+		tunnelShutDone := make(chan error, 1)
+		go func() { tunnelShutDone <- r.tunnelHTTP.Shutdown(shutCtx) }()
+		time.Sleep(200 * time.Millisecond) // the GOAWAYs go out from goroutines of their own
+		r.cancelRequests()                 // ends watches and streams so Shutdown need not wait for them
+		if err := <-shutDone; err != nil {
+			_ = r.srv.Close()
+		}
+		if err := <-tunnelShutDone; err != nil {
+			_ = r.tunnelHTTP.Close()
+		}
+	})
+	step("stop background work", r.stopBackground)
+	r.h.log.Info("shut down; closing the stores", "took", time.Since(began).Round(time.Millisecond))
 }
 
 // startSigner runs the kubernetes.io/kube-apiserver-client signer, a
