@@ -159,9 +159,19 @@ func (m *yamuxMux) close(code uint64, msg string) {
 		m.closeErr = &connClosedError{code: code, msg: msg}
 	}
 	m.mu.Unlock()
+	// yamux's close, and TLS's close_notify after it, wait for a write in
+	// progress; a peer that reads nothing (its buffers full, its process
+	// stalled) would hold them for as long as it stalls. Give them a
+	// moment, then drop the socket under them.
+	drop := time.AfterFunc(yamuxCloseGrace, func() { _ = m.tc.NetConn().Close() })
+	defer drop.Stop()
 	m.s.Close()
 	m.tc.Close()
 }
+
+// yamuxCloseGrace is how long closing a yamux session may wait for the
+// writes in progress before its socket is closed under them.
+const yamuxCloseGrace = time.Second
 
 func (m *yamuxMux) done() <-chan struct{} { return m.s.CloseChan() }
 

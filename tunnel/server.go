@@ -545,6 +545,9 @@ func (s *Server) Probe(ctx context.Context, node string) error {
 	}
 }
 
+// goAwayWriters bounds the goaways Drain writes at once.
+const goAwayWriters = 32
+
 // Drain sends every edge a GoAway with the reconnect window, refuses new
 // connections, and returns once all edges are gone or ctx is done.
 func (s *Server) Drain(ctx context.Context, window time.Duration) error {
@@ -556,9 +559,29 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 	}
 	s.mu.Unlock()
 	s.log.Info("draining", "sessions", len(sessions), "window", window)
-	for _, ss := range sessions {
-		ss.goAway(window)
+	// The goaways go out a few at a time, each bounded by ctx: over TCP a
+	// write waits for the edge's window, and one stuck edge must not hold
+	// up the others or the drain.
+	began := time.Now()
+	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
+	next := make(chan *Session)
+	var wg sync.WaitGroup
+	for range min(goAwayWriters, len(sessions)) {
+		wg.Go(func() {
+			for ss := range next {
+				ss.goAway(deadline, window)
+			}
+		})
+	}
+	for _, ss := range sessions {
+		next <- ss
+	}
+	close(next)
+	wg.Wait()
+	s.log.Debug("sent goaways", "sessions", len(sessions), "took", time.Since(began).Round(time.Millisecond))
 	for {
 		s.mu.Lock()
 		n, ch := len(s.sessions), s.changed
@@ -574,6 +597,9 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 	}
 }
 
+// closeWait bounds how long Close waits for the sessions' close frames.
+const closeWait = 3 * time.Second
+
 // Close disconnects every edge and stops all serving; it is idempotent.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -582,6 +608,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	began := time.Now()
 	sessions := make([]*Session, 0, len(s.sessions))
 	for _, ss := range s.sessions {
 		sessions = append(sessions, ss)
@@ -596,11 +623,29 @@ func (s *Server) Close() error {
 	}
 	// Sessions first, each with its close frame: closedCh stops the QUIC
 	// transports, which would drop their connections without one.
-	var wg sync.WaitGroup
+	// The wait is bounded: a session whose close is stuck on its peer
+	// must not hold up the hub's stop; closing the transports below ends
+	// it without a close frame.
+	var left atomic.Int64
+	left.Store(int64(len(sessions)))
+	allClosed := make(chan struct{})
 	for _, ss := range sessions {
-		wg.Go(func() { ss.teardown(codeShutdown, ErrServerClosed) })
+		go func() {
+			ss.teardown(codeShutdown, ErrServerClosed)
+			if left.Add(-1) == 0 {
+				close(allClosed)
+			}
+		}()
 	}
-	wg.Wait()
+	if len(sessions) > 0 {
+		t := time.NewTimer(closeWait)
+		select {
+		case <-allClosed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	s.log.Info("closed sessions", "sessions", len(sessions), "unfinished", left.Load(), "took", time.Since(began).Round(time.Millisecond))
 	close(s.closedCh)
 	s.ln.Close()
 	return nil

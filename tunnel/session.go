@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -251,16 +252,23 @@ func (s *Session) controlLoop() error {
 }
 
 func (s *Session) writeControl(typ byte, payload []byte) error {
+	return s.writeControlBy(time.Now().Add(s.srv.cfg.HandshakeTimeout), typ, payload)
+}
+
+// writeControlBy writes a control frame, giving up at deadline.
+func (s *Session) writeControlBy(deadline time.Time, typ byte, payload []byte) error {
 	s.ctrlMu.Lock()
 	defer s.ctrlMu.Unlock()
-	s.ctrl.SetWriteDeadline(time.Now().Add(s.srv.cfg.HandshakeTimeout))
+	s.ctrl.SetWriteDeadline(deadline)
 	_, err := s.ctrl.rawWrite(appendFrame(nil, typ, payload))
 	return err
 }
 
-func (s *Session) goAway(window time.Duration) {
-	if err := s.writeControl(frameGoAway, marshalGoAway(uint64(window.Milliseconds()))); err != nil {
-		s.srv.log.Info("send goaway", "node", s.node, "err", err)
+// goAway tells the edge to reconnect within window, giving up at deadline:
+// an edge that does not take the frame by then gets the close frame.
+func (s *Session) goAway(deadline time.Time, window time.Duration) {
+	if err := s.writeControlBy(deadline, frameGoAway, marshalGoAway(uint64(window.Milliseconds()))); err != nil {
+		s.srv.log.Debug("send goaway", "node", s.node, "err", err)
 	}
 }
 
@@ -404,7 +412,14 @@ func (s *Session) teardown(code uint64, cause error) {
 			srv.notifyLocked()
 		}
 		srv.mu.Unlock()
-		srv.log.Info("edge disconnected", "node", s.node, "transport", s.peer.Transport, "err", cause)
+		// A hub that stops closes every session at once and says so in
+		// one line (see Close): a line per edge would be thousands, and
+		// a slow log sink would hold the stop up writing them.
+		level := slog.LevelInfo
+		if errors.Is(cause, ErrServerClosed) {
+			level = slog.LevelDebug
+		}
+		srv.log.Log(context.Background(), level, "edge disconnected", "node", s.node, "transport", s.peer.Transport, "err", cause)
 		if srv.cfg.OnDisconnect != nil {
 			srv.cfg.OnDisconnect(s, cause)
 		}
