@@ -28,9 +28,14 @@ var (
 	hollowIdle   = flag.Duration("hollow.idle", 15*time.Second, "how long the connected fleet idles while the hub's CPU is measured")
 )
 
+// hubExitLimit is how long TestHollowFleet allows the hub to exit after
+// SIGTERM with the whole fleet connected.
+const hubExitLimit = 10 * time.Second
+
 // TestHollowFleet joins a fleet of hollow nodes to a real hub, runs pods on
 // them, restarts the hub, and checks that every node reconnects within 30s
-// and that no reflector re-lists.
+// and that no reflector re-lists; the hub must exit within hubExitLimit
+// of SIGTERM with the whole fleet connected.
 func TestHollowFleet(t *testing.T) {
 	n := *hollowN
 	// A handshake budget that makes the fleet's return take a few seconds
@@ -81,6 +86,14 @@ func TestHollowFleet(t *testing.T) {
 		}
 	}()
 
+	// A failed run stops the hub before hubtest would, to show how its
+	// shutdown went.
+	t.Cleanup(func() {
+		if t.Failed() {
+			h.Stop()
+			t.Logf("the hub's shutdown:\n%s", shutdownLog(h.Logs()))
+		}
+	})
 	w := &waiter{t: t, start: time.Now()}
 	// fleet waits on the fleet's counters; count says how far it got.
 	fleet := func(what string, count func(hollow.Stats) int) func() (int, int, string) {
@@ -166,7 +179,15 @@ func TestHollowFleet(t *testing.T) {
 	// when it took longer); how long it took is measured here.
 	stopping := time.Now()
 	h.Stop()
-	t.Logf("the hub exited %v after SIGTERM (load average %s)", time.Since(stopping).Round(time.Millisecond), loadAverage())
+	exited := time.Since(stopping)
+	t.Logf("the hub exited %v after SIGTERM at %s (load average %s); its shutdown:\n%s",
+		exited.Round(time.Millisecond), stopping.UTC().Format(time.RFC3339Nano), loadAverage(), shutdownLog(h.Logs()))
+	// A hub's stop is an outage for every client: its 2s drain and the
+	// closing of sessions, servers and stores, a few seconds in all.
+	if exited > hubExitLimit {
+		t.Errorf("deadline %v broken: the hub exited %v after SIGTERM with %d edges connected (load average %s); its shutdown steps are logged above",
+			hubExitLimit, exited.Round(time.Millisecond), n, loadAverage())
+	}
 	// The hub sends every edge a goaway, then closes its session with a
 	// close frame before it exits, so the fleet knows at once; only an edge
 	// whose close frame was lost would wait for its idle timeout (45 s).
@@ -301,4 +322,18 @@ func hubGauge(t *testing.T, client kubernetes.Interface, name string) int {
 	}
 	t.Fatalf("no %s in the hub's metrics", name)
 	return 0
+}
+
+// shutdownLog returns the lines of a hub's log that time its shutdown.
+func shutdownLog(logs string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(logs, "\n") {
+		for _, m := range []string{"shutting down", "shutdown step", "shut down", "draining", "msg=closed", "sent goaways", "closed sessions"} {
+			if strings.Contains(line, m) {
+				b.WriteString("  " + line + "\n")
+				break
+			}
+		}
+	}
+	return b.String()
 }
