@@ -183,10 +183,15 @@ func TestHollowFleet(t *testing.T) {
 	t.Logf("the hub exited %v after SIGTERM at %s (load average %s); its shutdown:\n%s",
 		exited.Round(time.Millisecond), stopping.UTC().Format(time.RFC3339Nano), loadAverage(), shutdownLog(h.Logs()))
 	// A hub's stop is an outage for every client: its 2s drain and the
-	// closing of sessions, servers and stores, a few seconds in all.
-	if exited > hubExitLimit {
-		t.Errorf("deadline %v broken: the hub exited %v after SIGTERM with %d edges connected (load average %s); its shutdown steps are logged above",
-			hubExitLimit, exited.Round(time.Millisecond), n, loadAverage())
+	// closing of sessions, servers and stores, a few seconds in all. The
+	// bound is on the hub's own account, from its first shutdown line to
+	// its last: this process, which runs every hollow agent, can be so
+	// short of CPU that it notices the exit many seconds late.
+	if hubTook, err := shutdownTook(h.Logs()); err != nil {
+		t.Errorf("the hub's shutdown: %v", err)
+	} else if hubTook > hubExitLimit {
+		t.Errorf("deadline %v broken: the hub took %v from SIGTERM to its stores closed with %d edges connected (load average %s); its shutdown steps are logged above",
+			hubExitLimit, hubTook.Round(time.Millisecond), n, loadAverage())
 	}
 	// The hub sends every edge a goaway, then closes its session with a
 	// close frame before it exits, so the fleet knows at once; only an edge
@@ -322,6 +327,32 @@ func hubGauge(t *testing.T, client kubernetes.Interface, name string) int {
 	}
 	t.Fatalf("no %s in the hub's metrics", name)
 	return 0
+}
+
+// shutdownTook returns how long the hub's last shutdown took by its own
+// log: from its "shutting down" line to its "closed" line.
+func shutdownTook(logs string) (time.Duration, error) {
+	var began, ended time.Time
+	for _, line := range strings.Split(logs, "\n") {
+		at := func() time.Time {
+			f := strings.Fields(line)
+			if len(f) == 0 || !strings.HasPrefix(f[0], "time=") {
+				return time.Time{}
+			}
+			ts, _ := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+			return ts
+		}
+		switch {
+		case strings.Contains(line, `msg="shutting down"`):
+			began, ended = at(), time.Time{}
+		case strings.Contains(line, "msg=closed "):
+			ended = at()
+		}
+	}
+	if began.IsZero() || ended.IsZero() {
+		return 0, fmt.Errorf("no timed \"shutting down\" and \"closed\" lines in the hub's log")
+	}
+	return ended.Sub(began), nil
 }
 
 // shutdownLog returns the lines of a hub's log that time its shutdown.
