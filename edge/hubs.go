@@ -175,6 +175,7 @@ func (f *hubFleet) merge(answer []hubEntry) error {
 	}
 	return nil
 }
+
 // hubsLoop refreshes the fleet after every connect (connected receives
 // one value each) and every hubsRefresh while connected.
 func (a *Agent) hubsLoop(ctx context.Context, connected <-chan struct{}) {
