@@ -336,11 +336,24 @@ func (cs *clientSession) serveDial(st rawStream) {
 // pair per tunneled connection, so each stream's flow control reaches the
 // local socket and no connection waits on another. A graceful end is
 // passed on as a half-close, a failure as a reset.
+//
+// A local end that closed while the peer was still sending is not a
+// failure of what it wrote before: a node server that writes an exec's
+// exit status and closes must have that status delivered, though the
+// client's last frames arrive after the close. The rest of the peer's data
+// is then read and dropped, for at most drainGrace, and the stream ends
+// gracefully; a reset would discard the status still in flight.
 func pipe(local net.Conn, sc *streamConn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if _, err := io.Copy(local, sc); err != nil {
+		lw := &localWriter{w: local}
+		if _, err := io.Copy(lw, sc); err != nil {
+			if lw.err != nil {
+				_ = sc.SetReadDeadline(time.Now().Add(drainGrace))
+				_, _ = io.Copy(io.Discard, sc)
+				return
+			}
 			abortConn(local)
 			sc.abort(codeAborted)
 			return
@@ -358,6 +371,25 @@ func pipe(local net.Conn, sc *streamConn) {
 	<-done
 	local.Close()
 	sc.Close()
+}
+
+// drainGrace bounds how long pipe reads and drops a peer's data once the
+// local end can take no more.
+const drainGrace = 5 * time.Second
+
+// localWriter remembers the error of a write to the local end, which tells
+// pipe that the local end, not the stream, failed.
+type localWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (l *localWriter) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	if err != nil {
+		l.err = err
+	}
+	return n, err
 }
 
 // abortConn closes a TCP conn with a reset so the local peer, too, sees an
