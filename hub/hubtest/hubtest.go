@@ -1,8 +1,8 @@
 // Package hubtest runs a real tether hub process and a real kubectl against
 // it, for end-to-end tests. The binaries are built once per test process:
-// tether from ./cmd/tether (or taken from $TETHER_BIN when set: the test
-// script links it once for every package, which otherwise each link their
-// own), kubectl from the pinned k8s.io/kubectl module in
+// tether from ./cmd/tether (or copied from $TETHER_BIN when set: the test
+// script links it once for all packages instead of once per package),
+// kubectl from the pinned k8s.io/kubectl module in
 // tools/kubectl (or taken from $TETHER_KUBECTL when set), and Helm likewise
 // from tools/helm (or $TETHER_HELM); Helm 3, cert-manager's controller and
 // the sample operator from tools/helm3, tools/certmanager and
