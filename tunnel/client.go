@@ -78,6 +78,11 @@ type ClientConfig struct {
 	// HandshakeTimeout bounds a QUIC handshake without any answer, the
 	// TCP+TLS handshake, and the wait for the hub's welcome. If zero, 5s.
 	HandshakeTimeout time.Duration
+	// DialStagger is how long a connect waits for the hub it dials before
+	// it dials the next hub of the fleet as well (Addrs); the first to
+	// welcome the edge wins. A dead hub then costs the edge this long,
+	// not HandshakeTimeout. If zero, 1s.
+	DialStagger time.Duration
 	// IdleTimeout closes a connection without traffic; the effective value
 	// is the smaller of hub's and edge's. If zero, 45s.
 	IdleTimeout time.Duration
@@ -141,6 +146,7 @@ func (c *ClientConfig) setDefaults() error {
 	setDur(&c.BackoffCap, 60*time.Second)
 	setDur(&c.BackoffReset, 2*time.Minute)
 	setDur(&c.HandshakeTimeout, 5*time.Second)
+	setDur(&c.DialStagger, time.Second)
 	setDur(&c.IdleTimeout, 45*time.Second)
 	setDur(&c.DialWait, 30*time.Second)
 	setInt(&c.StreamWindow, 4<<20)
@@ -296,7 +302,7 @@ func (c *Client) Run(ctx context.Context) error {
 			if onTCP && (c.cfg.ForceTCP || time.Since(fellBack) < c.cfg.QUICProbeInterval) {
 				transport = TransportTCP
 			}
-			cs, err := c.connect(ctx, transport)
+			cs, err := c.connectFleet(ctx, transport)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -420,7 +426,7 @@ func (c *Client) hold(ctx context.Context, cs *clientSession) (replacement *clie
 			}
 			// Make before break: another hub replica may take us now.
 			c.moveOn()
-			ns, err := c.connect(ctx, cs.m.transport())
+			ns, err := c.connectFleet(ctx, cs.m.transport())
 			cs.close(codeConnClosed, errGoAway)
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("%w; reconnect: %w", errGoAway, err)
@@ -429,7 +435,7 @@ func (c *Client) hold(ctx context.Context, cs *clientSession) (replacement *clie
 		case <-probeC:
 			probing = true
 			go func() {
-				ns, err := c.connect(ctx, TransportQUIC)
+				ns, err := c.connect(ctx, TransportQUIC, cs.addr)
 				if err != nil {
 					c.log.Debug("quic probe failed", "err", err)
 					ns = nil

@@ -54,11 +54,11 @@ type clientSession struct {
 	once   sync.Once
 }
 
-// connect dials the hub over one transport and runs the hello exchange.
-func (c *Client) connect(ctx context.Context, transport string) (*clientSession, error) {
+// connect dials the hub at addr over one transport and runs the hello
+// exchange.
+func (c *Client) connect(ctx context.Context, transport, addr string) (*clientSession, error) {
 	hctx, cancel := context.WithTimeout(ctx, 3*c.cfg.HandshakeTimeout)
 	defer cancel()
-	addr := c.Addr()
 	cs := &clientSession{
 		c:          c,
 		addr:       addr,
