@@ -73,7 +73,13 @@ type ClientConfig struct {
 	// BackoffBase, BackoffCap and BackoffReset shape the full-jitter
 	// exponential reconnect backoff: the n-th wait is uniform in
 	// [0, min(cap, base·2^n)), and n resets after a connection lasted
-	// BackoffReset. If zero, 1s, 60s and 2m.
+	// BackoffReset. A session that long shows the hub served: losing it is
+	// a new outage, whose first attempt is drawn from the base window. A
+	// hub that admits edges and drops them soon after keeps the waits
+	// growing; a fleet returning together is spread by the jitter and held
+	// to the hub's handshake rate by its admission control. If zero, 1s,
+	// 60s and, for BackoffReset, the session's idle timeout: three of its
+	// heartbeat intervals, each of which the hub answered.
 	BackoffBase, BackoffCap, BackoffReset time.Duration
 	// HandshakeTimeout bounds a QUIC handshake without any answer, the
 	// TCP+TLS handshake, and the wait for the hub's welcome. If zero, 5s.
@@ -144,7 +150,6 @@ func (c *ClientConfig) setDefaults() error {
 	setDur(&c.QUICProbeInterval, 5*time.Minute)
 	setDur(&c.BackoffBase, time.Second)
 	setDur(&c.BackoffCap, 60*time.Second)
-	setDur(&c.BackoffReset, 2*time.Minute)
 	setDur(&c.HandshakeTimeout, 5*time.Second)
 	setDur(&c.DialStagger, time.Second)
 	setDur(&c.IdleTimeout, 45*time.Second)
@@ -354,7 +359,7 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 			return nil
 		}
-		if time.Since(start) >= c.cfg.BackoffReset {
+		if time.Since(start) >= c.backoffReset(cs) {
 			bo.reset()
 		}
 		if replacement != nil {
@@ -377,6 +382,15 @@ func (c *Client) Run(ctx context.Context) error {
 			wait = max(time.Until(resumeAt), 0)
 		}
 	}
+}
+
+// backoffReset returns how long cs must have lasted to reset the reconnect
+// backoff: BackoffReset, or by default the session's idle timeout.
+func (c *Client) backoffReset(cs *clientSession) time.Duration {
+	if c.cfg.BackoffReset > 0 {
+		return c.cfg.BackoffReset
+	}
+	return 3 * cs.heartbeat
 }
 
 // hold watches an established session. It returns a replacement session
