@@ -6,7 +6,7 @@
 # tests (the privileged ones for real when root) and runs each fuzz target
 # briefly.
 #
-#   TETHER_FUZZTIME   how long each fuzz target runs (default 10s)
+#   TETHER_FUZZTIME   how long each fuzz target runs (default 5s)
 #   TETHER_TEST_ARGS  extra arguments for `go test` (e.g. -run TestKubectl)
 #   TETHER_STEPS      the steps to run, space-separated (default: all of
 #                     gofmt vet staticcheck test race fuzz)
@@ -183,7 +183,7 @@ fi
 
 if step fuzz; then
 echo "== fuzz"
-fuzztime=${TETHER_FUZZTIME:-10s}
+fuzztime=${TETHER_FUZZTIME:-5s}
 # fuzz_one runs one target. A failing input is always written to
 # testdata/fuzz/<target>/ and fails the run. Go 1.26's fuzzing coordinator
 # can also end a clean run with a bare "context deadline exceeded" when the
