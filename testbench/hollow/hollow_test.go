@@ -42,7 +42,11 @@ func TestHollowFleet(t *testing.T) {
 	// whatever its size, so that the test shows admission control at work.
 	rate := max(10, n/5)
 	burst := rate / 2
-	hubArgs := []string{fmt.Sprintf("--tunnel-handshake-rate=%d", rate), fmt.Sprintf("--tunnel-handshake-burst=%d", burst)}
+	hubArgs := []string{fmt.Sprintf("--tunnel-handshake-rate=%d", rate), fmt.Sprintf("--tunnel-handshake-burst=%d", burst),
+		// Room for a /24 per node: the default /16 holds 256 nodes,
+		// and a node registered after those has no pod CIDR to run
+		// pods in, as upstream's node IPAM would leave it.
+		"--cluster-cidr=" + clusterCIDRFor(n)}
 	started := time.Now()
 	h := hubtest.Start(t, hubArgs...)
 	t.Logf("hub built and ready in %v (load average %s)", time.Since(started).Round(time.Millisecond), loadAverage())
@@ -66,7 +70,15 @@ func TestHollowFleet(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	goroutinesBefore := runtime.NumGoroutine()
 
+	pods := min(*hollowPods, n)
+	// The nodes that run pods keep their logs, to tell why a pod stalls.
+	var podNodes []string
+	for i := range pods {
+		podNodes = append(podNodes, fmt.Sprintf("hollow-%05d", i))
+	}
+	logs := newNodeLogs(podNodes...)
 	f, err := hollow.New(hollow.Config{
+		Logger: logs.Logger(),
 		HubURL: "https://" + h.Addr, Token: strings.TrimSpace(string(out)), N: n, DataDir: t.TempDir(),
 		StartWindow: window, Sim: sim.Config{StartDelay: 100 * time.Millisecond},
 		StatusCheckInterval: 10 * time.Second,
@@ -121,7 +133,6 @@ func TestHollowFleet(t *testing.T) {
 		t.Fatalf("hub lists %d nodes, want %d", len(nodes.Items), n)
 	}
 
-	pods := min(*hollowPods, n)
 	for i := range pods {
 		node := f.Agents()[i].NodeName()
 		pod := &corev1.Pod{
@@ -145,7 +156,22 @@ func TestHollowFleet(t *testing.T) {
 		}
 		return r, pods, fmt.Sprintf("%d of %d pods running", r, pods)
 	}
-	w.progress("pods start", "every pod running", time.Minute, 30*time.Second, running)
+	// stalled describes the first few pods not running, when the wait
+	// for them fails.
+	stalled := func() string {
+		list, err := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return fmt.Sprintf("list pods: %v", err)
+		}
+		var out []string
+		for i := range list.Items {
+			if p := &list.Items[i]; p.Status.Phase != corev1.PodRunning && len(out) < 3 {
+				out = append(out, describePod(p, logs, h.Logs()))
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	w.progress("pods start", "every pod running", time.Minute, 30*time.Second, running, stalled)
 
 	var after runtime.MemStats
 	runtime.GC()
@@ -327,6 +353,16 @@ func hubGauge(t *testing.T, client kubernetes.Interface, name string) int {
 	}
 	t.Fatalf("no %s in the hub's metrics", name)
 	return 0
+}
+
+// clusterCIDRFor returns a cluster CIDR under 10.64.0.0/10 with a /24 for
+// each of n nodes.
+func clusterCIDRFor(n int) string {
+	bits := 24
+	for 1<<(24-bits) < n {
+		bits--
+	}
+	return fmt.Sprintf("10.64.0.0/%d", min(bits, 16))
 }
 
 // shutdownTook returns how long the hub's last shutdown took by its own

@@ -70,17 +70,22 @@ func (w *waiter) deadline(name, what string, d time.Duration, check func() (done
 // deadlineFrom is deadline with the clock started at from.
 func (w *waiter) deadlineFrom(from time.Time, name, what string, d time.Duration, check func() (done, want int, state string)) time.Duration {
 	w.t.Helper()
-	return w.wait(from, name, what, d, 0, d, check)
+	return w.wait(from, name, what, d, 0, d, check, nil)
 }
 
 // progress waits until check reports all done; it fails when the count
-// did not move for stall, or after ten times the nominal deadline d.
-func (w *waiter) progress(name, what string, d, stall time.Duration, check func() (done, want int, state string)) time.Duration {
+// did not move for stall, or after ten times the nominal deadline d. An
+// explain function, when given, adds to the failure what it returns.
+func (w *waiter) progress(name, what string, d, stall time.Duration, check func() (done, want int, state string), explain ...func() string) time.Duration {
 	w.t.Helper()
-	return w.wait(time.Now(), name, what, d, stall, 10*d, check)
+	var why func() string
+	if len(explain) > 0 {
+		why = explain[0]
+	}
+	return w.wait(time.Now(), name, what, d, stall, 10*d, check, why)
 }
 
-func (w *waiter) wait(from time.Time, name, what string, nominal, stall, limit time.Duration, check func() (done, want int, state string)) time.Duration {
+func (w *waiter) wait(from time.Time, name, what string, nominal, stall, limit time.Duration, check func() (done, want int, state string), explain func() string) time.Duration {
 	w.t.Helper()
 	loadAtStart := loadAverage()
 	last, lastMoved := -1, time.Now()
@@ -116,6 +121,9 @@ func (w *waiter) wait(from time.Time, name, what string, nominal, stall, limit t
 			dump := b.String()
 			if len(dump) > 200_000 {
 				dump = dump[:200_000] + "\n[truncated]"
+			}
+			if explain != nil {
+				state += "\n" + explain()
 			}
 			w.t.Fatalf("wait %q: %s: waited %v for %s and got %d of %d (%s), %v into the test; "+
 				"load average %s now, %s when the wait began\ngoroutines:\n%s",
