@@ -28,16 +28,26 @@ const (
 
 // The timing of the elections. A leader renews every retry period and
 // gives up when it could not renew for the renew deadline; a standby takes
-// over a lease not renewed for the lease duration. After a leader dies
-// without releasing its lease, another hub leads within lease duration
-// plus one retry period (with client-go's jitter of 1.2, 10.4 s), inside
-// the 15 s a hub's loss may cost. A leader cut off from the API stops its
-// components after the renew deadline, 2 s before anyone else may start
-// them. Upstream's defaults (15 s, 10 s, 2 s) would take up to 17.4 s.
+// over a lease it has not seen renewed for the lease duration. client-go
+// waits between two attempts the retry period plus up to 1.2 times it
+// (jitter), so after a leader died without releasing its lease a standby
+// sees the last renewal up to 2.2 retry periods late and takes over at
+// most 2.2 retry periods after the lease expired: within lease duration
+// plus 4.4 retry periods of the death. A leader cut off from the API stops
+// its components after the renew deadline, 2 s before anyone else may
+// start them. Upstream's defaults (15 s, 10 s, 2 s) would take up to
+// 23.8 s.
+//
+// On PostgreSQL other hubs stand by, and the retry period is 1 s: another
+// hub leads within 12.4 s, inside the 15 s a hub's loss may cost, for two
+// Lease writes a second by the leader and reads by the standbys. On
+// SQLite no other hub can share the store, so nothing waits for a
+// takeover and the leader renews every 2 s, half the writes.
 const (
-	leaseDuration = 8 * time.Second
-	renewDeadline = 6 * time.Second
-	retryPeriod   = 2 * time.Second
+	leaseDuration      = 8 * time.Second
+	renewDeadline      = 6 * time.Second
+	retryPeriod        = 2 * time.Second
+	retryPeriodInFleet = time.Second
 )
 
 // leaderStatus is whether this hub leads each elected component, for the
@@ -88,6 +98,7 @@ func hubIdentity(cfg Config) (string, error) {
 // component and waits until it has stopped before campaigning again.
 type election struct {
 	lease   string
+	retry   time.Duration // the retry period
 	client  kubernetes.Interface
 	id      string
 	leading *atomic.Bool
@@ -152,7 +163,7 @@ func (e *election) run(ctx context.Context) (func(), error) {
 		Name:            e.lease,
 		LeaseDuration:   leaseDuration,
 		RenewDeadline:   renewDeadline,
-		RetryPeriod:     retryPeriod,
+		RetryPeriod:     e.retry,
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: e.lead,
@@ -203,7 +214,11 @@ func (r *run) startElected(ctx context.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("leader election %s: %w", lease, err)
 		}
-		e := &election{lease: lease, client: client, id: id, leading: leading, start: start,
+		retry := retryPeriod
+		if r.cfg.Datastore != "" {
+			retry = retryPeriodInFleet
+		}
+		e := &election{lease: lease, retry: retry, client: client, id: id, leading: leading, start: start,
 			log: r.cfg.Logger.With("component", "leaderelection")}
 		return e.run(ctx)
 	}
