@@ -286,8 +286,9 @@ func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interfac
 			break
 		}
 	}
-	t.Logf("round %d: the %d edges of the killed hubs were on the others %v after the kill, the scheduler ran again after %v, the controllers after %v (load average %s)",
-		round, r.edges, r.moved.Round(10*time.Millisecond), r.sched.Round(10*time.Millisecond), r.ctrl.Round(10*time.Millisecond), loadavg())
+	t.Logf("round %d: the %d edges of the killed hubs were on the others %v after the kill, the scheduler ran again after %v, the controllers after %v (load average %s); %s",
+		round, r.edges, r.moved.Round(10*time.Millisecond), r.sched.Round(10*time.Millisecond), r.ctrl.Round(10*time.Millisecond), loadavg(),
+		leaseTakeovers(hubs, alive, killed))
 	if r.moved > 10*time.Second {
 		t.Errorf("round %d: edges took %v to move, want at most 10s", round, r.moved)
 	}
@@ -313,6 +314,28 @@ func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interfac
 	}
 	load.check(t, cs)
 	return r
+}
+
+// leaseTakeovers says, from the surviving hubs' logs, how long after the
+// kill each Lease was taken: the rest of a failover is the component's
+// start and its work.
+func leaseTakeovers(hubs []*hubtest.Hub, alive []int, killed time.Time) string {
+	var out []string
+	for _, lease := range []string{hub.SchedulerLease, hub.ControllerManagerLease} {
+		for _, i := range alive {
+			for line := range strings.Lines(hubs[i].Logs()) {
+				if !strings.Contains(line, "msg=leading ") || !strings.Contains(line, " lease="+lease+" ") {
+					continue
+				}
+				f := strings.Fields(line)
+				at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+				if err == nil && at.After(killed) {
+					out = append(out, fmt.Sprintf("%s taken by hub %d %v after the kill", lease, i, at.Sub(killed).Round(10*time.Millisecond)))
+				}
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // startFleetEdge runs a sim edge joined through h.
