@@ -288,7 +288,7 @@ func killFleetLeader(t *testing.T, hubs []*hubtest.Hub, cs []kubernetes.Interfac
 	}
 	t.Logf("round %d: the %d edges of the killed hubs were on the others %v after the kill, the scheduler ran again after %v, the controllers after %v (load average %s); %s",
 		round, r.edges, r.moved.Round(10*time.Millisecond), r.sched.Round(10*time.Millisecond), r.ctrl.Round(10*time.Millisecond), loadavg(),
-		leaseTakeovers(hubs, alive, killed))
+		leaseTakeovers(hubs, alive, killed)+"; "+edgeMoves(dirs, killed))
 	if r.moved > 10*time.Second {
 		t.Errorf("round %d: edges took %v to move, want at most 10s", round, r.moved)
 	}
@@ -336,6 +336,42 @@ func leaseTakeovers(hubs []*hubtest.Hub, alive []int, killed time.Time) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// edgeMoves says, from the logs of the edges that lost their hub at the
+// kill, the latest of them to notice the loss and the longest any took
+// from the loss to its next connection: the rest of a move is the test's
+// own polling.
+func edgeMoves(dirs []string, killed time.Time) string {
+	var lost, moved time.Duration
+	n := 0
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + ".log")
+		if err != nil {
+			continue
+		}
+		var down time.Time
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+			if err != nil || !at.After(killed) {
+				continue
+			}
+			if down.IsZero() && strings.Contains(line, "msg=disconnected ") {
+				down = at
+				lost = max(lost, at.Sub(killed))
+			} else if !down.IsZero() && strings.Contains(line, `msg="tunnel connected"`) {
+				moved = max(moved, at.Sub(down))
+				n++
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("edges noticed the loss at most %v after the kill and were connected again at most %v after noticing (%d edges)",
+		lost.Round(10*time.Millisecond), moved.Round(10*time.Millisecond), n)
 }
 
 // startFleetEdge runs a sim edge joined through h.
