@@ -111,7 +111,10 @@ func (f *hubFleet) Addrs() []string {
 }
 
 // refresh asks the hub for the fleet and keeps the answer. A hub that
-// serves no fleet (SQLite, alone) answers 404: nothing changes.
+// serves no fleet (SQLite, alone) does not know the path: it authorizes a
+// path it does not serve as any other, as upstream's API server does, and
+// answers 403 (404 to a user allowed every path). Nothing changes then,
+// and there is nothing to report.
 func (f *hubFleet) refresh(ctx context.Context, c *http.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -124,7 +127,7 @@ func (f *hubFleet) refresh(ctx context.Context, c *http.Client) error {
 		return fmt.Errorf("ask the hub for the fleet: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden {
 		return nil
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -1,6 +1,9 @@
 package edge
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,5 +72,52 @@ func TestHubFleetKeepsHubsAbsentFromAnAnswer(t *testing.T) {
 	}
 	if got := h.Addrs(); !slices.Equal(got, []string{"10.0.0.3:6443", "10.0.0.9:6443"}) {
 		t.Fatalf("from an old hubs.json: %v", got)
+	}
+}
+
+// handlerClient is an http.Client whose every request h answers.
+func handlerClient(h http.HandlerFunc) *http.Client {
+	return &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		w := httptest.NewRecorder()
+		h(w, r)
+		return w.Result(), nil
+	})}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestHubFleetRefreshFromSingleHub: a hub alone serves no fleet and
+// answers the agent's question with 403 (the path is authorized before it
+// is routed) or 404; that is no error and changes nothing. A hub of a
+// fleet answers with the live hubs.
+func TestHubFleetRefreshFromSingleHub(t *testing.T) {
+	f := loadHubFleet(t.TempDir())
+	for _, code := range []int{http.StatusForbidden, http.StatusNotFound} {
+		c := handlerClient(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", code) })
+		if err := f.refresh(context.Background(), c); err != nil {
+			t.Fatalf("answer %d: %v", code, err)
+		}
+		if got := f.Addrs(); len(got) != 0 {
+			t.Fatalf("answer %d left hubs %v", code, got)
+		}
+	}
+	c := handlerClient(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != hubsPath {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte(`{"hubs":[{"tunnel":"10.0.0.1:6443"},{"tunnel":"10.0.0.2:6443"}]}`))
+	})
+	if err := f.refresh(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Addrs(); !slices.Equal(got, []string{"10.0.0.1:6443", "10.0.0.2:6443"}) {
+		t.Fatalf("after a fleet's answer: %v", got)
+	}
+	c = handlerClient(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) })
+	if err := f.refresh(context.Background(), c); err == nil {
+		t.Fatal("a 503 is not reported")
 	}
 }
