@@ -51,6 +51,11 @@ func TestBulkLaneOnDemand(t *testing.T) {
 	h := startHub(t, p, ServerConfig{}, 0, nil)
 	c := startClient(t, p, h.addr, "n1", nil)
 	waitConnected(t, c, 5*time.Second)
+	// The hello said the edge opens lanes: the hub knew it before its
+	// welcome, so a bulk dial right after the connect takes a lane.
+	if s := h.srv.Session("n1"); s == nil || !s.edgeBulk.Load() {
+		t.Fatal("the hub did not know from the hello that the edge opens bulk lanes")
+	}
 	echo := echoServer(t)
 
 	// Hub→edge first: the hub has no lane, asks the edge for one, and

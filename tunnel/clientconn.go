@@ -165,9 +165,6 @@ func (cs *clientSession) hello(ctx context.Context) error {
 		return fmt.Errorf("open control stream: %w", err)
 	}
 	cs.ctrl = st
-	if err := cs.writeControl(frameHello, marshalHello(cs.c.cfg.Hello())); err != nil {
-		return fmt.Errorf("send hello: %w", err)
-	}
 	var features uint64
 	if cs.fec != nil {
 		features |= featureParity
@@ -175,8 +172,13 @@ func (cs *clientSession) hello(ctx context.Context) error {
 	if !cs.c.cfg.DisableBulk {
 		features |= featureBulk
 	}
+	if err := cs.writeControl(frameHello, marshalHello(cs.c.cfg.Hello(), features)); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
 	if features != 0 {
-		// A hub that does not know the frame skips it.
+		// Again in a frame of their own, for a hub that reads no
+		// features in the hello; one that does skips it. A hub that
+		// does not know the frame skips it as well.
 		if err := cs.writeControl(frameFeatures, marshalFeatures(features)); err != nil {
 			return fmt.Errorf("send features: %w", err)
 		}

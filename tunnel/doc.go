@@ -98,7 +98,9 @@
 //
 //	0x01 hello      edge→hub  uvarint protocol version (1), string node,
 //	                          string agent version, uvarint n,
-//	                          n × (string resource, string resourceVersion)
+//	                          n × (string resource, string resourceVersion),
+//	                          uvarint features (bits as in the features
+//	                          frame; older edges end before it)
 //	0x02 welcome    hub→edge  uvarint idle timeout (ms), uvarint flags
 //	                          (bit 0: the hub echoes heartbeats; bit 1: the
 //	                          hub decodes parity packets; bit 2: the hub
@@ -107,7 +109,8 @@
 //	0x04 goaway     hub→edge  uvarint reconnect window (ms)
 //	0x05 features   edge→hub  uvarint flags (bit 0: the edge decodes parity
 //	                          packets; bit 1: the edge opens bulk lanes
-//	                          when asked); sent right after the hello
+//	                          when asked); sent right after the hello,
+//	                          for hubs that read no features in it
 //	0x06 report     edge→hub  opaque payload of Client.Report (at most 64
 //	                          KiB); the latest one is sent again at every
 //	                          connect

@@ -28,13 +28,16 @@ type Session struct {
 	dials   atomic.Int64 // hub-opened streams now open
 	streams atomic.Int64 // edge-opened streams now open (enforced here over TCP)
 
-	edgeBulk    atomic.Bool // the edge opens bulk lanes when asked
-	lanesMu     sync.Mutex  // guards the following fields
-	lane        *lane       // the lane bulk dials use; nil: none
-	lanes       map[*lane]struct{}
-	laneChanged chan struct{} // closed and replaced when lane is set
-	laneAsked   time.Time     // when the edge was last asked for a lane
-	laneFailed  time.Time     // when the edge last failed to open one in time
+	edgeBulk atomic.Bool // the edge opens bulk lanes when asked
+	// featuresKnown says the hello carried the edge's features; a
+	// features frame after it then changes nothing.
+	featuresKnown bool
+	lanesMu       sync.Mutex // guards the following fields
+	lane          *lane      // the lane bulk dials use; nil: none
+	lanes         map[*lane]struct{}
+	laneChanged   chan struct{} // closed and replaced when lane is set
+	laneAsked     time.Time     // when the edge was last asked for a lane
+	laneFailed    time.Time     // when the edge last failed to open one in time
 
 	ctx      context.Context // done when the session ends
 	cancel   context.CancelFunc
@@ -130,9 +133,12 @@ func (s *Server) handshake(m muxConn) (*Session, *laneStart, error) {
 	if err == nil && typ != frameHello {
 		err = fmt.Errorf("first frame has type %#x, want hello", typ)
 	}
-	var hello Hello
+	var (
+		hello    Hello
+		features helloFeatures
+	)
 	if err == nil {
-		hello, err = unmarshalHello(payload)
+		hello, features, err = unmarshalHello(payload)
 	}
 	if err != nil {
 		m.close(codeProtocol, "bad hello")
@@ -162,6 +168,12 @@ func (s *Server) handshake(m muxConn) (*Session, *laneStart, error) {
 		laneChanged: make(chan struct{}),
 	}
 	sess.lastBeat.Store(now.UnixNano())
+	if features.known {
+		// Known before the session can be dialed: a bulk dial right
+		// after the connect takes the lane.
+		sess.featuresKnown = true
+		sess.setFeatures(features.flags)
+	}
 
 	s.mu.Lock()
 	if s.closed || s.draining {
@@ -215,10 +227,9 @@ func (s *Session) controlLoop() error {
 			if err != nil {
 				return err
 			}
-			if qm, ok := s.m.(quicMux); ok && qm.fec != nil {
-				qm.fec.setDecodes(flags&featureParity != 0)
+			if !s.featuresKnown {
+				s.setFeatures(flags)
 			}
-			s.edgeBulk.Store(flags&featureBulk != 0)
 			continue
 		}
 		if typ == frameReport {
@@ -249,6 +260,14 @@ func (s *Session) controlLoop() error {
 			s.srv.cfg.OnHeartbeat(s)
 		}
 	}
+}
+
+// setFeatures applies the edge's feature bits to the session.
+func (s *Session) setFeatures(flags uint64) {
+	if qm, ok := s.m.(quicMux); ok && qm.fec != nil {
+		qm.fec.setDecodes(flags&featureParity != 0)
+	}
+	s.edgeBulk.Store(flags&featureBulk != 0)
 }
 
 func (s *Session) writeControl(typ byte, payload []byte) error {

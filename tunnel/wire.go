@@ -178,9 +178,10 @@ type Hello struct {
 	ResourceVersions map[string]string
 }
 
-// marshalHello encodes a Hello payload: protocol version, node, version, and
-// the resourceVersions sorted by key so that equal hellos encode equally.
-func marshalHello(h Hello) []byte {
+// marshalHello encodes a Hello payload: protocol version, node, version,
+// the resourceVersions sorted by key so that equal hellos encode equally,
+// and the edge's feature bits.
+func marshalHello(h Hello, features uint64) []byte {
 	b := binary.AppendUvarint(nil, protoVersion)
 	b = appendString(b, h.Node)
 	b = appendString(b, h.Version)
@@ -194,20 +195,28 @@ func marshalHello(h Hello) []byte {
 		b = appendString(b, k)
 		b = appendString(b, h.ResourceVersions[k])
 	}
-	return b
+	return binary.AppendUvarint(b, features)
 }
 
-func unmarshalHello(b []byte) (Hello, error) {
+// helloFeatures are the feature bits a hello carries. An edge older than
+// the field sends none (known false) and says them in a features frame
+// after the hello, which a hub reads only once the session runs.
+type helloFeatures struct {
+	flags uint64
+	known bool
+}
+
+func unmarshalHello(b []byte) (Hello, helloFeatures, error) {
 	p := payloadReader{b: b}
 	v := p.uvarint()
 	if p.err == nil && v != protoVersion {
-		return Hello{}, fmt.Errorf("decode hello: unsupported protocol version %d", v)
+		return Hello{}, helloFeatures{}, fmt.Errorf("decode hello: unsupported protocol version %d", v)
 	}
 	h := Hello{Node: p.string(), Version: p.string()}
 	n := p.uvarint()
 	if p.err == nil && n > uint64(len(p.b)/2) {
 		// Each entry takes at least two bytes; anything larger lies.
-		return Hello{}, errors.New("decode hello: entry count overruns frame")
+		return Hello{}, helloFeatures{}, errors.New("decode hello: entry count overruns frame")
 	}
 	if n > 0 {
 		h.ResourceVersions = make(map[string]string, n)
@@ -216,10 +225,14 @@ func unmarshalHello(b []byte) (Hello, error) {
 		k := p.string()
 		h.ResourceVersions[k] = p.string()
 	}
-	if p.err != nil {
-		return Hello{}, fmt.Errorf("decode hello: %w", p.err)
+	var f helloFeatures
+	if p.err == nil && len(p.b) > 0 {
+		f = helloFeatures{flags: p.uvarint(), known: true}
 	}
-	return h, nil
+	if p.err != nil {
+		return Hello{}, helloFeatures{}, fmt.Errorf("decode hello: %w", p.err)
+	}
+	return h, f, nil
 }
 
 // welcome is the hub's answer to an accepted hello.
@@ -262,7 +275,7 @@ func unmarshalWelcome(b []byte) (welcome, error) {
 	return w, nil
 }
 
-// Feature bits of the features frame.
+// Feature bits of the hello and of the features frame.
 const (
 	featureParity = 1 // the edge decodes parity packets (see fecConn)
 	featureBulk   = 2 // the edge opens bulk lanes when the hub asks

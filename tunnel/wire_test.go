@@ -10,22 +10,29 @@ import (
 )
 
 func TestHelloRoundTrip(t *testing.T) {
-	for _, h := range []Hello{
+	for i, h := range []Hello{
 		{Node: "n1"},
 		{Node: "edge-7", Version: "v1.2.3", ResourceVersions: map[string]string{"pods": "10", "services": "", "": "x"}},
 	} {
-		b := appendFrame(nil, frameHello, marshalHello(h))
+		features := uint64(i * (featureParity | featureBulk))
+		b := appendFrame(nil, frameHello, marshalHello(h, features))
 		typ, payload, err := readFrame(bufio.NewReader(bytes.NewReader(b)))
 		if err != nil || typ != frameHello {
 			t.Fatalf("readFrame: %v, %#x", err, typ)
 		}
-		got, err := unmarshalHello(payload)
+		got, f, err := unmarshalHello(payload)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(got, h) {
-			t.Fatalf("got %+v, want %+v", got, h)
+		if !reflect.DeepEqual(got, h) || f != (helloFeatures{flags: features, known: true}) {
+			t.Fatalf("got %+v %+v, want %+v with features %d", got, f, h, features)
 		}
+	}
+	// An older edge's hello ends after the resourceVersions: its
+	// features are unknown until its features frame.
+	old := marshalHello(Hello{Node: "n1"}, 0)
+	if h, f, err := unmarshalHello(old[:len(old)-1]); err != nil || h.Node != "n1" || f.known {
+		t.Fatalf("older hello: %+v %+v %v", h, f, err)
 	}
 	// An idle heartbeat is two bytes on the wire.
 	if n := len(appendFrame(nil, frameHeartbeat, nil)); n != 2 {
@@ -98,21 +105,21 @@ func FuzzFrame(f *testing.F) {
 }
 
 func FuzzHello(f *testing.F) {
-	f.Add(marshalHello(Hello{Node: "n1", Version: "v1", ResourceVersions: map[string]string{"pods": "5"}}))
-	f.Add(marshalHello(Hello{}))
+	f.Add(marshalHello(Hello{Node: "n1", Version: "v1", ResourceVersions: map[string]string{"pods": "5"}}, featureBulk))
+	f.Add(marshalHello(Hello{}, 0))
 	f.Add([]byte{1, 2, 'a', 'b', 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := unmarshalHello(b)
+		h, feat, err := unmarshalHello(b)
 		if err != nil {
 			return
 		}
 		// Whatever decodes must survive a round trip.
-		h2, err := unmarshalHello(marshalHello(h))
+		h2, feat2, err := unmarshalHello(marshalHello(h, feat.flags))
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
-		if h.Node != h2.Node || h.Version != h2.Version || len(h.ResourceVersions) != len(h2.ResourceVersions) {
-			t.Fatalf("round trip changed %+v to %+v", h, h2)
+		if h.Node != h2.Node || h.Version != h2.Version || len(h.ResourceVersions) != len(h2.ResourceVersions) || feat2.flags != feat.flags {
+			t.Fatalf("round trip changed %+v %+v to %+v %+v", h, feat, h2, feat2)
 		}
 		for k, v := range h.ResourceVersions {
 			if h2.ResourceVersions[k] != v {
