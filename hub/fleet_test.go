@@ -340,8 +340,8 @@ func leaseTakeovers(hubs []*hubtest.Hub, alive []int, killed time.Time) string {
 
 // edgeMoves says, from the logs of the edges that lost their hub at the
 // kill, the latest of them to notice the loss and the longest any took
-// from the loss to its next connection: the rest of a move is the test's
-// own polling.
+// from noticing it to its next connection: the rest of a move is the
+// test's own polling.
 func edgeMoves(dirs []string, killed time.Time) string {
 	var lost, moved time.Duration
 	n := 0
