@@ -177,8 +177,8 @@ func (cs *clientSession) hello(ctx context.Context) error {
 	}
 	if features != 0 {
 		// Again in a frame of their own, for a hub that reads no
-		// features in the hello; one that does skips it. A hub that
-		// does not know the frame skips it as well.
+		// features in the hello; one that does applies the same bits
+		// again. A hub that does not know the frame skips it.
 		if err := cs.writeControl(frameFeatures, marshalFeatures(features)); err != nil {
 			return fmt.Errorf("send features: %w", err)
 		}

@@ -28,16 +28,13 @@ type Session struct {
 	dials   atomic.Int64 // hub-opened streams now open
 	streams atomic.Int64 // edge-opened streams now open (enforced here over TCP)
 
-	edgeBulk atomic.Bool // the edge opens bulk lanes when asked
-	// featuresKnown says the hello carried the edge's features; a
-	// features frame after it then changes nothing.
-	featuresKnown bool
-	lanesMu       sync.Mutex // guards the following fields
-	lane          *lane      // the lane bulk dials use; nil: none
-	lanes         map[*lane]struct{}
-	laneChanged   chan struct{} // closed and replaced when lane is set
-	laneAsked     time.Time     // when the edge was last asked for a lane
-	laneFailed    time.Time     // when the edge last failed to open one in time
+	edgeBulk    atomic.Bool // the edge opens bulk lanes when asked
+	lanesMu     sync.Mutex  // guards the following fields
+	lane        *lane       // the lane bulk dials use; nil: none
+	lanes       map[*lane]struct{}
+	laneChanged chan struct{} // closed and replaced when lane is set
+	laneAsked   time.Time     // when the edge was last asked for a lane
+	laneFailed  time.Time     // when the edge last failed to open one in time
 
 	ctx      context.Context // done when the session ends
 	cancel   context.CancelFunc
@@ -171,7 +168,6 @@ func (s *Server) handshake(m muxConn) (*Session, *laneStart, error) {
 	if features.known {
 		// Known before the session can be dialed: a bulk dial right
 		// after the connect takes the lane.
-		sess.featuresKnown = true
 		sess.setFeatures(features.flags)
 	}
 
@@ -227,9 +223,9 @@ func (s *Session) controlLoop() error {
 			if err != nil {
 				return err
 			}
-			if !s.featuresKnown {
-				s.setFeatures(flags)
-			}
+			// The same bits again from an edge whose hello had
+			// them; the only word from an older edge.
+			s.setFeatures(flags)
 			continue
 		}
 		if typ == frameReport {
