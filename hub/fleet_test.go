@@ -327,9 +327,7 @@ func leaseTakeovers(hubs []*hubtest.Hub, alive []int, killed time.Time) string {
 				if !strings.Contains(line, "msg=leading ") || !strings.Contains(line, " lease="+lease+" ") {
 					continue
 				}
-				f := strings.Fields(line)
-				at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
-				if err == nil && at.After(killed) {
+				if at, ok := logTime(line); ok && at.After(killed) {
 					out = append(out, fmt.Sprintf("%s taken by hub %d %v after the kill", lease, i, at.Sub(killed).Round(10*time.Millisecond)))
 				}
 			}
@@ -352,12 +350,8 @@ func edgeMoves(dirs []string, killed time.Time) string {
 		}
 		var down time.Time
 		for line := range strings.Lines(string(b)) {
-			f := strings.Fields(line)
-			if len(f) == 0 {
-				continue
-			}
-			at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
-			if err != nil || !at.After(killed) {
+			at, ok := logTime(line)
+			if !ok || !at.After(killed) {
 				continue
 			}
 			if down.IsZero() && strings.Contains(line, "msg=disconnected ") {
@@ -372,6 +366,16 @@ func edgeMoves(dirs []string, killed time.Time) string {
 	}
 	return fmt.Sprintf("edges noticed the loss at most %v after the kill and were connected again at most %v after noticing (%d edges)",
 		lost.Round(10*time.Millisecond), moved.Round(10*time.Millisecond), n)
+}
+
+// logTime returns the time of a text log line (time=... first).
+func logTime(line string) (time.Time, bool) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+	return at, err == nil
 }
 
 // startFleetEdge runs a sim edge joined through h.
