@@ -164,9 +164,10 @@ func TestHollowFleet(t *testing.T) {
 			return fmt.Sprintf("list pods: %v", err)
 		}
 		var out []string
+		hubLogs := h.Logs()
 		for i := range list.Items {
 			if p := &list.Items[i]; p.Status.Phase != corev1.PodRunning && len(out) < 3 {
-				out = append(out, describePod(p, logs, h.Logs()))
+				out = append(out, describePod(p, logs, hubLogs))
 			}
 		}
 		return strings.Join(out, "\n")
