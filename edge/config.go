@@ -11,7 +11,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tether-edge/tether/edge/ingress"
 )
@@ -187,6 +189,11 @@ type Config struct {
 	TunnelBackoffBase, TunnelBackoffCap time.Duration
 	// Logger receives the agent's logs. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// afterPersist, when set, is called after a kept informer wrote an
+	// event to the local state and before the agent acts on it. Only
+	// tests set it (export_test.go).
+	afterPersist func(kind string, ev watch.EventType, obj metav1.Object)
 }
 
 func (c *Config) setDefaults() error {

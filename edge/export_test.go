@@ -13,10 +13,11 @@ import (
 	"github.com/tether-edge/tether/edge/staticpods"
 )
 
-// SetAfterPersist installs f, called after each event is written to the
-// local state and before the agent acts on it; nil removes it. It must be
-// set while no agent runs.
-func SetAfterPersist(f func(kind string, ev watch.EventType, obj metav1.Object)) { afterPersist = f }
+// SetAfterPersist makes the agents built from cfg call f after each event
+// is written to the local state and before they act on it; nil removes it.
+func SetAfterPersist(cfg *Config, f func(kind string, ev watch.EventType, obj metav1.Object)) {
+	cfg.afterPersist = f
+}
 
 // StateFile is the local state's file name in the data directory.
 const StateFile = stateFile

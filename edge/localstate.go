@@ -61,14 +61,13 @@ const (
 	keptPV        = string(refPV)
 )
 
-// afterPersist, when set (by tests), is called after an event was written
-// to the local state and before the agent acts on it.
-var afterPersist func(kind string, ev watch.EventType, obj metav1.Object)
-
 // localState is an agent's handle on its local state file.
 type localState struct {
 	db  *state.Store
 	log *slog.Logger
+	// afterPersist, when set (by tests), is called after an event was
+	// written to the local state and before the agent acts on it.
+	afterPersist func(kind string, ev watch.EventType, obj metav1.Object)
 
 	mu        sync.Mutex
 	connected chan struct{} // closed and replaced at every tunnel connect
@@ -78,12 +77,19 @@ type localState struct {
 	volumes localVolumes // local-path volume records (claims.go)
 }
 
-func openLocalState(dir string, log *slog.Logger) (*localState, error) {
+func openLocalState(dir string, log *slog.Logger, afterPersist func(kind string, ev watch.EventType, obj metav1.Object)) (*localState, error) {
 	db, err := state.Open(filepath.Join(dir, stateFile))
 	if err != nil {
 		return nil, err
 	}
-	return &localState{db: db, log: log, connected: make(chan struct{})}, nil
+	return &localState{db: db, log: log, afterPersist: afterPersist, connected: make(chan struct{})}, nil
+}
+
+// persisted calls the afterPersist hook, if any.
+func (l *localState) persisted(kind string, ev watch.EventType, obj metav1.Object) {
+	if l.afterPersist != nil {
+		l.afterPersist(kind, ev, obj)
+	}
 }
 
 func (l *localState) close() {
@@ -379,21 +385,15 @@ func (i *keptInformer) relist(ctx context.Context) error {
 	for _, c := range changes {
 		switch {
 		case c.cur == nil:
-			if afterPersist != nil {
-				afterPersist(i.spec.kind, watch.Deleted, c.old)
-			}
+			i.spec.local.persisted(i.spec.kind, watch.Deleted, c.old)
 			_ = i.store.Delete(c.old)
 			i.h.OnDelete(c.old)
 		case c.old == nil:
-			if afterPersist != nil {
-				afterPersist(i.spec.kind, watch.Added, c.cur)
-			}
+			i.spec.local.persisted(i.spec.kind, watch.Added, c.cur)
 			_ = i.store.Add(c.cur)
 			i.h.OnAdd(c.cur, false)
 		default:
-			if afterPersist != nil {
-				afterPersist(i.spec.kind, watch.Modified, c.cur)
-			}
+			i.spec.local.persisted(i.spec.kind, watch.Modified, c.cur)
 			_ = i.store.Update(c.cur)
 			i.h.OnUpdate(c.old, c.cur)
 		}
@@ -520,9 +520,7 @@ func (i *keptInformer) apply(ev watch.Event) error {
 		// written, and the event comes again.
 		return err
 	}
-	if afterPersist != nil {
-		afterPersist(i.spec.kind, ev.Type, obj)
-	}
+	i.spec.local.persisted(i.spec.kind, ev.Type, obj)
 	i.rv.Store(&rv)
 	switch {
 	case ev.Type == watch.Deleted:

@@ -24,7 +24,7 @@ import (
 // cannot open is set aside (the hub has everything it held) rather than
 // keeping the node from running.
 func (a *Agent) openLocal() error {
-	l, err := openLocalState(a.cfg.DataDir, a.log)
+	l, err := openLocalState(a.cfg.DataDir, a.log, a.cfg.afterPersist)
 	if err == nil {
 		a.local = l
 		return nil
@@ -38,7 +38,7 @@ func (a *Agent) openLocal() error {
 	for _, suffix := range []string{"-wal", "-shm"} {
 		_ = os.Rename(path+suffix, aside+suffix)
 	}
-	if a.local, err = openLocalState(a.cfg.DataDir, a.log); err != nil {
+	if a.local, err = openLocalState(a.cfg.DataDir, a.log, a.cfg.afterPersist); err != nil {
 		return fmt.Errorf("open local state: %w", err)
 	}
 	return nil

@@ -296,7 +296,7 @@ func TestOfflineCrashAfterPersist(t *testing.T) {
 		reached = make(chan struct{}, 1)
 		release = make(chan struct{})
 	)
-	edge.SetAfterPersist(func(kind string, ev watch.EventType, obj metav1.Object) {
+	afterPersist := func(kind string, ev watch.EventType, obj metav1.Object) {
 		mu.Lock()
 		hit := kind == "pods" && target == obj.GetName()+"/"+string(ev)
 		if hit {
@@ -307,8 +307,7 @@ func TestOfflineCrashAfterPersist(t *testing.T) {
 			reached <- struct{}{}
 			<-release // the agent is dead from here on
 		}
-	})
-	t.Cleanup(func() { edge.SetAfterPersist(nil) })
+	}
 	stopAt := func(s string) {
 		mu.Lock()
 		target = s
@@ -317,6 +316,7 @@ func TestOfflineCrashAfterPersist(t *testing.T) {
 	rt := newSourcedSim()
 	dir := t.TempDir()
 	cfg := edge.Config{HubURL: e.url, Token: e.token, DataDir: dir, NodeName: "edge-k", NodeIP: netip.MustParseAddr("192.0.2.32"), Runtime: rt}
+	edge.SetAfterPersist(&cfg, afterPersist)
 	a := startAgent(t, cfg)
 	t.Cleanup(func() { close(release) })
 	waitNodeReady(t, e, "edge-k")
