@@ -33,7 +33,7 @@ type Agent struct {
 	httpc  *http.Client // plain HTTP to the hub over the tunnel
 	hubs   *hubFleet    // the hubs of the fleet (hubs.go)
 
-	local    *localState // what the node runs, kept on disk (localstate.go)
+	local    *localState // what the node runs, kept on disk (offline.go, edge/localstate)
 	api      apiCounters
 	metrics  metrics
 	node     *nodeSync
@@ -148,7 +148,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			// Watches waiting to retry resume now; pods report the
 			// status they could not send.
-			a.local.reconnected()
+			a.local.Reconnected()
 			a.pods.wakeAll()
 			a.gossip.poke()
 		},

@@ -231,7 +231,7 @@ func (a *Agent) localVolumeLoop(ctx context.Context, rm LocalVolumeRemover) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-a.local.connectedCh():
+		case <-a.local.Connected():
 			// Let the watches catch up first.
 			select {
 			case <-ctx.Done():

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tether-edge/tether/edge/ingress"
+	"github.com/tether-edge/tether/edge/localstate"
 )
 
 // The node's ingress controller (edge/ingress) is fed from the agent's
@@ -178,7 +179,7 @@ func (w *ingressWatch) setSecrets(refs []types.NamespacedName) {
 		delete(w.secrets, ref)
 		w.ctrl.DeleteSecret(ref.Namespace, ref.Name)
 		if w.a.local != nil {
-			w.a.local.forget(keptIngressSecrets, ingressSecretWatch(ref), ref.Namespace, ref.Name)
+			w.a.local.Forget(keptIngressSecrets, ingressSecretWatch(ref), ref.Namespace, ref.Name)
 		}
 	}
 }
@@ -189,7 +190,7 @@ func (w *ingressWatch) watchSecret(ref types.NamespacedName) context.CancelFunc 
 	client := w.a.client.Secrets(ref.Namespace)
 	lw := namedListWatch(fields.OneTermEqualSelector("metadata.name", ref.Name).String(), client.List, client.Watch)
 	if w.a.local != nil {
-		lw.keep = &keepSpec{local: w.a.local, kind: keptIngressSecrets, watch: ingressSecretWatch(ref), namespace: ref.Namespace, name: ref.Name}
+		lw.keep = &localstate.Spec{State: w.a.local.State, Kind: keptIngressSecrets, Watch: ingressSecretWatch(ref), Namespace: ref.Namespace, Name: ref.Name}
 	}
 	upsert := func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {

@@ -3,28 +3,76 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-edge/tether/edge/localstate"
 	"github.com/tether-edge/tether/edge/state"
 	"github.com/tether-edge/tether/edge/staticpods"
 )
 
-// This file connects the agent's parts to the local state (localstate.go):
-// which informers keep their objects, how the pod manager starts pods from
-// it and forgets their tombstones, and how the node's pod ranges are kept
-// so that pods get addresses before the hub answers.
+// This file connects the agent's parts to the local state: which informers
+// are kept informers (edge/localstate) and under which names, how the pod
+// manager starts pods from the local state and forgets their tombstones,
+// and how the node's pod ranges are kept so that pods get addresses before
+// the hub answers.
+
+// stateFile is the local state's file in the data directory.
+const stateFile = "state.db"
+
+// Kinds and watches of the local state.
+const (
+	keptPods      = "pods"
+	keptNodes     = "nodes"
+	keptServices  = "services"
+	keptSlices    = "endpointslices"
+	keptClasses   = "runtimeclasses"
+	keptConfigMap = string(refConfigMap)
+	keptSecret    = string(refSecret)
+	keptPVC       = string(refPVC)
+	keptPV        = string(refPV)
+)
+
+// localState is an agent's local state: the file its kept informers
+// write to, and the agent's own records there (the node's pod ranges,
+// static pods, local-path volumes, tombstones to forget).
+type localState struct {
+	*localstate.State
+	db  *state.Store
+	log *slog.Logger
+
+	hasNode atomic.Bool // the node's pod ranges were stored by an earlier run
+
+	volumes localVolumes // local-path volume records (claims.go)
+}
+
+func openLocalState(dir string, opts localstate.Options) (*localState, error) {
+	s, err := localstate.Open(filepath.Join(dir, stateFile), opts)
+	if err != nil {
+		return nil, err
+	}
+	return &localState{State: s, db: s.DB(), log: opts.Log}, nil
+}
+
+func (l *localState) close() {
+	if err := l.Close(); err != nil {
+		l.log.Warn("close local state", "err", err)
+	}
+}
 
 // openLocal opens the local state in the data directory. A file SQLite
 // cannot open is set aside (the hub has everything it held) rather than
 // keeping the node from running.
 func (a *Agent) openLocal() error {
-	l, err := openLocalState(a.cfg.DataDir, a.log, a.cfg.afterPersist)
+	opts := localstate.Options{Log: a.log, AfterPersist: a.cfg.afterPersist}
+	l, err := openLocalState(a.cfg.DataDir, opts)
 	if err == nil {
 		a.local = l
 		return nil
@@ -38,31 +86,31 @@ func (a *Agent) openLocal() error {
 	for _, suffix := range []string{"-wal", "-shm"} {
 		_ = os.Rename(path+suffix, aside+suffix)
 	}
-	if a.local, err = openLocalState(a.cfg.DataDir, a.log, a.cfg.afterPersist); err != nil {
+	if a.local, err = openLocalState(a.cfg.DataDir, opts); err != nil {
 		return fmt.Errorf("open local state: %w", err)
 	}
 	return nil
 }
 
-// keep returns the keepSpec of a cluster-wide watch of kind (services,
+// keep returns the keep spec of a cluster-wide watch of kind (services,
 // endpointslices), or nil when the agent has no local state.
-func (a *Agent) keep(kind string) *keepSpec {
+func (a *Agent) keep(kind string) *localstate.Spec {
 	if a.local == nil {
 		return nil
 	}
-	return &keepSpec{local: a.local, kind: kind, watch: kind}
+	return &localstate.Spec{State: a.local.State, Kind: kind, Watch: kind}
 }
 
-// keep returns the keepSpec of the pod watch: deleted pods leave
+// keep returns the keep spec of the pod watch: deleted pods leave
 // tombstones, and tombstones found at start-up are stopped.
-func (m *podManager) keep() *keepSpec {
+func (m *podManager) keep() *localstate.Spec {
 	if m.a.local == nil {
 		return nil
 	}
-	return &keepSpec{
-		local: m.a.local, kind: keptPods, watch: keptPods, tombstones: true,
-		onTombstone: func(obj any) { m.goneFromState(obj.(*corev1.Pod)) },
-		onLoad:      m.a.local.collectRefs,
+	return &localstate.Spec{
+		State: m.a.local.State, Kind: keptPods, Watch: keptPods, Tombstones: true,
+		OnTombstone: func(obj any) { m.goneFromState(obj.(*corev1.Pod)) },
+		OnLoad:      m.a.local.collectRefs,
 	}
 }
 
@@ -103,19 +151,19 @@ func refWatch(r objectRef) string {
 	return string(r.kind) + "/" + r.storeKey()
 }
 
-// keep returns the keepSpec of the watch of one referenced object.
-func (m *refManager) keep(r objectRef) *keepSpec {
+// keep returns the keep spec of the watch of one referenced object.
+func (m *refManager) keep(r objectRef) *localstate.Spec {
 	if m.a.local == nil {
 		return nil
 	}
-	return &keepSpec{local: m.a.local, kind: string(r.kind), watch: refWatch(r), namespace: r.namespace, name: r.name}
+	return &localstate.Spec{State: m.a.local.State, Kind: string(r.kind), Watch: refWatch(r), Namespace: r.namespace, Name: r.name}
 }
 
 // forget drops a referenced object nothing needs any more from the local
 // state.
 func (m *refManager) forget(r objectRef) {
 	if m.a.local != nil {
-		m.a.local.forget(string(r.kind), refWatch(r), r.namespace, r.name)
+		m.a.local.Forget(string(r.kind), refWatch(r), r.namespace, r.name)
 	}
 }
 

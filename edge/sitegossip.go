@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/tether-edge/tether/edge/localstate"
 	"github.com/tether-edge/tether/edge/site"
 	"github.com/tether-edge/tether/internal/sitedigest"
 )
@@ -91,7 +92,7 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 	sel := labels.SelectorFromSet(labels.Set{LabelZone: a.cfg.Zone}).String()
 	nlw := labelListWatch(sel, nodes.List, nodes.Watch)
 	if a.local != nil {
-		nlw.keep = &keepSpec{local: a.local, kind: keptSiteNodes, watch: keptSiteNodes}
+		nlw.keep = &localstate.Spec{State: a.local.State, Kind: keptSiteNodes, Watch: keptSiteNodes}
 	}
 	var nc, kc cache.Controller
 	g.nodes, nc = newInformer(nlw, &corev1.Node{}, h)
@@ -100,7 +101,7 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 	secrets := a.client.Secrets(sitedigest.KeySecretNamespace)
 	klw := namedListWatch(fields.OneTermEqualSelector("metadata.name", name).String(), secrets.List, secrets.Watch)
 	if a.local != nil {
-		klw.keep = &keepSpec{local: a.local, kind: keptSiteKeys, watch: keptSiteKeys, namespace: sitedigest.KeySecretNamespace, name: name}
+		klw.keep = &localstate.Spec{State: a.local.State, Kind: keptSiteKeys, Watch: keptSiteKeys, Namespace: sitedigest.KeySecretNamespace, Name: name}
 	}
 	g.keys, kc = newInformer(klw, &corev1.Secret{}, h)
 	g.ctrls = []cache.Controller{nc, kc}

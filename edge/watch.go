@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -15,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tether-edge/tether/edge/localstate"
 )
 
 // Reflectors re-list whenever a watch fails in a way they do not recognise
@@ -26,17 +26,14 @@ import (
 // reflectors resume instead of re-listing. A watch whose resourceVersion the
 // hub no longer has still gets 410 Gone, and that re-lists as it must.
 
-// minWatchTimeout spaces re-watches of idle watches: each costs a request
-// on the uplink, and a watch carries nothing while nothing changes.
-const minWatchTimeout = 30 * time.Minute
-
 // listWatch is a cache.ListerWatcher with the behaviour above.
 type listWatch struct {
 	list  func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	watch func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-	// keep, when set, keeps the informer's objects and resourceVersion in
-	// the agent's local state (see localstate.go).
-	keep *keepSpec
+	// keep, when set, makes the informer a kept informer: its objects
+	// and resourceVersion are kept in the agent's local state
+	// (edge/localstate).
+	keep *localstate.Spec
 }
 
 var (
@@ -90,7 +87,7 @@ func (h *heldWatch) run(min time.Duration) {
 	start := time.Now()
 	events := 0
 	for ev := range h.in.ResultChan() {
-		if brokenStream(ev) {
+		if localstate.BrokenStream(ev) {
 			// The connection under the watch broke; what the hub
 			// sent so far was delivered. End the watch like a
 			// normal close so that it resumes.
@@ -115,34 +112,6 @@ func (h *heldWatch) run(min time.Duration) {
 	}
 }
 
-// brokenStream reports the error event client-go makes up when it cannot
-// read the next event because the connection failed, as opposed to an
-// error the hub sent (such as 410 Gone).
-func brokenStream(ev watch.Event) bool {
-	if ev.Type != watch.Error {
-		return false
-	}
-	st, ok := ev.Object.(*metav1.Status)
-	if !ok || st.Code != http.StatusInternalServerError {
-		return false
-	}
-	if strings.Contains(st.Message, decodeFailure) {
-		return true
-	}
-	if st.Details != nil {
-		for _, c := range st.Details.Causes {
-			if strings.Contains(c.Message, decodeFailure) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// decodeFailure starts the message of client-go's stream watcher when
-// reading an event failed.
-const decodeFailure = "unable to decode an event from the watch stream"
-
 func (h *heldWatch) Stop() {
 	h.once.Do(func() {
 		close(h.stopped)
@@ -156,12 +125,12 @@ func (h *heldWatch) ResultChan() <-chan watch.Event { return h.out }
 // from the local state when lw keeps its objects there.
 func newInformer(lw *listWatch, obj runtime.Object, h cache.ResourceEventHandler) (cache.Store, cache.Controller) {
 	if lw.keep != nil {
-		return newKeptInformer(lw, obj, h)
+		return localstate.NewInformer(*lw.keep, lw.list, lw.watch, obj, h)
 	}
 	return cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher:   lw,
 		ObjectType:      obj,
 		Handler:         h,
-		MinWatchTimeout: minWatchTimeout,
+		MinWatchTimeout: localstate.MinWatchTimeout,
 	})
 }

@@ -1,4 +1,4 @@
-package edge
+package localstate
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -23,109 +22,29 @@ import (
 	"github.com/tether-edge/tether/edge/state"
 )
 
-// The agent keeps what its node must run in a local state file
-// (edge/state): the pods bound to the node, the ConfigMaps, Secrets and
-// PersistentVolumeClaims they reference and the PersistentVolumes bound to
-// those, the Services and EndpointSlices, the node's pod ranges, and the
-// resourceVersion of every watch. Informers whose listWatch carries a
-// keepSpec are "kept" informers:
-//
-//   - At construction they load their objects from the local state into
-//     their store, so that sources and the data plane have them at once;
-//     when they run, they hand them to their handlers first (the pod
-//     manager starts the pods), before any request to the hub.
-//   - They resume their watch from the stored resourceVersion; only a
-//     watch the hub can no longer serve (410 Gone) makes them list, and
-//     the list replaces the local state: what is gone from the hub is
-//     deleted, and its handlers hear of it.
-//   - Every event is written to the local state (with the watch's new
-//     resourceVersion, in one transaction) before the store and the
-//     handlers see it. A crash after the write and before the action is
-//     harmless: the next start acts on what was written. Deleted pods
-//     leave a tombstone until their worker removed them from the runtime,
-//     so that a crash in between cannot leave a deleted pod running.
-
-// stateFile is the local state's file in the data directory.
-const stateFile = "state.db"
-
-// Kinds and watches of the local state.
-const (
-	keptPods      = "pods"
-	keptNodes     = "nodes"
-	keptServices  = "services"
-	keptSlices    = "endpointslices"
-	keptClasses   = "runtimeclasses"
-	keptConfigMap = string(refConfigMap)
-	keptSecret    = string(refSecret)
-	keptPVC       = string(refPVC)
-	keptPV        = string(refPV)
-)
-
-// localState is an agent's handle on its local state file.
-type localState struct {
-	db  *state.Store
-	log *slog.Logger
-	// afterPersist, when set (by tests), is called after an event was
-	// written to the local state and before the agent acts on it.
-	afterPersist func(kind string, ev watch.EventType, obj metav1.Object)
-
-	mu        sync.Mutex
-	connected chan struct{} // closed and replaced at every tunnel connect
-
-	hasNode atomic.Bool // the node's pod ranges were stored by an earlier run
-
-	volumes localVolumes // local-path volume records (claims.go)
+// Spec is a keep spec: what a kept informer stores and where.
+type Spec struct {
+	// State is the local state the informer loads from and writes to.
+	State *State
+	// Kind is the objects' kind in the local state.
+	Kind string
+	// Watch is the watch's name in the local state.
+	Watch string
+	// Namespace and Name restrict a watch of one object.
+	Namespace, Name string
+	// Tombstones keeps deleted objects, marked gone, until forgotten.
+	Tombstones bool
+	// OnTombstone is called at run for each tombstone found at load.
+	OnTombstone func(obj any)
+	// OnLoad is called at construction with the live objects loaded.
+	OnLoad func(objs []any)
 }
 
-func openLocalState(dir string, log *slog.Logger, afterPersist func(kind string, ev watch.EventType, obj metav1.Object)) (*localState, error) {
-	db, err := state.Open(filepath.Join(dir, stateFile))
-	if err != nil {
-		return nil, err
-	}
-	return &localState{db: db, log: log, afterPersist: afterPersist, connected: make(chan struct{})}, nil
-}
+// ListFunc lists the watched objects on the hub.
+type ListFunc func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 
-// persisted calls the afterPersist hook, if any.
-func (l *localState) persisted(kind string, ev watch.EventType, obj metav1.Object) {
-	if l.afterPersist != nil {
-		l.afterPersist(kind, ev, obj)
-	}
-}
-
-func (l *localState) close() {
-	if err := l.db.Close(); err != nil {
-		l.log.Warn("close local state", "err", err)
-	}
-}
-
-// reconnected wakes the kept informers waiting to retry: the hub is back.
-func (l *localState) reconnected() {
-	l.mu.Lock()
-	close(l.connected)
-	l.connected = make(chan struct{})
-	l.mu.Unlock()
-}
-
-func (l *localState) connectedCh() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.connected
-}
-
-// keepSpec says what a kept informer stores and where.
-type keepSpec struct {
-	local *localState
-	kind  string // the objects' kind in the local state
-	watch string // the watch's name in the local state
-	// namespace and name restrict a watch of one object.
-	namespace, name string
-	// tombstones keeps deleted objects, marked gone, until forgotten.
-	tombstones bool
-	// onTombstone is called at run for each tombstone found at load.
-	onTombstone func(obj any)
-	// onLoad is called at construction with the live objects loaded.
-	onLoad func(objs []any)
-}
+// WatchFunc watches the watched objects on the hub.
+type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 
 // protoObject is an API object the local state stores in protobuf.
 type protoObject interface {
@@ -135,11 +54,12 @@ type protoObject interface {
 	Unmarshal([]byte) error
 }
 
-// keptInformer implements cache.Controller over a listWatch and the local
+// informer implements cache.Controller over list, watch and the local
 // state.
-type keptInformer struct {
-	spec  keepSpec
-	lw    *listWatch
+type informer struct {
+	spec  Spec
+	list  ListFunc
+	watch WatchFunc
 	typ   reflect.Type
 	h     cache.ResourceEventHandler
 	store cache.Store
@@ -152,13 +72,17 @@ type keptInformer struct {
 	syncOnce      sync.Once
 }
 
-var _ cache.Controller = (*keptInformer)(nil)
+var _ cache.Controller = (*informer)(nil)
 
-func newKeptInformer(lw *listWatch, obj runtime.Object, h cache.ResourceEventHandler) (cache.Store, cache.Controller) {
-	i := &keptInformer{
-		spec: *lw.keep, lw: lw, typ: reflect.TypeOf(obj).Elem(), h: h,
+// NewInformer returns a kept informer of the objects of obj's type that
+// list and watch reach on the hub, and its store, already filled from the
+// local state. obj's type must be stored in protobuf (a *corev1.Pod, for
+// example). h hears of the loaded objects when the informer runs.
+func NewInformer(spec Spec, list ListFunc, watch WatchFunc, obj runtime.Object, h cache.ResourceEventHandler) (cache.Store, cache.Controller) {
+	i := &informer{
+		spec: spec, list: list, watch: watch, typ: reflect.TypeOf(obj).Elem(), h: h,
 		store:    cache.NewStore(cache.MetaNamespaceKeyFunc),
-		log:      lw.keep.local.log.With("watch", lw.keep.watch),
+		log:      spec.State.log.With("watch", spec.Watch),
 		syncedCh: make(chan struct{}),
 	}
 	empty := ""
@@ -167,19 +91,19 @@ func newKeptInformer(lw *listWatch, obj runtime.Object, h cache.ResourceEventHan
 	return i.store, i
 }
 
-func (i *keptInformer) newObject() protoObject {
+func (i *informer) newObject() protoObject {
 	return reflect.New(i.typ).Interface().(protoObject)
 }
 
 // load fills the store from the local state.
-func (i *keptInformer) load() {
-	db := i.spec.local.db
-	rows, err := db.List(i.spec.kind, i.spec.namespace, i.spec.name)
+func (i *informer) load() {
+	db := i.spec.State.db
+	rows, err := db.List(i.spec.Kind, i.spec.Namespace, i.spec.Name)
 	if err != nil {
 		i.log.Warn("read local state", "err", err)
 		return
 	}
-	rv, err := db.Watch(i.spec.watch)
+	rv, err := db.Watch(i.spec.Watch)
 	if err != nil {
 		i.log.Warn("read local state", "err", err)
 		return
@@ -197,8 +121,8 @@ func (i *keptInformer) load() {
 		_ = i.store.Add(obj)
 		i.loaded = append(i.loaded, obj)
 	}
-	if i.spec.onLoad != nil {
-		i.spec.onLoad(i.loaded)
+	if i.spec.OnLoad != nil {
+		i.spec.OnLoad(i.loaded)
 	}
 	if rv != "" {
 		// A list completed once and the store holds its result
@@ -209,27 +133,27 @@ func (i *keptInformer) load() {
 	}
 }
 
-func (i *keptInformer) markSynced() {
+func (i *informer) markSynced() {
 	i.synced.Store(true)
 	i.syncOnce.Do(func() { close(i.syncedCh) })
 }
 
 // HasSynced implements cache.Controller.
-func (i *keptInformer) HasSynced() bool { return i.synced.Load() }
+func (i *informer) HasSynced() bool { return i.synced.Load() }
 
 // HasSyncedChecker implements cache.Controller.
-func (i *keptInformer) HasSyncedChecker() cache.DoneChecker { return syncedChecker{i} }
+func (i *informer) HasSyncedChecker() cache.DoneChecker { return syncedChecker{i} }
 
-type syncedChecker struct{ i *keptInformer }
+type syncedChecker struct{ i *informer }
 
-func (c syncedChecker) Name() string          { return c.i.spec.watch }
+func (c syncedChecker) Name() string          { return c.i.spec.Watch }
 func (c syncedChecker) Done() <-chan struct{} { return c.i.syncedCh }
 
 // LastSyncResourceVersion implements cache.Controller.
-func (i *keptInformer) LastSyncResourceVersion() string { return *i.rv.Load() }
+func (i *informer) LastSyncResourceVersion() string { return *i.rv.Load() }
 
 // Run implements cache.Controller.
-func (i *keptInformer) Run(stop <-chan struct{}) {
+func (i *informer) Run(stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -244,20 +168,20 @@ func (i *keptInformer) Run(stop <-chan struct{}) {
 
 // Watch retry delays when the hub does not answer.
 const (
-	keptRetryBase = 500 * time.Millisecond
-	keptRetryCap  = 15 * time.Second
+	retryBase = 500 * time.Millisecond
+	retryCap  = 15 * time.Second
 )
 
 // RunWithContext implements cache.Controller: it hands the loaded objects
 // to the handlers, then keeps the store current until ctx ends.
-func (i *keptInformer) RunWithContext(ctx context.Context) {
+func (i *informer) RunWithContext(ctx context.Context) {
 	for _, obj := range i.loaded {
 		i.h.OnAdd(obj, true)
 	}
 	i.loaded = nil
-	if i.spec.onTombstone != nil {
+	if i.spec.OnTombstone != nil {
 		for _, obj := range i.tombs {
-			i.spec.onTombstone(obj)
+			i.spec.OnTombstone(obj)
 		}
 	}
 	i.tombs = nil
@@ -267,7 +191,7 @@ func (i *keptInformer) RunWithContext(ctx context.Context) {
 		if i.LastSyncResourceVersion() == "" {
 			err = i.relist(ctx)
 		} else {
-			err = i.watch(ctx)
+			err = i.resume(ctx)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -283,7 +207,7 @@ func (i *keptInformer) RunWithContext(ctx context.Context) {
 			wait = 0
 			continue
 		}
-		wait = min(max(2*wait, keptRetryBase), keptRetryCap)
+		wait = min(max(2*wait, retryBase), retryCap)
 		d := wait/2 + rand.N(wait/2+1)
 		i.log.Debug("watch failed", "err", err, "retry in", d)
 		t := time.NewTimer(d)
@@ -292,7 +216,7 @@ func (i *keptInformer) RunWithContext(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
-		case <-i.spec.local.connectedCh():
+		case <-i.spec.State.Connected():
 			t.Stop()
 			wait = 0
 		}
@@ -315,8 +239,8 @@ func isGone(err error) bool {
 
 // relist lists the objects and makes the local state, the store and the
 // handlers match the list.
-func (i *keptInformer) relist(ctx context.Context) error {
-	list, err := i.lw.list(ctx, metav1.ListOptions{})
+func (i *informer) relist(ctx context.Context) error {
+	list, err := i.list(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
@@ -379,21 +303,21 @@ func (i *keptInformer) relist(ctx context.Context) error {
 		changes = append(changes, change{old: old})
 	}
 	rv := lm.GetResourceVersion()
-	if err := i.spec.local.db.Commit(ops, map[string]string{i.spec.watch: rv}); err != nil {
+	if err := i.spec.State.db.Commit(ops, map[string]string{i.spec.Watch: rv}); err != nil {
 		return err
 	}
 	for _, c := range changes {
 		switch {
 		case c.cur == nil:
-			i.spec.local.persisted(i.spec.kind, watch.Deleted, c.old)
+			i.spec.State.persisted(i.spec.Kind, watch.Deleted, c.old)
 			_ = i.store.Delete(c.old)
 			i.h.OnDelete(c.old)
 		case c.old == nil:
-			i.spec.local.persisted(i.spec.kind, watch.Added, c.cur)
+			i.spec.State.persisted(i.spec.Kind, watch.Added, c.cur)
 			_ = i.store.Add(c.cur)
 			i.h.OnAdd(c.cur, false)
 		default:
-			i.spec.local.persisted(i.spec.kind, watch.Modified, c.cur)
+			i.spec.State.persisted(i.spec.Kind, watch.Modified, c.cur)
 			_ = i.store.Update(c.cur)
 			i.h.OnUpdate(c.old, c.cur)
 		}
@@ -404,21 +328,21 @@ func (i *keptInformer) relist(ctx context.Context) error {
 	return nil
 }
 
-func (i *keptInformer) key(obj protoObject) state.Key {
-	return state.Key{Kind: i.spec.kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
+func (i *informer) key(obj protoObject) state.Key {
+	return state.Key{Kind: i.spec.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID())}
 }
 
-func (i *keptInformer) putOp(obj protoObject) (state.Op, error) {
+func (i *informer) putOp(obj protoObject) (state.Op, error) {
 	b, err := obj.Marshal()
 	if err != nil {
-		return state.Op{}, fmt.Errorf("encode %s %s/%s: %w", i.spec.kind, obj.GetNamespace(), obj.GetName(), err)
+		return state.Op{}, fmt.Errorf("encode %s %s/%s: %w", i.spec.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
 	return state.Op{Key: i.key(obj), Value: b}, nil
 }
 
 // removeOp deletes obj, or marks it gone where tombstones are kept.
-func (i *keptInformer) removeOp(obj protoObject) (state.Op, error) {
-	if !i.spec.tombstones {
+func (i *informer) removeOp(obj protoObject) (state.Op, error) {
+	if !i.spec.Tombstones {
 		return state.Op{Key: i.key(obj), Delete: true}, nil
 	}
 	op, err := i.putOp(obj)
@@ -426,11 +350,11 @@ func (i *keptInformer) removeOp(obj protoObject) (state.Op, error) {
 	return op, err
 }
 
-// watch resumes the watch from the last resourceVersion and applies its
+// resume resumes the watch from the last resourceVersion and applies its
 // events until it ends. It returns nil when the watch ended normally.
-func (i *keptInformer) watch(ctx context.Context) error {
-	timeout := int64((minWatchTimeout + rand.N(minWatchTimeout)).Seconds())
-	w, err := i.lw.watch(ctx, metav1.ListOptions{
+func (i *informer) resume(ctx context.Context) error {
+	timeout := int64((MinWatchTimeout + rand.N(MinWatchTimeout)).Seconds())
+	w, err := i.watch(ctx, metav1.ListOptions{
 		ResourceVersion:     i.LastSyncResourceVersion(),
 		AllowWatchBookmarks: true,
 		TimeoutSeconds:      &timeout,
@@ -462,9 +386,9 @@ func (i *keptInformer) watch(ctx context.Context) error {
 
 // apply writes one event to the local state, then to the store and the
 // handlers.
-func (i *keptInformer) apply(ev watch.Event) error {
+func (i *informer) apply(ev watch.Event) error {
 	if ev.Type == watch.Error {
-		if brokenStream(ev) {
+		if BrokenStream(ev) {
 			return errWatchBroken
 		}
 		return fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object))
@@ -473,9 +397,10 @@ func (i *keptInformer) apply(ev watch.Event) error {
 	if !ok {
 		return fmt.Errorf("watch: unexpected %T", ev.Object)
 	}
+	db := i.spec.State.db
 	rv := obj.GetResourceVersion()
 	if ev.Type == watch.Bookmark {
-		i.spec.local.db.SetLazy(i.spec.watch, rv)
+		db.SetLazy(i.spec.Watch, rv)
 		i.rv.Store(&rv)
 		return nil
 	}
@@ -503,7 +428,7 @@ func (i *keptInformer) apply(ev watch.Event) error {
 	case watch.Deleted:
 		if old == nil || old.GetUID() != obj.GetUID() {
 			// Not an object the agent has: only the version moves.
-			i.spec.local.db.SetLazy(i.spec.watch, rv)
+			db.SetLazy(i.spec.Watch, rv)
 			i.rv.Store(&rv)
 			return nil
 		}
@@ -515,12 +440,12 @@ func (i *keptInformer) apply(ev watch.Event) error {
 	default:
 		return fmt.Errorf("watch: unexpected event %q", ev.Type)
 	}
-	if err := i.spec.local.db.Commit(ops, map[string]string{i.spec.watch: rv}); err != nil {
+	if err := db.Commit(ops, map[string]string{i.spec.Watch: rv}); err != nil {
 		// Not acted on: the watch resumes from the last version
 		// written, and the event comes again.
 		return err
 	}
-	i.spec.local.persisted(i.spec.kind, ev.Type, obj)
+	i.spec.State.persisted(i.spec.Kind, ev.Type, obj)
 	i.rv.Store(&rv)
 	switch {
 	case ev.Type == watch.Deleted:
@@ -539,21 +464,4 @@ func (i *keptInformer) apply(ev watch.Event) error {
 		i.h.OnUpdate(old, obj)
 	}
 	return nil
-}
-
-// forget removes a watch of one object and its object from the local
-// state, once nothing needs them.
-func (l *localState) forget(kind, watchName, namespace, name string) {
-	rows, err := l.db.List(kind, namespace, name)
-	if err != nil {
-		l.log.Warn("forget watch", "watch", watchName, "err", err)
-		return
-	}
-	var ops []state.Op
-	for _, r := range rows {
-		ops = append(ops, state.Op{Key: r.Key, Delete: true})
-	}
-	if err := l.db.Commit(ops, map[string]string{watchName: ""}); err != nil {
-		l.log.Warn("forget watch", "watch", watchName, "err", err)
-	}
 }

@@ -1,4 +1,4 @@
-package edge
+package localstate
 
 import (
 	"encoding/json"
