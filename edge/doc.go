@@ -31,5 +31,7 @@
 // Runtimes live in sub-packages: edge/sim runs pods without containers.
 // The agent composes the other sub-packages: edge/identity keeps the
 // node's key and certificate; edge/streaming is the node server;
-// edge/staticpods reads the static pod manifests.
+// edge/staticpods reads the static pod manifests; edge/localstate holds
+// the kept informers, which load from, write to and resume from the local
+// state file (edge/state).
 package edge
