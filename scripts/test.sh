@@ -68,7 +68,7 @@ echo "== go $(go env GOVERSION)"
 # (store/storebench) are not among them: they drive the stores the store
 # packages' own tests already race, and under the detector they took 76 s
 # to say nothing more.
-race_pkgs=($(go list ./store/... | grep -vx 'github.com/tether-edge/tether/store/storebench') ./tunnel/ ./scheduler/ ./controllers/internal/kit/ ./edge/state/)
+race_pkgs=($(go list ./store/... | grep -vx 'github.com/tether-edge/tether/store/storebench') ./tunnel/ ./scheduler/ ./controllers/internal/kit/ ./edge/state/ ./edge/localstate/)
 
 # Test binaries are linked without DWARF (-w): stack traces and profiles
 # come from the symbol tables Go keeps anyway, and a test binary of the
