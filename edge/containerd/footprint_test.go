@@ -33,8 +33,9 @@ var (
 	footprintIdle = flag.Duration("footprint.idle", 0, "TestAgentFootprintAndPodStartup: the idle window (default: 2m, 30m with -footprint.full)")
 )
 
-// TestAgentFootprintAndPodStartup runs `tether edge` as its own process
-// with the containerd runtime and the eBPF dataplane (on a test cgroup)
+// TestAgentFootprintAndPodStartup runs `tether edge` as its own process,
+// from the stripped edge build nodes install (tether-edge), with the
+// containerd runtime and the eBPF dataplane (on a test cgroup)
 // against a real hub, and measures what a node pays for the agent and what
 // its users wait for:
 //
@@ -43,7 +44,9 @@ var (
 //     to /proc/PID/clear_refs at the window's start; the window lasts until
 //     a garbage collection ran in it (a collection reads the whole live
 //     heap), in the short run for 10 s more at most. Idle over the idle
-//     window, and with the pods running;
+//     window, and with the pods running. Of it, the executable's pages,
+//     and how much of the executable the page cache maps in 2 MiB folios
+//     (FilePmdMapped): a single access marks such a folio referenced;
 //   - its PSS, RSS and major page faults, and the PSS of containerd and the
 //     shims, alongside;
 //   - the kernel memory of the eBPF maps the agent holds: the sum of
@@ -108,11 +111,23 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	host := newAgentHost(t, "footprint", bridge)
 	dir, cgroup, pins := host.dir, host.cgroup, host.pins
 
-	// The agent runs from a copy of the executable, as on a node where no
-	// hub runs: pages it shared with the hub's process would count only
-	// half in its PSS.
+	// The agent runs the edge build, stripped, as nodes install it
+	// (scripts/build.sh, tether-edge); it is built before the agent starts
+	// and the other binaries are built while the agent starts. Its pages
+	// are the agent's own: none is shared with the hub's process.
+	buildDir := t.TempDir()
+	buildCtx, stopBuild := context.WithCancel(context.Background())
+	defer stopBuild()
+	b, err := newBuilder(buildCtx, buildDir, *footprintFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edgeBin, edgeStripped, err := b.build(buildCtx, "tether-edge-stripped", "edge", "-s -w")
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(dir, "tether")
-	if err := copyFile(h.Bin, bin); err != nil {
+	if err := copyFile(edgeBin, bin); err != nil {
 		t.Fatal(err)
 	}
 	var agentLog syncBuffer
@@ -144,21 +159,18 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 		t.Helper()
 		t.Fatalf(format+"\nagent log:\n%s", append(args, agentLog.String())...)
 	}
-	// Binary sizes, built while the agent starts and done before any
-	// measurement. The short run links from the build cache (the
-	// unstripped full binary is the hub's); the full one builds as
+	// The other binaries' sizes, built while the agent starts and done
+	// before any measurement. The short run links from the build cache
+	// (the unstripped full binary is the hub's); the full one builds as
 	// releases are built (-trimpath).
 	type sizes struct {
 		full, fullStripped, edge, edgeStripped int64
 		err                                    error
 	}
 	built := make(chan sizes, 1)
-	buildDir := t.TempDir()
-	buildCtx, stopBuild := context.WithCancel(context.Background())
-	defer stopBuild()
 	go func() {
-		var s sizes
-		s.full, s.fullStripped, s.edge, s.edgeStripped, s.err = buildSizes(buildCtx, buildDir, *footprintFull, h.Bin)
+		s := sizes{edgeStripped: edgeStripped}
+		s.full, s.fullStripped, s.edge, s.err = buildSizes(buildCtx, b, h.Bin)
 		built <- s
 	}()
 
@@ -303,7 +315,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	win := func(u usage) string {
-		return fmt.Sprintf("executable=%.1f window=%v gcs=%d", mb(u.exeReferenced), u.window, u.gcs)
+		return fmt.Sprintf("executable=%.1f executable_pmd_mapped=%.1f window=%v gcs=%d", mb(u.exeReferenced), mb(u.exePMDMapped), u.window, u.gcs)
 	}
 	wsIdle := mb(idle.referenced)
 	t.Logf("idle: %s", idle)
@@ -429,60 +441,72 @@ func loadAvg() float64 {
 	return v
 }
 
-// buildSizes builds cmd/tether in dir, in full and with -tags edge, each
-// unstripped and stripped (-ldflags '-s -w'), and returns the sizes. With
-// trimpath set it builds as scripts/build.sh does (-trimpath), which
-// compiles every package again (and SQLite's C); without, it links the
-// packages the hub's build left in the cache, takes fullBin (that build,
-// `go build ./cmd/tether`) as the unstripped full binary, and the sizes
-// differ from the release builds' only by the longer file paths they
-// record.
-func buildSizes(ctx context.Context, dir string, trimpath bool, fullBin string) (full, fullStripped, edge, edgeStripped int64, err error) {
+// builder builds cmd/tether into dir. With trimpath set it builds as
+// scripts/build.sh does (-trimpath), which compiles every package again
+// (and SQLite's C); without, it links the packages the hub's build left in
+// the cache, and the sizes differ from the release builds' only by the
+// longer file paths they record.
+type builder struct {
+	root, dir string
+	trimpath  bool
+}
+
+func newBuilder(ctx context.Context, dir string, trimpath bool) (*builder, error) {
 	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
 	if err != nil {
-		return 0, 0, 0, 0, fmt.Errorf("find the module: %w", err)
+		return nil, fmt.Errorf("find the module: %w", err)
 	}
-	size := func(name, tags, ldflags string) (int64, error) {
-		out := filepath.Join(dir, name)
-		args := []string{"build", "-tags", tags, "-ldflags", ldflags, "-o", out}
-		if trimpath {
-			args = append(args, "-trimpath")
-		}
-		cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tether")...)
-		cmd.Dir = strings.TrimSpace(string(root))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("build %s: %w\n%s", name, err, b)
-		}
-		fi, err := os.Stat(out)
-		if err != nil {
-			return 0, err
-		}
-		return fi.Size(), nil
+	return &builder{root: strings.TrimSpace(string(root)), dir: dir, trimpath: trimpath}, nil
+}
+
+// build builds the binary name with the build tags and linker flags given
+// and returns its path and size.
+func (b *builder) build(ctx context.Context, name, tags, ldflags string) (string, int64, error) {
+	out := filepath.Join(b.dir, name)
+	args := []string{"build", "-tags", tags, "-ldflags", ldflags, "-o", out}
+	if b.trimpath {
+		args = append(args, "-trimpath")
 	}
-	if !trimpath {
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tether")...)
+	cmd.Dir = b.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", 0, fmt.Errorf("build %s: %w\n%s", name, err, out)
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		return "", 0, err
+	}
+	return out, fi.Size(), nil
+}
+
+// buildSizes builds the full binary, unstripped and stripped (-ldflags
+// '-s -w'), and the edge build unstripped, and returns their sizes.
+// Without trimpath it takes fullBin (the hub's build, `go build
+// ./cmd/tether`) as the unstripped full binary.
+func buildSizes(ctx context.Context, b *builder, fullBin string) (full, fullStripped, edge int64, err error) {
+	if !b.trimpath {
 		fi, err := os.Stat(fullBin)
 		if err != nil {
-			return 0, 0, 0, 0, err
+			return 0, 0, 0, err
 		}
 		full = fi.Size()
 	}
-	for _, b := range []struct {
+	for _, bin := range []struct {
 		name, tags, ldflags string
 		size                *int64
 	}{
 		{"tether", "", "", &full},
 		{"tether-stripped", "", "-s -w", &fullStripped},
 		{"tether-edge", "edge", "", &edge},
-		{"tether-edge-stripped", "edge", "-s -w", &edgeStripped},
 	} {
-		if *b.size != 0 {
+		if *bin.size != 0 {
 			continue
 		}
-		if *b.size, err = size(b.name, b.tags, b.ldflags); err != nil {
-			return 0, 0, 0, 0, err
+		if _, *bin.size, err = b.build(ctx, bin.name, bin.tags, bin.ldflags); err != nil {
+			return 0, 0, 0, err
 		}
 	}
-	return full, fullStripped, edge, edgeStripped, nil
+	return full, fullStripped, edge, nil
 }
 
 // gcCount is the number of garbage collections the runtime's trace
@@ -546,6 +570,7 @@ func nodeReady(n *corev1.Node) bool {
 type usage struct {
 	referenced      int64 // the agent's working set: Referenced over the window
 	exeReferenced   int64 // of it, pages of the executable
+	exePMDMapped    int64 // the executable's pages mapped 2 MiB at a time
 	window          time.Duration
 	gcs             int   // garbage collections in the window
 	pss             int64 // the agent's
@@ -560,8 +585,8 @@ type usage struct {
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("agent working set %s (executable %s) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
-		mib(u.referenced), mib(u.exeReferenced), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
+	return fmt.Sprintf("agent working set %s (executable %s, of which mapped in 2 MiB folios %s) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
+		mib(u.referenced), mib(u.exeReferenced), mib(u.exePMDMapped), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
 		u.maps, mib(u.memlock), mib(u.containerdPSS), u.shims, mib(u.shimPSS))
 }
 
@@ -573,7 +598,7 @@ func footprint(agentPID int, dir string) usage {
 	var u usage
 	rollup := fmt.Sprintf("/proc/%d/smaps_rollup", agentPID)
 	u.referenced, u.pss = kbField(rollup, "Referenced:"), kbField(rollup, "Pss:")
-	u.exeReferenced = exeReferenced(agentPID, filepath.Join(dir, "tether"))
+	u.exeReferenced, u.exePMDMapped = exeMemory(agentPID, filepath.Join(dir, "tether"))
 	u.rss, u.anon, u.file = statusKB(agentPID, "VmRSS:"), statusKB(agentPID, "RssAnon:"), statusKB(agentPID, "RssFile:")
 	u.cpu, u.majorFaults = cpuAndFaults(agentPID)
 	if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
@@ -597,26 +622,32 @@ func footprint(agentPID int, dir string) usage {
 	return u
 }
 
-// exeReferenced sums Referenced over a process's mappings of the
-// executable exe, from /proc/PID/smaps.
-func exeReferenced(pid int, exe string) int64 {
+// exeMemory sums Referenced and FilePmdMapped over a process's mappings
+// of the executable exe, from /proc/PID/smaps. A page cache that keeps
+// the executable in huge folios maps them whole (FilePmdMapped), and one
+// access marks all 2 MiB of such a mapping referenced: the kernel keeps
+// the folio as a unit.
+func exeMemory(pid int, exe string) (referenced, pmdMapped int64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var sum int64
 	inExe := false
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
 			inExe = len(f) >= 6 && f[5] == exe
-		case len(f) >= 2 && f[0] == "Referenced:" && inExe:
+		case len(f) >= 2 && inExe && (f[0] == "Referenced:" || f[0] == "FilePmdMapped:"):
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			sum += kb << 10
+			if f[0] == "Referenced:" {
+				referenced += kb << 10
+			} else {
+				pmdMapped += kb << 10
+			}
 		}
 	}
-	return sum
+	return referenced, pmdMapped
 }
 
 // mapsMemlock sums the kernel memory (memlock, in bytes) of the eBPF maps
