@@ -21,7 +21,7 @@ import (
 
 // proxyToBackend serves the controller, with svc-1 as the default
 // backend, dialling backendAddr for it.
-func proxyToBackend(t *testing.T, backendAddr string) string {
+func proxyToBackend(t testing.TB, backendAddr string) string {
 	t.Helper()
 	c, err := New(Config{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
