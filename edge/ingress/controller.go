@@ -36,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,11 +162,7 @@ func New(cfg Config) (*Controller, error) {
 
 // ServeHTTP routes one request by the current table.
 func (c *Controller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	b := c.table.Load().route(host, r.URL.Path)
+	b := c.table.Load().route(hostOnly(r.Host), r.URL.Path)
 	switch {
 	case b == nil:
 		http.Error(w, "404 page not found", http.StatusNotFound)
@@ -174,6 +171,17 @@ func (c *Controller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		c.proxyTo(b.target).ServeHTTP(w, r)
 	}
+}
+
+// hostOnly is a Host header without its port. Most requests name no port,
+// for which net.SplitHostPort would return (and allocate) an error.
+func hostOnly(host string) string {
+	if strings.IndexByte(host, ':') >= 0 && !strings.HasSuffix(host, "]") {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			return h
+		}
+	}
+	return host
 }
 
 // getCertificate picks the certificate of the client's server name.

@@ -170,3 +170,16 @@ func TestRoute(t *testing.T) {
 		t.Errorf("Ingress without class under tether's default class: %+v", b)
 	}
 }
+
+// TestHostOnly: the port is cut from a Host header that has one, IPv6
+// literals included, and nothing from one without.
+func TestHostOnly(t *testing.T) {
+	for in, want := range map[string]string{
+		"example.com": "example.com", "example.com:8080": "example.com",
+		"[::1]": "[::1]", "[::1]:80": "::1", "10.0.0.1": "10.0.0.1", "10.0.0.1:80": "10.0.0.1", "": "",
+	} {
+		if got := hostOnly(in); got != want {
+			t.Errorf("hostOnly(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
