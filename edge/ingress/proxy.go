@@ -50,13 +50,15 @@ func (c *Controller) proxyTo(target string) *httputil.ReverseProxy {
 }
 
 // bufferPool lends the reverse proxies their copy buffers
-// (httputil.BufferPool).
+// (httputil.BufferPool). It keeps them as array pointers, which a buffer
+// given back converts to without allocating, where a pointer to its slice
+// would be a new allocation at every Put.
 type bufferPool struct{ p sync.Pool }
 
 // Get returns a buffer of proxyBufferSize bytes.
 func (b *bufferPool) Get() []byte {
-	if buf, ok := b.p.Get().(*[]byte); ok {
-		return *buf
+	if buf, ok := b.p.Get().(*[proxyBufferSize]byte); ok {
+		return buf[:]
 	}
 	return make([]byte, proxyBufferSize)
 }
@@ -64,7 +66,6 @@ func (b *bufferPool) Get() []byte {
 // Put takes a buffer back.
 func (b *bufferPool) Put(buf []byte) {
 	if cap(buf) == proxyBufferSize {
-		buf = buf[:proxyBufferSize]
-		b.p.Put(&buf)
+		b.p.Put((*[proxyBufferSize]byte)(buf[:proxyBufferSize]))
 	}
 }
