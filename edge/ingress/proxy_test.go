@@ -74,3 +74,31 @@ func BenchmarkProxy(b *testing.B) {
 		}
 	}
 }
+
+// TestProxySetsXForwarded: the backend sees the client's address, the
+// Host it asked for and its scheme, and none of the X-Forwarded-* values
+// the client sent.
+func TestProxySetsXForwarded(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "for=%q host=%q proto=%q forwarded=%q", r.Header.Values("X-Forwarded-For"),
+			r.Header.Values("X-Forwarded-Host"), r.Header.Values("X-Forwarded-Proto"), r.Header.Values("Forwarded"))
+	}))
+	t.Cleanup(backend.Close)
+	url := proxyToBackend(t, backend.Listener.Addr().String())
+	req, _ := http.NewRequest(http.MethodGet, url+"/", nil)
+	req.Host = "app.example.com:8080"
+	req.Header.Set("X-Forwarded-For", "10.1.2.3")
+	req.Header.Set("X-Forwarded-Host", "evil.example.com")
+	req.Header.Set("X-Forwarded-Proto", "https")
+	req.Header.Set("Forwarded", "for=10.1.2.3")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `for=["127.0.0.1"] host=["app.example.com:8080"] proto=["http"] forwarded=[]`
+	if string(b) != want {
+		t.Errorf("the backend got %s, want %s", b, want)
+	}
+}
