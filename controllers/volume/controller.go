@@ -618,6 +618,19 @@ func (c *Controller) syncVolume(ctx context.Context, name string) error {
 	return err
 }
 
+// holds reports whether the claim p, which v's claimRef names, keeps v
+// from being deleted: the claim is the one v was bound to and either
+// names v or v is Bound. A binding writes the volume's phase before the
+// claim's volumeName, so a volume deleted as soon as it reads Bound is
+// still kept for its claim, as upstream keeps every Bound volume.
+func holds(v *corev1.PersistentVolume, p *corev1.PersistentVolumeClaim) bool {
+	r := v.Spec.ClaimRef
+	if r == nil || r.UID != "" && p.UID != r.UID {
+		return false
+	}
+	return p.Spec.VolumeName == v.Name || r.UID != "" && v.Status.Phase == corev1.VolumeBound
+}
+
 // releaseVolume lets a deleted volume go once no claim is bound to it. The
 // hub is asked before: the cache may not have seen the claim yet.
 func (c *Controller) releaseVolume(ctx context.Context, v *corev1.PersistentVolume) error {
@@ -625,14 +638,11 @@ func (c *Controller) releaseVolume(ctx context.Context, v *corev1.PersistentVolu
 		return nil
 	}
 	if r := v.Spec.ClaimRef; r != nil {
-		bound := func(p *corev1.PersistentVolumeClaim) bool {
-			return (r.UID == "" || p.UID == r.UID) && p.Spec.VolumeName == v.Name
-		}
-		if p, err := c.pvcs.PersistentVolumeClaims(r.Namespace).Get(r.Name); err == nil && bound(p) {
+		if p, err := c.pvcs.PersistentVolumeClaims(r.Namespace).Get(r.Name); err == nil && holds(v, p) {
 			return nil // the claim's deletion brings the volume back
 		}
 		p, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
-		if err == nil && bound(p) {
+		if err == nil && holds(v, p) {
 			return nil
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
