@@ -585,7 +585,7 @@ type usage struct {
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("agent working set %s (executable %s, of which mapped in 2 MiB folios %s) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
+	return fmt.Sprintf("agent working set %s (executable %s; %s of the executable mapped in 2 MiB folios) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
 		mib(u.referenced), mib(u.exeReferenced), mib(u.exePMDMapped), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
 		u.maps, mib(u.memlock), mib(u.containerdPSS), u.shims, mib(u.shimPSS))
 }
