@@ -144,7 +144,7 @@ func (l *localState) recordLocalVolume(pv *corev1.PersistentVolume) {
 		return
 	}
 	var ops []state.Op
-	if rows, err := l.db.List(keptLocalVolumes, "", pv.Name); err == nil {
+	if rows, err := l.DB().List(keptLocalVolumes, "", pv.Name); err == nil {
 		for _, r := range rows {
 			if r.UID != string(pv.UID) {
 				ops = append(ops, state.Op{Key: r.Key, Delete: true})
@@ -152,7 +152,7 @@ func (l *localState) recordLocalVolume(pv *corev1.PersistentVolume) {
 		}
 	}
 	ops = append(ops, state.Op{Key: state.Key{Kind: keptLocalVolumes, Name: pv.Name, UID: string(pv.UID)}, Value: b})
-	if err := l.db.Commit(ops, nil); err != nil {
+	if err := l.DB().Commit(ops, nil); err != nil {
 		l.log.Warn("record local-path volume", "volume", pv.Name, "err", err)
 		return
 	}
@@ -162,7 +162,7 @@ func (l *localState) recordLocalVolume(pv *corev1.PersistentVolume) {
 // loadLocalVolumesLocked reads which volumes the local state records; on
 // an error recorded stays nil. l.volumes.mu must be held.
 func (l *localState) loadLocalVolumesLocked() error {
-	rows, err := l.db.List(keptLocalVolumes, "", "")
+	rows, err := l.DB().List(keptLocalVolumes, "", "")
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func (l *localState) hasLocalVolumes() bool {
 
 // localVolumeRecords returns the recorded local-path volumes.
 func (l *localState) localVolumeRecords() ([]*corev1.PersistentVolume, error) {
-	rows, err := l.db.List(keptLocalVolumes, "", "")
+	rows, err := l.DB().List(keptLocalVolumes, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func (l *localState) localVolumeRecords() ([]*corev1.PersistentVolume, error) {
 // forgetLocalVolume drops the record of a volume whose data is dealt with.
 func (l *localState) forgetLocalVolume(pv *corev1.PersistentVolume) error {
 	k := state.Key{Kind: keptLocalVolumes, Name: pv.Name, UID: string(pv.UID)}
-	if err := l.db.Commit([]state.Op{{Key: k, Delete: true}}, nil); err != nil {
+	if err := l.DB().Commit([]state.Op{{Key: k, Delete: true}}, nil); err != nil {
 		return err
 	}
 	l.volumes.mu.Lock()

@@ -45,7 +45,6 @@ const (
 // static pods, local-path volumes, tombstones to forget).
 type localState struct {
 	*localstate.State
-	db  *state.Store
 	log *slog.Logger
 
 	hasNode atomic.Bool // the node's pod ranges were stored by an earlier run
@@ -58,7 +57,7 @@ func openLocalState(dir string, opts localstate.Options) (*localState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &localState{State: s, db: s.DB(), log: opts.Log}, nil
+	return &localState{State: s, log: opts.Log}, nil
 }
 
 func (l *localState) close() {
@@ -140,7 +139,7 @@ func (l *localState) podRemoved(pod *corev1.Pod) {
 		return
 	}
 	k := state.Key{Kind: keptPods, Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
-	if err := l.db.Commit([]state.Op{{Key: k, Delete: true}}, nil); err != nil {
+	if err := l.DB().Commit([]state.Op{{Key: k, Delete: true}}, nil); err != nil {
 		l.log.Warn("forget removed pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 }
@@ -172,7 +171,7 @@ func (m *refManager) forget(r objectRef) {
 // them.
 func (l *localState) collectRefs(objs []any) {
 	claims := map[string]*corev1.PersistentVolumeClaim{}
-	if rows, err := l.db.List(keptPVC, "", ""); err == nil {
+	if rows, err := l.DB().List(keptPVC, "", ""); err == nil {
 		for _, r := range rows {
 			c := &corev1.PersistentVolumeClaim{}
 			if !r.Gone && c.Unmarshal(r.Value) == nil {
@@ -189,7 +188,7 @@ func (l *localState) collectRefs(objs []any) {
 			used[refWatch(r)] = true
 		}
 	}
-	watches, err := l.db.Watches()
+	watches, err := l.DB().Watches()
 	if err != nil {
 		l.log.Warn("collect unused objects", "err", err)
 		return
@@ -197,7 +196,7 @@ func (l *localState) collectRefs(objs []any) {
 	var ops []state.Op
 	drop := map[string]string{}
 	for _, kind := range []string{keptConfigMap, keptSecret, keptPVC, keptPV} {
-		keys, err := l.db.Keys(kind)
+		keys, err := l.DB().Keys(kind)
 		if err != nil {
 			l.log.Warn("collect unused objects", "err", err)
 			return
@@ -218,7 +217,7 @@ func (l *localState) collectRefs(objs []any) {
 	if len(ops) == 0 && len(drop) == 0 {
 		return
 	}
-	if err := l.db.Commit(ops, drop); err != nil {
+	if err := l.DB().Commit(ops, drop); err != nil {
 		l.log.Warn("collect unused objects", "err", err)
 	}
 }
@@ -226,7 +225,7 @@ func (l *localState) collectRefs(objs []any) {
 // loadNode returns the node's pod ranges stored by an earlier run, as a
 // Node with only its name and spec, or nil.
 func (l *localState) loadNode(name string) *corev1.Node {
-	rows, err := l.db.List(keptNodes, "", "")
+	rows, err := l.DB().List(keptNodes, "", "")
 	if err != nil {
 		l.log.Warn("read local state", "err", err)
 		return nil
@@ -254,7 +253,7 @@ func (l *localState) saveNode(node *corev1.Node) {
 	if err != nil {
 		return
 	}
-	rows, err := l.db.List(keptNodes, "", "")
+	rows, err := l.DB().List(keptNodes, "", "")
 	if err != nil {
 		l.log.Warn("read local state", "err", err)
 		return
@@ -275,7 +274,7 @@ func (l *localState) saveNode(node *corev1.Node) {
 	if len(ops) == 0 {
 		return
 	}
-	if err := l.db.Commit(ops, nil); err != nil {
+	if err := l.DB().Commit(ops, nil); err != nil {
 		l.log.Warn("store node pod ranges", "err", err)
 		return
 	}

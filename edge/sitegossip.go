@@ -320,13 +320,13 @@ func (a *Agent) nextGeneration() uint16 {
 	if a.local == nil {
 		return 0
 	}
-	prev, err := a.local.db.Watch(siteGenerationKey)
+	prev, err := a.local.DB().Watch(siteGenerationKey)
 	if err != nil {
 		a.log.Warn("read site gossip generation", "err", err)
 	}
 	n, _ := strconv.ParseUint(prev, 10, 16)
 	next := uint16(n + 1) // wraps after 65535 starts
-	if err := a.local.db.Commit(nil, map[string]string{siteGenerationKey: strconv.FormatUint(uint64(next), 10)}); err != nil {
+	if err := a.local.DB().Commit(nil, map[string]string{siteGenerationKey: strconv.FormatUint(uint64(next), 10)}); err != nil {
 		a.log.Warn("count site gossip generation", "err", err)
 	}
 	return next

@@ -77,7 +77,7 @@ func (s *staticSource) scan() {
 		s.a.log.Info("static pod", "pod", p.Namespace+"/"+p.Name, "uid", uid)
 	}
 	if len(ops) > 0 && s.a.local != nil {
-		if err := s.a.local.db.Commit(ops, nil); err != nil {
+		if err := s.a.local.DB().Commit(ops, nil); err != nil {
 			s.a.log.Warn("keep static pods", "err", err)
 			return // not acted on: the next read tries again
 		}
@@ -113,7 +113,7 @@ func (l *localState) staticPods() []*corev1.Pod {
 	if l == nil {
 		return nil
 	}
-	rows, err := l.db.List(keptStatic, "", "")
+	rows, err := l.DB().List(keptStatic, "", "")
 	if err != nil {
 		l.log.Warn("read local state", "err", err)
 		return nil
@@ -136,7 +136,7 @@ func (l *localState) staticRemoved(pod *corev1.Pod) {
 		return
 	}
 	k := state.Key{Kind: keptStatic, Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
-	if err := l.db.Commit([]state.Op{{Key: k, Delete: true}}, nil); err != nil {
+	if err := l.DB().Commit([]state.Op{{Key: k, Delete: true}}, nil); err != nil {
 		l.log.Warn("forget removed static pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 }
