@@ -469,8 +469,8 @@ func (b *builder) build(ctx context.Context, name, tags, ldflags string) (string
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tether")...)
 	cmd.Dir = b.root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", 0, fmt.Errorf("build %s: %w\n%s", name, err, out)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", 0, fmt.Errorf("build %s: %w\n%s", name, err, msg)
 	}
 	fi, err := os.Stat(out)
 	if err != nil {
