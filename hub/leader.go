@@ -26,29 +26,40 @@ const (
 	ControllerManagerLease = "kube-controller-manager"
 )
 
-// The timing of the elections. A leader renews every retry period and
-// gives up when it could not renew for the renew deadline; a standby takes
-// over a lease it has not seen renewed for the lease duration. client-go
-// waits between two attempts the retry period plus up to 1.2 times it
-// (jitter), so after a leader died without releasing its lease a standby
-// sees the last renewal up to 2.2 retry periods late and takes over at
-// most 2.2 retry periods after the lease expired: within lease duration
-// plus 4.4 retry periods of the death. A leader cut off from the API stops
-// its components after the renew deadline, 2 s before anyone else may
-// start them. Upstream's defaults (15 s, 10 s, 2 s) would take up to
-// 23.8 s.
+// electionTiming is how an election runs. A leader renews every retry
+// period and gives up when it could not renew for the renew deadline; a
+// standby takes over a lease it has not seen renewed for the lease
+// duration. client-go waits between two attempts the retry period plus up
+// to 1.2 times it (jitter), so after a leader died without releasing its
+// lease a standby sees the last renewal up to 2.2 retry periods late and
+// takes over at most 2.2 retry periods after the lease expired: within
+// lease duration plus 4.4 retry periods of the death. A leader cut off
+// from the API stops its components after the renew deadline, 2 s before
+// anyone else may start them.
+type electionTiming struct {
+	lease, renew, retry time.Duration
+}
+
+// timingFor returns the election timing for a store.
 //
-// On PostgreSQL other hubs stand by, and the retry period is 1 s: another
-// hub leads within 12.4 s, inside the 15 s a hub's loss may cost, for two
-// Lease writes a second by the leader and reads by the standbys. On
-// SQLite no other hub can share the store, so nothing waits for a
-// takeover and the leader renews every 2 s, half the writes.
-const (
-	leaseDuration      = 8 * time.Second
-	renewDeadline      = 6 * time.Second
-	retryPeriod        = 2 * time.Second
-	retryPeriodInFleet = time.Second
-)
+// On PostgreSQL (datastore set) other hubs stand by: another hub leads
+// within 8 + 4.4 × 1 = 12.4 s, inside the 15 s a hub's loss may cost, for
+// two Lease writes a second by the leader and reads by the standbys.
+// Upstream's defaults (15 s, 10 s, 2 s) would take up to 23.8 s.
+//
+// On SQLite no other hub can share the store: nobody waits for a
+// takeover, a hub restarted after a crash holds its own Leases again at
+// once (its identity is kept, see hubIdentity), and one stopped cleanly
+// gives them up. Renewals there only keep the Leases current for the
+// tools that read them, so they come every 30 s: four store writes a
+// minute for both Leases, where a 2 s retry period would make sixty, each
+// an fsync on the hub's disk.
+func timingFor(datastore string) electionTiming {
+	if datastore != "" {
+		return electionTiming{lease: 8 * time.Second, renew: 6 * time.Second, retry: time.Second}
+	}
+	return electionTiming{lease: 90 * time.Second, renew: 60 * time.Second, retry: 30 * time.Second}
+}
 
 // leaderStatus is whether this hub leads each elected component, for the
 // leader_election_master_status gauge upstream's components export.
@@ -98,7 +109,7 @@ func hubIdentity(cfg Config) (string, error) {
 // component and waits until it has stopped before campaigning again.
 type election struct {
 	lease   string
-	retry   time.Duration // the retry period
+	timing  electionTiming
 	client  kubernetes.Interface
 	id      string
 	leading *atomic.Bool
@@ -161,9 +172,9 @@ func (e *election) run(ctx context.Context) (func(), error) {
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		Name:            e.lease,
-		LeaseDuration:   leaseDuration,
-		RenewDeadline:   renewDeadline,
-		RetryPeriod:     e.retry,
+		LeaseDuration:   e.timing.lease,
+		RenewDeadline:   e.timing.renew,
+		RetryPeriod:     e.timing.retry,
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: e.lead,
@@ -208,17 +219,14 @@ func (r *run) startElected(ctx context.Context) error {
 		return err
 	}
 	elect := func(lease, user string, leading *atomic.Bool, start func(context.Context) (func(), error)) (func(), error) {
+		timing := timingFor(r.cfg.Datastore)
 		rc := localConfig(r.api, r.url, user, "system:authenticated")
-		rc.Timeout = renewDeadline / 2
+		rc.Timeout = timing.renew / 2
 		client, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, fmt.Errorf("leader election %s: %w", lease, err)
 		}
-		retry := retryPeriod
-		if r.cfg.Datastore != "" {
-			retry = retryPeriodInFleet
-		}
-		e := &election{lease: lease, retry: retry, client: client, id: id, leading: leading, start: start,
+		e := &election{lease: lease, timing: timing, client: client, id: id, leading: leading, start: start,
 			log: r.cfg.Logger.With("component", "leaderelection")}
 		return e.run(ctx)
 	}
