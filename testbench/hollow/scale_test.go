@@ -263,15 +263,24 @@ func TestHubScale(t *testing.T) {
 	if p99 := percentile(latency, 0.99); p99 > 5*time.Second {
 		t.Errorf("pod startup p99 is %v, over upstream's 5s SLO", p99)
 	}
-	// Memory: the heap after a collection, steadier than RSS, within
-	// about 1.5 times what it measured when these bounds were set (209–
-	// 230 KB per node, 71–72 KB per pod; the targets are 150 and 6 KB of
-	// RSS, not met).
-	if kb := perNode(base.heap, nodesMem.heap); kb > 350 {
-		t.Errorf("hub heap per idle node %.0f KB, over the regression bound of 350 KB", kb)
-	}
-	if kb := perPod(nodesMem.heap, podsMem.heap); kb > 110 {
-		t.Errorf("hub heap per pod %.0f KB, over the regression bound of 110 KB", kb)
+	// Memory, within about 1.5 times what it measured when these bounds
+	// were set: the heap after a collection, the steadier figure (209–230
+	// KB per node, 66–72 KB per pod), and RSS, which moves with the
+	// collector's timing (365–408 KB per node, 96–143 KB per pod). The
+	// targets, 150 and 6 KB of RSS, are reported, not met.
+	for _, b := range []struct {
+		what  string
+		kb    float64
+		bound float64
+	}{
+		{"heap per idle node", perNode(base.heap, nodesMem.heap), 350},
+		{"heap per pod", perPod(nodesMem.heap, podsMem.heap), 110},
+		{"RSS per idle node", perNode(base.rss, nodesMem.rss), 600},
+		{"RSS per pod", perPod(nodesMem.rss, podsMem.rss), 220},
+	} {
+		if b.kb > b.bound {
+			t.Errorf("hub %s %.0f KB, over the regression bound of %.0f KB", b.what, b.kb, b.bound)
+		}
 	}
 	// A node writes its status every 5 minutes at rest, as the kubelet
 	// does; one write per heartbeat would be n/15 per second.
