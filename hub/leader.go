@@ -34,10 +34,13 @@ const (
 // lease a standby sees the last renewal up to 2.2 retry periods late and
 // takes over at most 2.2 retry periods after the lease expired: within
 // lease duration plus 4.4 retry periods of the death. A leader cut off
-// from the API stops its components after the renew deadline, 2 s before
+// from the API stops its components after the renew deadline, before
 // anyone else may start them.
 type electionTiming struct {
 	lease, renew, retry time.Duration
+	// alone is true where no other hub can share the store: a Lease held
+	// by another identity there is a past run's, taken over at once.
+	alone bool
 }
 
 // timingFor returns the election timing for a store.
@@ -50,15 +53,36 @@ type electionTiming struct {
 // On SQLite no other hub can share the store: nobody waits for a
 // takeover, a hub restarted after a crash holds its own Leases again at
 // once (its identity is kept, see hubIdentity), and one stopped cleanly
-// gives them up. Renewals there only keep the Leases current for the
-// tools that read them, so they come every 30 s: four store writes a
-// minute for both Leases, where a 2 s retry period would make sixty, each
-// an fsync on the hub's disk.
+// gives them up; a hub whose identity changed (its data directory
+// restored on another host) takes over the past run's Leases at once
+// (takeStale). Renewals there only keep the Leases current for the tools
+// that read them, so they come every 30 s: four store writes a minute for
+// both Leases, where a 2 s retry period would make sixty, each an fsync
+// on the hub's disk.
 func timingFor(datastore string) electionTiming {
 	if datastore != "" {
 		return electionTiming{lease: 8 * time.Second, renew: 6 * time.Second, retry: time.Second}
 	}
-	return electionTiming{lease: 90 * time.Second, renew: 60 * time.Second, retry: 30 * time.Second}
+	return electionTiming{lease: 90 * time.Second, renew: 60 * time.Second, retry: 30 * time.Second, alone: true}
+}
+
+// takeStale clears the holder of lease when another identity holds it,
+// so that the election takes it at once instead of waiting it out. Only
+// for a store no other hub can share, where any other holder is a past
+// run of this one. A failure is logged; the election then waits.
+func (e *election) takeStale(ctx context.Context) {
+	leases := e.client.CoordinationV1().Leases(metav1.NamespaceSystem)
+	l, err := leases.Get(ctx, e.lease, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || *l.Spec.HolderIdentity == e.id {
+		return
+	}
+	past := *l.Spec.HolderIdentity
+	l.Spec.HolderIdentity = nil
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		e.log.Error("take over a past run's lease", "lease", e.lease, "holder", past, "err", err)
+		return
+	}
+	e.log.Info("took over a past run's lease", "lease", e.lease, "holder", past, "identity", e.id)
 }
 
 // leaderStatus is whether this hub leads each elected component, for the
@@ -164,6 +188,9 @@ func (e *election) lead(ctx context.Context) {
 // first, then gives the Lease up so that another hub leads at once, and
 // waits.
 func (e *election) run(ctx context.Context) (func(), error) {
+	if e.timing.alone {
+		e.takeStale(ctx)
+	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: e.lease},
 		Client:     e.client.CoordinationV1(),
