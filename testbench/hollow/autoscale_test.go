@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tether-edge/tether/edge/sim"
 	"github.com/tether-edge/tether/hub/hubtest"
@@ -48,15 +46,7 @@ func TestAutoscaleEndToEnd(t *testing.T) {
 	h := hubtest.Start(t, fmt.Sprintf("--horizontal-pod-autoscaler-sync-period=%v", hpaSyncPeriod))
 	t.Logf("hub built and ready in %v (load average %s)", time.Since(started).Round(time.Millisecond), loadAverage())
 	started = time.Now()
-	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
-	}
-	token := strings.TrimSpace(string(out))
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, rc := joinToken(t, h)
 	rc.QPS, rc.Burst = 100, 200
 	kube := kubernetes.NewForConfigOrDie(rc)
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tether-edge/tether/edge/sim"
 	"github.com/tether-edge/tether/hub/hubtest"
@@ -50,14 +48,7 @@ func TestHollowFleet(t *testing.T) {
 	started := time.Now()
 	h := hubtest.Start(t, hubArgs...)
 	t.Logf("hub built and ready in %v (load average %s)", time.Since(started).Round(time.Millisecond), loadAverage())
-	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, rc := joinToken(t, h)
 	rc.QPS, rc.Burst = 200, 400
 	client := kubernetes.NewForConfigOrDie(rc)
 
@@ -79,7 +70,7 @@ func TestHollowFleet(t *testing.T) {
 	logs := newNodeLogs(podNodes...)
 	f, err := hollow.New(hollow.Config{
 		Logger: logs.Logger(),
-		HubURL: "https://" + h.Addr, Token: strings.TrimSpace(string(out)), N: n, DataDir: t.TempDir(),
+		HubURL: "https://" + h.Addr, Token: token, N: n, DataDir: t.TempDir(),
 		StartWindow: window, Sim: sim.Config{StartDelay: 100 * time.Millisecond},
 		StatusCheckInterval: 10 * time.Second,
 		// The whole fleet reconnects within the 30s the test allows.

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tether-edge/tether/edge/sim"
 	"github.com/tether-edge/tether/hub/hubtest"
@@ -88,14 +85,7 @@ func TestHubScale(t *testing.T) {
 		// steadier figure beside RSS.
 		"--profiling"}
 	h := hubtest.Start(t, hubArgs...)
-	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, rc := joinToken(t, h)
 	rc.QPS, rc.Burst = 500, 1000
 	client := kubernetes.NewForConfigOrDie(rc)
 	// The pod clock decodes every pod event: protobuf keeps the test's
@@ -112,7 +102,7 @@ func TestHubScale(t *testing.T) {
 	t.Logf("hub alone: RSS %.1f MiB, heap %.1f MiB", mib(base.rss), mib(base.heap))
 
 	f, err := hollow.New(hollow.Config{
-		HubURL: "https://" + h.Addr, Token: strings.TrimSpace(string(out)), N: n, DataDir: t.TempDir(),
+		HubURL: "https://" + h.Addr, Token: token, N: n, DataDir: t.TempDir(),
 		StartWindow: max(2*time.Second, time.Duration(n)*10*time.Millisecond),
 		Sim:         sim.Config{StartDelay: 100 * time.Millisecond},
 	})

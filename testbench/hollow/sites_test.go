@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tether-edge/tether/edge/sim"
 	"github.com/tether-edge/tether/hub/hubtest"
@@ -176,14 +174,7 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 	started := time.Now()
 	h := hubtest.Start(t)
 	defer h.Stop()
-	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, rc := joinToken(t, h)
 	rc.QPS, rc.Burst = 100, 200
 	client := kubernetes.NewForConfigOrDie(rc)
 
@@ -193,7 +184,7 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 	}
 	window := size.start
 	f, err := hollow.New(hollow.Config{
-		HubURL: "https://" + h.Addr, Token: strings.TrimSpace(string(out)), N: size.nodes, Sites: size.sites,
+		HubURL: "https://" + h.Addr, Token: token, N: size.nodes, Sites: size.sites,
 		DataDir: t.TempDir(), StartWindow: window, Sim: sim.Config{StartDelay: 100 * time.Millisecond},
 		Gossip: gossip, GossipPort: port,
 	})

@@ -8,15 +8,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/sim"
@@ -52,15 +49,7 @@ func TestUsageUplink(t *testing.T) {
 	}
 	h := hubtest.Start(t)
 	defer h.Stop()
-	out, err := exec.Command(h.Bin, "token", "create", "--kubeconfig", h.Kubeconfig).Output()
-	if err != nil {
-		t.Fatalf("tether token create: %v\n%s", err, h.Logs())
-	}
-	token := strings.TrimSpace(string(out))
-	rc, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, rc := joinToken(t, h)
 	rc.QPS, rc.Burst = 200, 400
 	client := kubernetes.NewForConfigOrDie(rc)
 
