@@ -119,17 +119,8 @@ func TestHubScale(t *testing.T) {
 		}
 	}()
 	w := &waiter{t: t, start: time.Now()}
-	fleet := func(what string, count func(hollow.Stats) int) func() (int, int, string) {
-		return func() (int, int, string) {
-			s := f.Stats()
-			if s.Failed > 0 {
-				t.Fatalf("%s: %d agents failed: %s", what, s.Failed, s)
-			}
-			return count(s), n, s.String()
-		}
-	}
 	took := w.progress("all registered", "every node registered", 5*time.Minute, time.Minute,
-		fleet("all registered", func(s hollow.Stats) int { return s.Registered }))
+		fleetCount(t, f, "all registered", func(s hollow.Stats) int { return s.Registered }))
 	t.Logf("%d nodes registered in %v", n, took.Round(time.Millisecond))
 	w.progress("all ready", "every node Ready", 2*time.Minute, time.Minute, func() (int, int, string) {
 		r := readyNodes(client)
@@ -579,7 +570,7 @@ func runChurn(t *testing.T, client kubernetes.Interface, deployments map[string]
 	var took []time.Duration
 	every(2*time.Second, func(int) {
 		start := time.Now()
-		list, err := client.CoreV1().Pods(scaleNamespace).List(ctx, metav1.ListOptions{})
+		_, err := client.CoreV1().Pods(scaleNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			fail(fmt.Errorf("list pods: %w", err))
 			return
@@ -589,7 +580,6 @@ func runChurn(t *testing.T, client kubernetes.Interface, deployments map[string]
 		took = append(took, d)
 		fig.lists++
 		mu.Unlock()
-		_ = list
 	})
 	wg.Wait()
 	slices.Sort(took)

@@ -169,7 +169,6 @@ type podClock struct {
 	scheduled map[types.UID]time.Duration // first seen bound to a node
 	running   map[types.UID]time.Duration
 	runningAt map[types.UID]time.Time
-	events    int
 }
 
 // watchPods starts a pod clock on the pods of namespace ns; it runs until
@@ -211,7 +210,6 @@ func watchPods(ctx context.Context, client kubernetes.Interface, ns string) (*po
 func (c *podClock) observe(p *corev1.Pod, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.events++
 	first, ok := c.seen[p.UID]
 	if !ok {
 		first = now

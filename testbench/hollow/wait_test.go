@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-edge/tether/testbench/hollow"
 )
 
 // waiter runs the fleet test's waits. Every wait has a name, says what it
@@ -131,5 +133,18 @@ func (w *waiter) wait(from time.Time, name, what string, nominal, stall, limit t
 				now.Sub(w.start).Round(time.Second), loadAverage(), loadAtStart, dump)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// fleetCount is a check for the waiter on f's counters: count says how
+// far the fleet got, out of its agents; an agent that failed fails the
+// test at once.
+func fleetCount(t *testing.T, f *hollow.Fleet, what string, count func(hollow.Stats) int) func() (int, int, string) {
+	return func() (int, int, string) {
+		s := f.Stats()
+		if s.Failed > 0 {
+			t.Fatalf("%s: %d agents failed: %s", what, s.Failed, s)
+		}
+		return count(s), s.Agents, s.String()
 	}
 }
