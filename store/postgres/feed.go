@@ -168,8 +168,7 @@ func (s *Store) resetLocked(err error, base int64) {
 		w.end(err)
 		s.removeWatcherLocked(w)
 	}
-	s.ring = nil
-	s.ringBase = base
+	s.ring.Reset(base)
 }
 
 // readChunk reads the log rows in (from, from+feedChunk] with the newest

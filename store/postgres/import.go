@@ -65,7 +65,8 @@ func (s *Store) Import(ctx context.Context, rev int64, objs []store.Object) erro
 	// The imported rows are no events: the feed starts after them.
 	s.mu.Lock()
 	if s.feedRev < rev {
-		s.feedRev, s.ring, s.ringBase = rev, nil, rev
+		s.feedRev = rev
+		s.ring.Reset(rev)
 	}
 	s.mu.Unlock()
 	return nil

@@ -89,6 +89,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/eventring"
 	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
@@ -129,6 +130,10 @@ type Config struct {
 	// WatchCache is how many recent events stay in memory for watches that
 	// resume from a recent revision; zero means 10,000.
 	WatchCache int
+	// WatchCacheBytes bounds the states those events hold (see
+	// eventring.Cost); zero means 32 MiB. Watches resuming from further
+	// back replay the change log.
+	WatchCacheBytes int64
 	// WatchQueue is how many undelivered events one watch may hold before
 	// it ends with store.ErrWatchOverflow; zero means 10,000.
 	WatchQueue int
@@ -163,6 +168,9 @@ func (c *Config) defaults() {
 	}
 	if c.WatchCache <= 0 {
 		c.WatchCache = 10_000
+	}
+	if c.WatchCacheBytes <= 0 {
+		c.WatchCacheBytes = 32 << 20
 	}
 	if c.WatchQueue <= 0 {
 		c.WatchQueue = 10_000
@@ -240,8 +248,7 @@ type Store struct {
 
 	mu        sync.Mutex
 	feedRev   int64                  // newest revision the feed published
-	ring      []*store.Event         // recent events, ascending revision
-	ringBase  int64                  // ring covers revisions > ringBase
+	ring      *eventring.Ring        // recent events
 	watchers  map[*watcher]struct{}  // every watcher
 	unindexed map[*watcher]struct{}  // watchers that see every event of their resource
 	routes    map[string]watchRoutes // by resource: watchers routed by a field's value
@@ -297,8 +304,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
-	s.ringBase = s.rev.Load()
-	s.feedRev = s.ringBase
+	s.ring = eventring.New(s.cfg.WatchCache, s.cfg.WatchCacheBytes, s.rev.Load())
+	s.feedRev = s.rev.Load()
 	w := &writer{s: s}
 	go w.run()
 	s.bg.Go(s.listen)

@@ -25,6 +25,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // registers the sqlite3 driver
 
 	"github.com/tether-edge/tether/store"
+	"github.com/tether-edge/tether/store/internal/eventring"
 	"github.com/tether-edge/tether/store/internal/rowcodec"
 )
 
@@ -54,6 +55,10 @@ type Config struct {
 	// WatchCache is how many recent events stay in memory for watches that
 	// resume from a recent revision; zero means 10,000.
 	WatchCache int
+	// WatchCacheBytes bounds the states those events hold (see
+	// eventring.Cost); zero means 32 MiB. Watches resuming from further
+	// back replay the change log.
+	WatchCacheBytes int64
 	// WatchQueue is how many undelivered events one watch may hold before
 	// it ends with store.ErrWatchOverflow; zero means 10,000.
 	WatchQueue int
@@ -79,6 +84,9 @@ func (c *Config) defaults() {
 	}
 	if c.WatchCache <= 0 {
 		c.WatchCache = 10_000
+	}
+	if c.WatchCacheBytes <= 0 {
+		c.WatchCacheBytes = 32 << 20
 	}
 	if c.WatchQueue <= 0 {
 		c.WatchQueue = 10_000
@@ -151,8 +159,7 @@ type Store struct {
 	rev       int64
 	compacted int64
 	closed    bool
-	ring      []*store.Event         // recent events, ascending revision
-	ringBase  int64                  // ring covers revisions > ringBase
+	ring      *eventring.Ring        // recent events
 	watchers  map[*watcher]struct{}  // every watcher
 	unindexed map[*watcher]struct{}  // watchers that see every event of their resource
 	routes    map[string]watchRoutes // by resource: watchers routed by a field's value
@@ -254,7 +261,7 @@ func Open(cfg Config) (*Store, error) {
 		cdb.Close()
 		return nil, err
 	}
-	s.ringBase = s.rev
+	s.ring = eventring.New(s.cfg.WatchCache, s.cfg.WatchCacheBytes, s.rev)
 	w, err := newWriter(s)
 	if err != nil {
 		db.Close()

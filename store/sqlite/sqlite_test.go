@@ -43,6 +43,17 @@ func TestConformanceSmallBuffers(t *testing.T) {
 	})
 }
 
+// TestConformanceWatchCacheBytes bounds the recent events by their bytes
+// alone: watches resuming from before the few kept replay the change log.
+func TestConformanceWatchCacheBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	storetest.Run(t, func(t *testing.T, dir string) store.Store {
+		return openAt(t, dir, Config{WatchCacheBytes: 1 << 10})
+	})
+}
+
 const crashEnv = "TETHER_SQLITE_CRASH_DIR"
 
 // TestMain runs the writer process of TestKillNine when the test binary

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/selection"
@@ -151,12 +150,7 @@ func (w *watcher) push(ev *store.Event) bool {
 
 // publishLocked records a committed event and fans it out; s.mu is held.
 func (s *Store) publishLocked(ev *store.Event) {
-	s.ring = append(s.ring, ev)
-	if len(s.ring) >= 2*s.cfg.WatchCache {
-		drop := len(s.ring) - s.cfg.WatchCache
-		s.ringBase = s.ring[drop-1].Object.Revision
-		s.ring = append(s.ring[:0:0], s.ring[drop:]...)
-	}
+	s.ring.Add(ev)
 	for w := range s.unindexed {
 		if !w.push(ev) {
 			s.removeWatcherLocked(w)
@@ -205,9 +199,8 @@ func (s *Store) Watch(ctx context.Context, opts store.WatchOptions) (store.Watch
 		s.mu.Unlock()
 		return nil, fmt.Errorf("watch from revision %d, current %d: %w", opts.Revision, r, store.ErrFutureRevision)
 	}
-	if opts.Revision >= s.ringBase {
-		i := sort.Search(len(s.ring), func(i int) bool { return s.ring[i].Object.Revision > opts.Revision })
-		for _, ev := range s.ring[i:] {
+	if recent, ok := s.ring.Since(opts.Revision); ok {
+		for _, ev := range recent {
 			if w.wants(ev) {
 				w.queue = append(w.queue, ev)
 			}
