@@ -176,6 +176,24 @@ type Watcher interface {
 	Stop()
 }
 
+// Batcher is implemented by watchers that can hand their events to the
+// consumer's goroutine in batches instead of through Events: such a watch
+// costs the store no goroutine and no channel buffer, which matters with
+// thousands of watches, a few for each node. A consumer takes events
+// either through Events or through Next, never both; the watch still ends
+// with the context given to Watch.
+type Batcher interface {
+	// Batches reports whether the watch can be consumed through Next. It
+	// cannot while it must replay the change log first, which it does
+	// through Events.
+	Batches() bool
+	// Ready is signalled when events may be pending or the watch ended.
+	Ready() <-chan struct{}
+	// Next returns the pending events, oldest first, without waiting.
+	// ended says the watch is over (see Err): no event follows these.
+	Next() (events []Event, ended bool)
+}
+
 // Store is a revisioned object store with watches. See the package
 // documentation for errors and concurrency.
 type Store interface {

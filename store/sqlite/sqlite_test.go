@@ -43,6 +43,14 @@ func TestConformanceSmallBuffers(t *testing.T) {
 	})
 }
 
+// TestConformanceBatched takes every watch's events through
+// store.Batcher, as the hub's storage does.
+func TestConformanceBatched(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, dir string) store.Store {
+		return storetest.Batched(openAt(t, dir, Config{}))
+	})
+}
+
 // TestConformanceWatchCacheBytes bounds the recent events by their bytes
 // alone: watches resuming from before the few kept replay the change log.
 func TestConformanceWatchCacheBytes(t *testing.T) {
