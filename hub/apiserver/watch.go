@@ -72,17 +72,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 	gv := t.kind.GVK.GroupVersion()
 	first := true
 	var obuf, ebuf bytes.Buffer
-	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok = <-wi.ResultChan():
-			if !ok {
-				return
-			}
-		}
+	// write sends one event; false ends the watch. more says another
+	// event is ready: the flush waits for the last of them.
+	write := func(ev watch.Event, more bool) bool {
 		obj := ev.Object
 		ogv := gv
 		switch {
@@ -94,7 +86,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 			// client asked for.
 			m, err := meta.Accessor(obj)
 			if err != nil {
-				return
+				return false
 			}
 			tbl := &metav1.Table{ListMeta: metav1.ListMeta{ResourceVersion: m.GetResourceVersion()}}
 			tbl.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Table"))
@@ -103,7 +95,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 			tbl, err := s.toTable(t.kind, obj, r.URL.Query().Get("includeObject"), first)
 			if err != nil {
 				s.log.Error("apiserver: convert watch event to table", "error", err)
-				return
+				return false
 			}
 			first = false
 			tbl.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Table"))
@@ -112,7 +104,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 			p, err := toPartial(obj)
 			if err != nil {
 				s.log.Error("apiserver: convert watch event to metadata", "error", err)
-				return
+				return false
 			}
 			obj, ogv = p, schema.GroupVersion{Group: metav1.GroupName, Version: out.asVersion}
 		}
@@ -129,6 +121,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 			return ebuf.Bytes(), nil
 		}
 		var b []byte
+		var err error
 		switch ev.Type {
 		case watch.Added, watch.Modified, watch.Deleted:
 			if out.as != "" {
@@ -147,16 +140,36 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 		}
 		if err != nil {
 			s.log.Error("apiserver: encode watch event", "error", err)
-			return
+			return false
 		}
 		if _, err := fw.Write(b); err != nil {
-			return
+			return false
 		}
-		if len(wi.ResultChan()) == 0 && flusher != nil {
+		if !more && flusher != nil {
 			flusher.Flush()
 		}
-		if ev.Type == watch.Error {
+		return ev.Type != watch.Error
+	}
+	// The storage's watches run in this goroutine; others are read from
+	// their channel.
+	if st, ok := wi.(streamer); ok {
+		st.Stream(write)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case ev, ok := <-wi.ResultChan():
+			if !ok || !write(ev, len(wi.ResultChan()) > 0) {
+				return
+			}
 		}
 	}
+}
+
+// streamer is a watch that delivers its events in the caller's goroutine
+// (see storage.Storage.Watch).
+type streamer interface {
+	Stream(send func(ev watch.Event, more bool) bool)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -90,48 +91,48 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 	if errors.Is(err, store.ErrCompacted) {
 		// Past authentication and admission: report as an ERROR event.
 		st := expired(rv, s.st.CompactedRevision()).ErrStatus
-		go func() {
-			defer close(w.out)
-			select {
-			case w.out <- watch.Event{Type: watch.Error, Object: &st}:
-			case <-ctx.Done():
-			case <-w.done:
-			}
-			w.cancel()
-		}()
+		w.run = func(send func(watch.Event, bool) bool) {
+			defer w.cancel()
+			send(watch.Event{Type: watch.Error, Object: &st}, false)
+		}
 		return w, nil
 	}
 	if err != nil {
 		w.cancel()
 		return nil, storeError(err, k.GroupResource(), "")
 	}
-	go s.run(ctx, k, w, sw, events, rv, opts.AllowBookmarks, opts.Shared)
+	// The store's watch ends with ctx, which Stop cancels, however its
+	// events are taken.
+	w.run = func(send func(watch.Event, bool) bool) {
+		s.run(ctx, k, w, sw, events, rv, opts.AllowBookmarks, opts.Shared, send)
+	}
 	return w, nil
 }
 
-// run forwards store events as typed watch events.
-func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw store.Watcher, initial []watch.Event, rv int64, bookmarks, shared bool) {
+// run forwards store events as typed watch events to send, in the
+// goroutine of whoever takes them (see watcher).
+func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw store.Watcher, initial []watch.Event, rv int64, bookmarks, shared bool,
+	deliver func(watch.Event, bool) bool) {
 	// A watch that owns its objects gets a copy of the shared decoding:
 	// copying is cheaper than decoding the change once more.
 	decode := s.decodeOwned
 	if shared {
 		decode = s.decodeShared
 	}
-	defer close(w.out)
 	defer w.cancel()
 	defer sw.Stop()
-	send := func(ev watch.Event) bool {
+	send := func(ev watch.Event, more bool) bool {
 		select {
-		case w.out <- ev:
-			return true
 		case <-ctx.Done():
 			return false
 		case <-w.done:
 			return false
+		default:
 		}
+		return deliver(ev, more)
 	}
-	for _, ev := range initial {
-		if !send(ev) {
+	for i, ev := range initial {
+		if !send(ev, i < len(initial)-1) {
 			return
 		}
 	}
@@ -153,6 +154,44 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 		}
 	}
 	last := rv
+	// forward sends one store event on; false ends the watch.
+	forward := func(ev store.Event, more bool) bool {
+		var t watch.EventType
+		switch ev.Type {
+		case store.Added:
+			t = watch.Added
+		case store.Modified:
+			t = watch.Modified
+		case store.Deleted:
+			t = watch.Deleted
+		default:
+			return true
+		}
+		obj, err := decode(k, ev.Object)
+		if err != nil {
+			s.log.Error("decode watch event", "key", ev.Object.Key.String(), "err", err)
+			return false
+		}
+		last = ev.Object.Revision
+		return send(watch.Event{Type: t, Object: obj}, more)
+	}
+	ended := func() {
+		if err := sw.Err(); err != nil && !errors.Is(err, store.ErrWatchOverflow) && !errors.Is(err, context.Canceled) {
+			s.log.Warn("watch ended", "resource", k.QualifiedResource(), "err", err)
+		}
+	}
+	// Events are taken in this goroutine where the store allows it (see
+	// store.Batcher), through its channel otherwise.
+	var (
+		events <-chan store.Event
+		ready  <-chan struct{}
+	)
+	batches, ok := sw.(store.Batcher)
+	if ok && batches.Batches() {
+		ready = batches.Ready()
+	} else {
+		events = sw.Events()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -170,34 +209,26 @@ func (s *Storage) run(ctx context.Context, k *registry.Kind, w *watcher, sw stor
 			if err != nil {
 				continue
 			}
-			if !send(watch.Event{Type: watch.Bookmark, Object: obj}) {
+			if !send(watch.Event{Type: watch.Bookmark, Object: obj}, false) {
 				return
 			}
-		case ev, ok := <-sw.Events():
-			if !ok {
-				if err := sw.Err(); err != nil && !errors.Is(err, store.ErrWatchOverflow) && !errors.Is(err, context.Canceled) {
-					s.log.Warn("watch ended", "resource", k.QualifiedResource(), "err", err)
+		case <-ready:
+			evs, end := batches.Next()
+			for i, ev := range evs {
+				if !forward(ev, i < len(evs)-1) {
+					return
 				}
+			}
+			if end {
+				ended()
 				return
 			}
-			obj, err := decode(k, ev.Object)
-			if err != nil {
-				s.log.Error("decode watch event", "key", ev.Object.Key.String(), "err", err)
+		case ev, ok := <-events:
+			if !ok {
+				ended()
 				return
 			}
-			var t watch.EventType
-			switch ev.Type {
-			case store.Added:
-				t = watch.Added
-			case store.Modified:
-				t = watch.Modified
-			case store.Deleted:
-				t = watch.Deleted
-			default:
-				continue
-			}
-			last = ev.Object.Revision
-			if !send(watch.Event{Type: t, Object: obj}) {
+			if !forward(ev, len(events) > 0) {
 				return
 			}
 		}
@@ -220,12 +251,19 @@ func (s *Storage) bookmark(k *registry.Kind, rv int64, annotations map[string]st
 	return obj, nil
 }
 
-// watcher is the watch.Interface handed to callers.
+// watcher is the watch.Interface handed to callers. Its events are made
+// in the goroutine of whoever takes them: Stream runs the watch in the
+// caller's, and ResultChan starts a goroutine that feeds the channel, for
+// callers that select over it. A caller uses one or the other. The API
+// server streams: a watch then costs one goroutine, its request's, and
+// not three.
 type watcher struct {
-	out    chan watch.Event
-	done   chan struct{}
-	once   sync.Once
-	cancel context.CancelFunc
+	run     func(send func(ev watch.Event, more bool) bool)
+	started atomic.Bool
+	out     chan watch.Event
+	done    chan struct{}
+	once    sync.Once
+	cancel  context.CancelFunc
 }
 
 func (w *watcher) Stop() {
@@ -235,4 +273,31 @@ func (w *watcher) Stop() {
 	})
 }
 
-func (w *watcher) ResultChan() <-chan watch.Event { return w.out }
+// ResultChan implements watch.Interface.
+func (w *watcher) ResultChan() <-chan watch.Event {
+	if w.started.CompareAndSwap(false, true) {
+		go func() {
+			defer close(w.out)
+			w.run(func(ev watch.Event, _ bool) bool {
+				select {
+				case w.out <- ev:
+					return true
+				case <-w.done:
+					return false
+				}
+			})
+		}()
+	}
+	return w.out
+}
+
+// Stream delivers the watch's events to send, in the caller's goroutine,
+// until send returns false, the watch ends or Stop is called; more says
+// that another event is ready already, so a writer may hold back its
+// flush. It must not be called after ResultChan, nor twice.
+func (w *watcher) Stream(send func(ev watch.Event, more bool) bool) {
+	if !w.started.CompareAndSwap(false, true) {
+		panic("storage: watch streamed after it was started")
+	}
+	w.run(send)
+}
