@@ -20,6 +20,8 @@ import (
 // resolved priority. Building it is the expensive part of seeing a pod; the
 // hot loop only reads it.
 type PodInfo struct {
+	// Pod is the pod as the informer reported it; in the loop that is the
+	// slim copy the pod informer keeps (slimPod), not the whole object.
 	Pod       *corev1.Pod
 	UID       types.UID
 	Namespace string

@@ -199,11 +199,25 @@ type scenarioEnv struct {
 	snap *Snapshot
 	prio *PriorityClasses
 	d    *Decider
+	// slim: every pod is dressed as a running pod and then given to the
+	// scheduler as the pod informer keeps it, slimPod(dressPod(pod)).
+	slim bool
+	// trace records every outcome, for comparing runs.
+	trace []string
 }
 
-func loadScenario(t *testing.T, sc *scenario) *scenarioEnv {
+// pod builds a scenario pod as the scheduler gets it.
+func (env *scenarioEnv) pod(sp *scenarioPod, suffix string) *corev1.Pod {
+	p := sp.build(suffix)
+	if env.slim {
+		p = slimPod(dressPod(p))
+	}
+	return p
+}
+
+func loadScenario(t *testing.T, sc *scenario, slim bool) *scenarioEnv {
 	t.Helper()
-	env := &scenarioEnv{snap: NewSnapshot(), prio: NewPriorityClasses(), d: NewDecider(1)}
+	env := &scenarioEnv{snap: NewSnapshot(), prio: NewPriorityClasses(), d: NewDecider(1), slim: slim}
 	env.d.PercentageOfNodesToScore = sc.PercentageOfNodesToScore
 	for i := range sc.Nodes {
 		env.snap.SetNode(sc.Nodes[i].build())
@@ -240,7 +254,7 @@ func loadScenario(t *testing.T, sc *scenario) *scenarioEnv {
 		}
 	}
 	for i := range sc.Pods {
-		p := sc.Pods[i].build("")
+		p := env.pod(&sc.Pods[i], "")
 		if p.Spec.NodeName == "" {
 			t.Fatalf("existing pod %s has no node", p.Name)
 		}
@@ -268,10 +282,30 @@ func TestScenarios(t *testing.T) {
 			if err := yaml.UnmarshalStrict(b, &sc); err != nil {
 				t.Fatalf("parse %s: %v", f, err)
 			}
-			env := loadScenario(t, &sc)
-			for _, c := range sc.Cases {
-				if !t.Run(c.Name, func(t *testing.T) { env.run(t, &c) }) {
+			// Each scenario runs on the pods as written and again on
+			// their slim copies, and must come out the same to the last
+			// tie broken at random: the pod informer keeps only the slim
+			// copy.
+			var traces [2][]string
+			for i, mode := range []string{"whole", "slim"} {
+				env := loadScenario(t, &sc, mode == "slim")
+				ok := t.Run(mode, func(t *testing.T) {
+					for _, c := range sc.Cases {
+						if !t.Run(c.Name, func(t *testing.T) { env.run(t, &c) }) {
+							return
+						}
+					}
+				})
+				if !ok {
 					return
+				}
+				traces[i] = env.trace
+			}
+			for i := range max(len(traces[0]), len(traces[1])) {
+				if i >= len(traces[0]) || i >= len(traces[1]) || traces[0][i] != traces[1][i] {
+					t.Errorf("slim pods decided otherwise: outcome %d of %d\nwhole: %s\n slim: %s", i+1, len(traces[0]),
+						strings.Join(traces[0][i:], "\n       "), strings.Join(traces[1][i:], "\n       "))
+					break
 				}
 			}
 		})
@@ -286,22 +320,26 @@ func (env *scenarioEnv) run(t *testing.T, c *scenarioCase) {
 		if c.Repeat > 0 {
 			suffix = fmt.Sprintf("-%d", i)
 		}
-		pod := c.Pod.build(suffix)
+		pod := env.pod(&c.Pod, suffix)
 		pi, err := NewPodInfo(pod, env.prio.Resolve)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Expect.Scores != nil {
 			got := env.d.Scores(env.snap, pi)
+			env.trace = append(env.trace, fmt.Sprintf("%s scores %v", pod.Name, got))
 			if !mapsEqual(got, c.Expect.Scores) {
 				t.Errorf("scores = %v, want %v", got, c.Expect.Scores)
 			}
 		}
 		dec := env.d.Decide(env.snap, pi)
+		env.trace = append(env.trace, pod.Name+" decided "+decisionString(&dec))
 		if dec.Err != nil {
 			msg := dec.Err.Error()
 			if c.Expect.Preempt != nil || strings.Contains(c.Expect.Error, "preemption:") {
 				pr := env.d.Preempt(env.snap, pi, dec.Err)
+				env.trace = append(env.trace, fmt.Sprintf("%s preempt %s %v %d %v %s", pod.Name, pr.Node, podKeys(pr.Victims),
+					pr.PDBViolations, podKeys(pr.LosingNomination), pr.Msg))
 				if pr.Node == "" {
 					dec.Err.PostFilterMsg = pr.Msg
 					msg = dec.Err.Error()
@@ -346,6 +384,27 @@ func (env *scenarioEnv) run(t *testing.T, c *scenarioCase) {
 	if cl := c.Expect.CountByLabel; cl != nil && !mapsEqual(placed, cl.Counts) {
 		t.Errorf("placements by %s = %v, want %v", cl.Key, placed, cl.Counts)
 	}
+}
+
+// decisionString renders everything a decision says.
+func decisionString(dec *Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "node %q feasible %d/%d", dec.Node, dec.Feasible, dec.Evaluated)
+	if dec.Err != nil {
+		fmt.Fprintf(&b, " error %q helps %b", dec.Err.Error(), dec.Err.Helps)
+	}
+	for _, v := range dec.Volumes {
+		fmt.Fprintf(&b, " volume %s/%s:%s", v.PVC.Namespace, v.PVC.Name, v.PV)
+	}
+	return b.String()
+}
+
+func podKeys(pods []*PodInfo) []string {
+	keys := make([]string, len(pods))
+	for i, p := range pods {
+		keys[i] = p.Key()
+	}
+	return keys
 }
 
 func mapsEqual[V comparable](a, b map[string]V) bool {

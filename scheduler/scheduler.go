@@ -145,8 +145,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return obj, nil
 	}
 
+	// The store holds every pod of the cluster, so it keeps only what
+	// the scheduler reads of each (slimPod).
 	pods := factory.Core().V1().Pods().Informer()
-	_ = pods.SetTransform(stripManagedFields)
+	_ = pods.SetTransform(slimPodTransform)
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p := obj.(*corev1.Pod); s.post(func() { s.onPod(nil, p) }) },
 		UpdateFunc: func(old, obj any) { o, p := old.(*corev1.Pod), obj.(*corev1.Pod); s.post(func() { s.onPod(o, p) }) },
