@@ -143,20 +143,30 @@ func (q apiQuantile) String() string {
 	return fmt.Sprintf("%s %s p99 %v (%d requests)", q.key.verb, q.key.resource, q.p99.Round(time.Millisecond), q.count)
 }
 
-// hubHeap returns the hub's heap in use after a garbage collection, read
-// from its heap profile (/debug/pprof/heap?gc=1&debug=1 collects first
-// and ends with the runtime's memory statistics).
-func hubHeap(ctx context.Context, client kubernetes.Interface) (int64, error) {
+// hubHeap returns the hub's heap after a garbage collection, read from
+// its heap profile (/debug/pprof/heap?gc=1&debug=1 collects first and
+// ends with the runtime's memory statistics): inuse, the bytes of the
+// spans that hold objects, and live, the objects themselves. Their
+// difference is the room left in those spans by objects freed since.
+func hubHeap(ctx context.Context, client kubernetes.Interface) (inuse, live int64, err error) {
 	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").Param("debug", "1").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read hub heap profile: %w", err)
+		return 0, 0, fmt.Errorf("read hub heap profile: %w", err)
 	}
+	inuse, live = -1, -1
 	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
-			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		for prefix, v := range map[string]*int64{"# HeapInuse = ": &inuse, "# HeapAlloc = ": &live} {
+			if f, ok := strings.CutPrefix(line, prefix); ok {
+				if *v, err = strconv.ParseInt(strings.TrimSpace(f), 10, 64); err != nil {
+					return 0, 0, fmt.Errorf("hub heap profile: %q: %w", line, err)
+				}
+			}
 		}
 	}
-	return 0, fmt.Errorf("no HeapInuse in the hub's heap profile")
+	if inuse < 0 || live < 0 {
+		return 0, 0, fmt.Errorf("no HeapInuse or HeapAlloc in the hub's heap profile")
+	}
+	return inuse, live, nil
 }
 
 // podClock times pods from the first watch event that shows them to the
