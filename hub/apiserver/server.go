@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -148,6 +149,10 @@ type Server struct {
 	maxBody int64
 	frames  frameCache
 	workers *workers
+	// eventBufs holds the buffers watches encode events in, between
+	// events: a fleet's thousands of watches each kept two, grown to
+	// the largest event they had encoded.
+	eventBufs sync.Pool
 	// services reaches Services' endpoints for services/proxy.
 	services *servicedial.Dialer
 }

@@ -71,7 +71,6 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 
 	gv := t.kind.GVK.GroupVersion()
 	first := true
-	var obuf, ebuf bytes.Buffer
 	// write sends one event; false ends the watch. more says another
 	// event is ready: the flush waits for the last of them.
 	write := func(ev watch.Event, more bool) bool {
@@ -108,14 +107,26 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 			}
 			obj, ogv = p, schema.GroupVersion{Group: metav1.GroupName, Version: out.asVersion}
 		}
+		// encodeEvent encodes the event into buffers that go back to the
+		// pool once the frame is written (or copied into the cache).
+		var bufs *eventBuffers
+		defer func() {
+			if bufs != nil {
+				s.putEventBuffers(bufs)
+			}
+		}()
 		encodeEvent := func() ([]byte, error) {
+			if bufs == nil {
+				bufs = s.getEventBuffers()
+			}
+			obuf, ebuf := &bufs.object, &bufs.event
 			obuf.Reset()
-			if err := s.encode(out, obj, ogv, &obuf); err != nil {
+			if err := s.encode(out, obj, ogv, obuf); err != nil {
 				return nil, err
 			}
 			we := &metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: obuf.Bytes()}}
 			ebuf.Reset()
-			if err := framed.Serializer.Encode(we, &ebuf); err != nil {
+			if err := framed.Serializer.Encode(we, ebuf); err != nil {
 				return nil, err
 			}
 			return ebuf.Bytes(), nil
@@ -172,4 +183,26 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 // (see storage.Storage.Watch).
 type streamer interface {
 	Stream(send func(ev watch.Event, more bool) bool)
+}
+
+// eventBuffers are what a watch encodes one event in: the object, then
+// the watch event that wraps it.
+type eventBuffers struct{ object, event bytes.Buffer }
+
+// maxPooledEventBuffer is the largest buffer kept for the next event: a
+// rare large object's buffers are let go rather than held by the pool.
+const maxPooledEventBuffer = 64 << 10
+
+func (s *Server) getEventBuffers() *eventBuffers {
+	if b, ok := s.eventBufs.Get().(*eventBuffers); ok {
+		return b
+	}
+	return &eventBuffers{}
+}
+
+func (s *Server) putEventBuffers(b *eventBuffers) {
+	if b.object.Cap() > maxPooledEventBuffer || b.event.Cap() > maxPooledEventBuffer {
+		return
+	}
+	s.eventBufs.Put(b)
 }
