@@ -329,11 +329,15 @@ func (r *run) serve(ctx context.Context) error {
 		return fmt.Errorf("listen for the tunnel: %w", err)
 	}
 	r.onClose(func() error { _ = pc.Close(); return nil })
-	// API requests of edges arrive as HTTP/1.1 on tunnel streams,
-	// authenticated by the node certificate the tunnel verified; their
-	// pods' connections to the API arrive relayed on streams of their own
-	// (see streamDemux).
+	// API requests of edges arrive as HTTP/2 (HTTP/1.1 from older edges)
+	// on tunnel streams, authenticated by the node certificate the tunnel
+	// verified; their pods' connections to the API arrive relayed on
+	// streams of their own (see streamDemux).
+	var tunnelProtocols http.Protocols
+	tunnelProtocols.SetHTTP1(true)
+	tunnelProtocols.SetUnencryptedHTTP2(true)
 	r.tunnelHTTP = &http.Server{
+		Protocols:         &tunnelProtocols,
 		Handler:           r.api.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       10 * time.Minute,
