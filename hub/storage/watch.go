@@ -37,6 +37,7 @@ func (s *Storage) Watch(ctx context.Context, k *registry.Kind, namespace string,
 	}
 	w := &watcher{out: make(chan watch.Event), done: make(chan struct{})}
 	ctx, w.cancel = context.WithCancel(ctx)
+	w.ctx = ctx
 	initial := opts.SendInitialEvents == nil && rv == 0
 	if opts.SendInitialEvents != nil {
 		initial = *opts.SendInitialEvents
@@ -263,6 +264,7 @@ type watcher struct {
 	out     chan watch.Event
 	done    chan struct{}
 	once    sync.Once
+	ctx     context.Context // ends with the watch
 	cancel  context.CancelFunc
 }
 
@@ -283,6 +285,8 @@ func (w *watcher) ResultChan() <-chan watch.Event {
 				case w.out <- ev:
 					return true
 				case <-w.done:
+					return false
+				case <-w.ctx.Done():
 					return false
 				}
 			})
