@@ -46,6 +46,15 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, opener(c, Config{}))
 }
 
+// TestConformanceBatched takes every watch's events through
+// store.Batcher, as the hub's storage does.
+func TestConformanceBatched(t *testing.T) {
+	open := opener(pgtest.Start(t), Config{})
+	storetest.Run(t, func(t *testing.T, dir string) store.Store {
+		return storetest.Batched(open(t, dir))
+	})
+}
+
 func TestConformanceSmallBuffers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")

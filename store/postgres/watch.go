@@ -30,12 +30,52 @@ type watcher struct {
 	queue  []*store.Event
 	signal chan struct{}
 
+	// ctx is the context given to Watch; the goroutine that feeds out
+	// starts with the first call of Events (see store.Batcher).
+	ctx     context.Context
+	started sync.Once
+	stopCtx func() bool // under mu
+
 	endOnce sync.Once
 	ended   chan struct{}
 	err     error
 }
 
-func (w *watcher) Events() <-chan store.Event { return w.out }
+func (w *watcher) Events() <-chan store.Event {
+	w.started.Do(func() {
+		w.out = make(chan store.Event, 64)
+		go w.run(w.ctx)
+	})
+	return w.out
+}
+
+// Batches implements store.Batcher: a watch with no change log to replay
+// can be consumed through Next.
+func (w *watcher) Batches() bool { return w.replayTo <= w.replayFrom }
+
+// Ready implements store.Batcher.
+func (w *watcher) Ready() <-chan struct{} { return w.signal }
+
+// Next implements store.Batcher: the queued events, filtered, and copied
+// unless the watch is read-only.
+func (w *watcher) Next() ([]store.Event, bool) {
+	select {
+	case <-w.ended:
+		return nil, true
+	default:
+	}
+	w.mu.Lock()
+	q := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	evs := make([]store.Event, 0, len(q))
+	for _, ev := range q {
+		if e, ok := w.filter(*ev, w.opts.ReadOnly); ok {
+			evs = append(evs, e)
+		}
+	}
+	return evs, false
+}
 
 func (w *watcher) Err() error {
 	<-w.ended
@@ -118,6 +158,17 @@ func (w *watcher) end(err error) {
 	w.endOnce.Do(func() {
 		w.err = err
 		close(w.ended)
+		w.mu.Lock()
+		stop := w.stopCtx
+		w.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		// A consumer of Next learns of the end from Ready.
+		select {
+		case w.signal <- struct{}{}:
+		default:
+		}
 	})
 }
 
@@ -183,7 +234,7 @@ func (s *Store) Watch(ctx context.Context, opts store.WatchOptions) (store.Watch
 		s:      s,
 		opts:   opts,
 		after:  opts.Revision,
-		out:    make(chan store.Event, 64),
+		ctx:    ctx,
 		signal: make(chan struct{}, 1),
 		ended:  make(chan struct{}),
 	}
@@ -213,7 +264,20 @@ func (s *Store) Watch(ctx context.Context, opts store.WatchOptions) (store.Watch
 	w.index, w.value = watchIndex(opts)
 	s.addWatcherLocked(w)
 	s.mu.Unlock()
-	go w.run(ctx)
+	// The events from the ring are pending for a consumer of Next.
+	w.signal <- struct{}{}
+	// The watch ends with ctx whichever way it is consumed; a watch
+	// consumed through Next has no goroutine of its own to notice.
+	stop := context.AfterFunc(ctx, w.Stop)
+	w.mu.Lock()
+	w.stopCtx = stop
+	w.mu.Unlock()
+	select {
+	case <-w.ended:
+		// Ended before the registration was recorded.
+		stop()
+	default:
+	}
 	return w, nil
 }
 
@@ -262,16 +326,9 @@ func (w *watcher) run(ctx context.Context) {
 // consumer may have it as it is: it was read for this watch alone, or the
 // watch is read-only.
 func (w *watcher) send(ctx context.Context, ev store.Event, shared bool) bool {
-	ev, ok := store.FilterEvent(w.opts.Label, w.opts.Field, ev)
+	ev, ok := w.filter(ev, shared)
 	if !ok {
 		return true
-	}
-	if !shared {
-		ev.Object = cloneObject(ev.Object)
-		if ev.Prev != nil {
-			p := cloneObject(*ev.Prev)
-			ev.Prev = &p
-		}
 	}
 	select {
 	case <-w.ended:
@@ -287,6 +344,24 @@ func (w *watcher) send(ctx context.Context, ev store.Event, shared bool) bool {
 		w.end(nil)
 		return false
 	}
+}
+
+// filter applies the watch's selectors to one event, and copies what it
+// delivers out of the store's state unless shared says the consumer may
+// have it as it is.
+func (w *watcher) filter(ev store.Event, shared bool) (store.Event, bool) {
+	ev, ok := store.FilterEvent(w.opts.Label, w.opts.Field, ev)
+	if !ok {
+		return ev, false
+	}
+	if !shared {
+		ev.Object = cloneObject(ev.Object)
+		if ev.Prev != nil {
+			p := cloneObject(*ev.Prev)
+			ev.Prev = &p
+		}
+	}
+	return ev, true
 }
 
 // replayChunk is how many revisions a replay reads per snapshot.
