@@ -161,12 +161,12 @@ func (s *Store) catchUp() error {
 // needs none of them and goes on.
 func (s *Store) resetLocked(err error, base int64) {
 	s.log.Error("change feed lost events", "err", err)
-	for w := range s.watchers {
+	for w := range s.watchers.All() {
 		if w.after >= base {
 			continue
 		}
-		w.end(err)
-		s.removeWatcherLocked(w)
+		w.End(err)
+		s.watchers.Remove(w)
 	}
 	s.ring.Reset(base)
 }

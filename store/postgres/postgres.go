@@ -91,6 +91,7 @@ import (
 	"github.com/tether-edge/tether/store"
 	"github.com/tether-edge/tether/store/internal/eventring"
 	"github.com/tether-edge/tether/store/internal/rowcodec"
+	"github.com/tether-edge/tether/store/internal/watchq"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -246,12 +247,10 @@ type Store struct {
 	sendClosed bool
 	closed     atomic.Bool
 
-	mu        sync.Mutex
-	feedRev   int64                  // newest revision the feed published
-	ring      *eventring.Ring        // recent events
-	watchers  map[*watcher]struct{}  // every watcher
-	unindexed map[*watcher]struct{}  // watchers that see every event of their resource
-	routes    map[string]watchRoutes // by resource: watchers routed by a field's value
+	mu       sync.Mutex
+	feedRev  int64                 // newest revision the feed published
+	ring     *eventring.Ring       // recent events
+	watchers *watchq.Set[*watcher] // every watch, routed by a field's value
 
 	checkpoints []checkpoint // compaction's record of (time, revision); compaction goroutine only
 }
@@ -287,17 +286,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open postgres pool: %w", err)
 	}
 	s := &Store{
-		cfg:       cfg,
-		pool:      pool,
-		connCfg:   pcfg.ConnConfig,
-		log:       cfg.Logger,
-		ops:       make(chan *op, cfg.MaxBatch*4),
-		quit:      make(chan struct{}),
-		done:      make(chan struct{}),
-		wake:      make(chan struct{}, 1),
-		watchers:  map[*watcher]struct{}{},
-		unindexed: map[*watcher]struct{}{},
-		routes:    map[string]watchRoutes{},
+		cfg:      cfg,
+		pool:     pool,
+		connCfg:  pcfg.ConnConfig,
+		log:      cfg.Logger,
+		ops:      make(chan *op, cfg.MaxBatch*4),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		watchers: watchq.NewSet[*watcher](),
 	}
 	if err := s.prepare(ctx); err != nil {
 		pool.Close()
@@ -478,9 +475,9 @@ func (s *Store) Close() error {
 		s.stop()
 		s.bg.Wait()
 		s.mu.Lock()
-		for w := range s.watchers {
-			w.end(store.ErrClosed)
-			s.removeWatcherLocked(w)
+		for w := range s.watchers.All() {
+			w.End(store.ErrClosed)
+			s.watchers.Remove(w)
 		}
 		s.mu.Unlock()
 		s.pool.Close()

@@ -27,6 +27,7 @@ import (
 	"github.com/tether-edge/tether/store"
 	"github.com/tether-edge/tether/store/internal/eventring"
 	"github.com/tether-edge/tether/store/internal/rowcodec"
+	"github.com/tether-edge/tether/store/internal/watchq"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -159,10 +160,8 @@ type Store struct {
 	rev       int64
 	compacted int64
 	closed    bool
-	ring      *eventring.Ring        // recent events
-	watchers  map[*watcher]struct{}  // every watcher
-	unindexed map[*watcher]struct{}  // watchers that see every event of their resource
-	routes    map[string]watchRoutes // by resource: watchers routed by a field's value
+	ring      *eventring.Ring       // recent events
+	watchers  *watchq.Set[*watcher] // every watch, routed by a field's value
 
 	checkpoints []checkpoint // compaction's record of (time, revision)
 
@@ -240,20 +239,18 @@ func Open(cfg Config) (*Store, error) {
 	}
 	cdb.SetMaxOpenConns(1)
 	s := &Store{
-		cfg:       cfg,
-		db:        db,
-		rdb:       rdb,
-		cdb:       cdb,
-		log:       cfg.Logger,
-		ops:       make(chan *op, cfg.MaxBatch*4),
-		quit:      make(chan struct{}),
-		done:      make(chan struct{}),
-		objs:      map[string]map[store.Key]*state{},
-		watchers:  map[*watcher]struct{}{},
-		unindexed: map[*watcher]struct{}{},
-		routes:    map[string]watchRoutes{},
-		gen:       map[string]uint64{},
-		sorted:    map[string]sortedKeys{},
+		cfg:      cfg,
+		db:       db,
+		rdb:      rdb,
+		cdb:      cdb,
+		log:      cfg.Logger,
+		ops:      make(chan *op, cfg.MaxBatch*4),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		objs:     map[string]map[store.Key]*state{},
+		watchers: watchq.NewSet[*watcher](),
+		gen:      map[string]uint64{},
+		sorted:   map[string]sortedKeys{},
 	}
 	if err := s.load(); err != nil {
 		db.Close()
@@ -365,9 +362,9 @@ func (s *Store) Close() error {
 		s.bg.Wait()
 		s.mu.Lock()
 		s.closed = true
-		for w := range s.watchers {
-			w.end(store.ErrClosed)
-			s.removeWatcherLocked(w)
+		for w := range s.watchers.All() {
+			w.End(store.ErrClosed)
+			s.watchers.Remove(w)
 		}
 		s.mu.Unlock()
 		if _, err := s.cdb.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
