@@ -105,7 +105,12 @@ func (w *Watcher) Fill(ring *eventring.Ring, head int64) {
 // lock: the events Fill queued are pending for a consumer of Next, and the
 // watch ends with its context whichever way it is consumed.
 func (w *Watcher) Begin() {
-	w.signal <- struct{}{}
+	// An event published or an end since the store's lock was released
+	// may have signalled already: the signal is pending either way.
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
 	// A watch consumed through Next has no goroutine of its own to notice
 	// the end of its context.
 	stop := context.AfterFunc(w.ctx, w.Stop)
