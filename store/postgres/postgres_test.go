@@ -41,14 +41,10 @@ func opener(c *pgtest.Cluster, cfg Config) storetest.Opener {
 	}
 }
 
+// TestConformance takes every watch's events through store.Batcher, as
+// the hub's storage does; TestConformanceSmallBuffers through Events,
+// mostly replayed from the change log past a ring of four events.
 func TestConformance(t *testing.T) {
-	c := pgtest.Start(t)
-	storetest.Run(t, opener(c, Config{}))
-}
-
-// TestConformanceBatched takes every watch's events through
-// store.Batcher, as the hub's storage does.
-func TestConformanceBatched(t *testing.T) {
 	open := opener(pgtest.Start(t), Config{})
 	storetest.Run(t, func(t *testing.T, dir string) store.Store {
 		return storetest.Batched(open(t, dir))

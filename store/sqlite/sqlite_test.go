@@ -28,9 +28,12 @@ func openAt(t testing.TB, dir string, cfg Config) *Store {
 	return s
 }
 
+// TestConformance takes every watch's events through store.Batcher, as
+// the hub's storage does; TestConformanceSmallBuffers through Events,
+// mostly replayed from the change log past a ring of four events.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, dir string) store.Store {
-		return openAt(t, dir, Config{})
+		return storetest.Batched(openAt(t, dir, Config{}))
 	})
 }
 
@@ -40,25 +43,6 @@ func TestConformanceSmallBuffers(t *testing.T) {
 	}
 	storetest.Run(t, func(t *testing.T, dir string) store.Store {
 		return openAt(t, dir, Config{WatchCache: 4, WatchQueue: 3000, MaxBatch: 7, BatchWait: time.Millisecond})
-	})
-}
-
-// TestConformanceBatched takes every watch's events through
-// store.Batcher, as the hub's storage does.
-func TestConformanceBatched(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, dir string) store.Store {
-		return storetest.Batched(openAt(t, dir, Config{}))
-	})
-}
-
-// TestConformanceWatchCacheBytes bounds the recent events by their bytes
-// alone: watches resuming from before the few kept replay the change log.
-func TestConformanceWatchCacheBytes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
-	storetest.Run(t, func(t *testing.T, dir string) store.Store {
-		return openAt(t, dir, Config{WatchCacheBytes: 1 << 10})
 	})
 }
 
