@@ -80,9 +80,13 @@
 // window; the edge reconnects at a uniformly random time in it). Heartbeats
 // are the NAT keepalive too: an idle edge sends one small packet per
 // HeartbeatInterval (15s) and nothing else, and the hub only acknowledges.
-// The idle timeout is 45s. Reconnects use full-jitter exponential backoff,
-// including the first attempt after a detected loss. A newer connection of
-// a node replaces the older one.
+// The idle timeout is 45s. Over TCP the hub's read deadline on the control
+// stream enforces it; over QUIC the transport's idle timer does, and the
+// hub waits twice as long for a heartbeat, which retransmissions on a lossy
+// path can delay past the idle timeout while other packets get through.
+// Reconnects use full-jitter exponential backoff, including the first
+// attempt after a detected loss. A newer connection of a node replaces the
+// older one.
 //
 // # Limits
 //

@@ -200,12 +200,22 @@ func (s *Server) handshake(m muxConn) (*Session, *laneStart, error) {
 	return sess, nil, nil
 }
 
-// controlLoop reads heartbeats until the connection ends. The read deadline
-// doubles as dead-peer detection over TCP, where no transport idle timer
-// exists.
+// controlLoop reads heartbeats until the connection ends. Over TCP, where
+// no transport idle timer exists, its read deadline (the idle timeout) is
+// the dead-peer detection. Over QUIC the transport's idle timer is: it
+// ends a connection that heard no packet for the idle timeout, and any
+// packet counts, a retransmission or a probe too. A heartbeat itself can
+// take longer to get through on a path that loses many packets, because
+// QUIC doubles its probe timeout after every unanswered probe; a deadline
+// of one idle timeout there would drop live edges. So over QUIC the
+// deadline is twice the idle timeout, and catches what QUIC cannot: an
+// agent whose QUIC stack still answers but which sends no heartbeats.
 func (s *Session) controlLoop() error {
 	r := preambleReader(s.ctrl)
 	idle := s.srv.cfg.IdleTimeout
+	if s.m.transport() == TransportQUIC {
+		idle *= 2
+	}
 	for {
 		s.ctrl.SetReadDeadline(time.Now().Add(idle))
 		typ, payload, err := readFrame(r)
