@@ -552,6 +552,9 @@ func TestCustomResourceListJSON(t *testing.T) {
 		}
 	}
 	customListJSON(t, s, v1, "default", ListOptions{})
+	if _, ok, err := s.ListProtobuf(ctx, v1, "default", ListOptions{}); ok || err != nil {
+		t.Errorf("custom resources as protobuf: ok %v, %v; want not answered", ok, err)
+	}
 	first, err := s.List(ctx, v1, "default", ListOptions{Limit: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -53,6 +53,10 @@ type Config struct {
 	// ValidatingAdmissionPolicies); nil means none. SetExternalAdmission
 	// sets it later.
 	External ExternalAdmission
+	// ListCacheBytes bounds the protobuf encodings of list items kept
+	// for the next protobuf list (see ListProtobuf); zero means 64 MiB,
+	// negative keeps none.
+	ListCacheBytes int
 }
 
 // Admitter is admission that applies across kinds.
@@ -97,6 +101,7 @@ type Storage struct {
 
 	shared    decodeCache
 	rdefaults readDefaults
+	protos    protoItems
 
 	nsMu sync.Mutex
 	// guards the following field
@@ -144,6 +149,12 @@ func New(cfg Config) (*Storage, error) {
 	}
 	if s.wait <= 0 {
 		s.wait = 3 * time.Second
+	}
+	switch s.protos.budget = cfg.ListCacheBytes; {
+	case s.protos.budget == 0:
+		s.protos.budget = 64 << 20
+	case s.protos.budget < 0:
+		s.protos.budget = 0
 	}
 	kinds, gen := cfg.Kinds, uint64(0)
 	if s.reg != nil {

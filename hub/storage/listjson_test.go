@@ -53,8 +53,31 @@ func checkListJSON(t *testing.T, f *fixture, group, version, resource, ns string
 	return bytes.Count(wb, []byte(`"resourceVersion"`)) - 1
 }
 
-func TestListJSONMatchesTypedList(t *testing.T) {
-	f := newFixture(t)
+// listSampleKinds are the lists the list tests compare after
+// createListSamples.
+var listSampleKinds = []struct{ group, version, resource, ns string }{
+	{"", "v1", "configmaps", "default"},
+	{"", "v1", "configmaps", ""},
+	{"", "v1", "secrets", "default"},
+	{"", "v1", "pods", "default"},
+	{"", "v1", "pods", "empty"},
+	{"apps", "v1", "deployments", "default"},
+	{"", "v1", "services", ""},
+	{"", "v1", "endpoints", ""},
+	{"", "v1", "namespaces", ""},
+	{"", "v1", "nodes", ""},
+	{"coordination.k8s.io", "v1", "leases", "default"},
+	{"rbac.authorization.k8s.io", "v1", "clusterroles", ""},
+	{"rbac.authorization.k8s.io", "v1", "clusterrolebindings", ""},
+	{"scheduling.k8s.io", "v1", "priorityclasses", ""},
+}
+
+// createListSamples creates objects of several kinds, with the
+// characters and field types that encodings treat specially, for the
+// tests that compare a list answered from stored bytes with the typed
+// list.
+func createListSamples(t *testing.T, f *fixture) {
+	t.Helper()
 	ctx := context.Background()
 	create := func(group, version, resource, ns string, obj runtime.Object) {
 		t.Helper()
@@ -96,23 +119,14 @@ func TestListJSONMatchesTypedList(t *testing.T) {
 	now := metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC))
 	create("coordination.k8s.io", "v1", "leases", "default", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("me"), RenewTime: &now, LeaseDurationSeconds: ptr.To[int32](15)}})
+}
 
-	for _, c := range []struct{ group, version, resource, ns string }{
-		{"", "v1", "configmaps", "default"},
-		{"", "v1", "configmaps", ""},
-		{"", "v1", "secrets", "default"},
-		{"", "v1", "pods", "default"},
-		{"", "v1", "pods", "empty"},
-		{"apps", "v1", "deployments", "default"},
-		{"", "v1", "services", ""},
-		{"", "v1", "endpoints", ""},
-		{"", "v1", "namespaces", ""},
-		{"", "v1", "nodes", ""},
-		{"coordination.k8s.io", "v1", "leases", "default"},
-		{"rbac.authorization.k8s.io", "v1", "clusterroles", ""},
-		{"rbac.authorization.k8s.io", "v1", "clusterrolebindings", ""},
-		{"scheduling.k8s.io", "v1", "priorityclasses", ""},
-	} {
+func TestListJSONMatchesTypedList(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	createListSamples(t, f)
+
+	for _, c := range listSampleKinds {
 		checkListJSON(t, f, c.group, c.version, c.resource, c.ns, ListOptions{})
 	}
 	// Pages carry continue and remainingItemCount; selectors filter.

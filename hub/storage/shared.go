@@ -153,10 +153,7 @@ func (s *Storage) expectWrite(k *registry.Kind, enc store.Object, obj runtime.Ob
 // starts from the state this one stores, so keeping the old one would only
 // push out states that watches still need.
 func (s *Storage) decodeStored(k *registry.Kind, o store.Object) (runtime.Object, error) {
-	c := &s.shared
-	c.mu.Lock()
-	d := c.byKey[decodedKey{kind: k, key: o.Key, rev: o.Revision}]
-	c.mu.Unlock()
+	d := s.shared.find(k, o)
 	if d == nil {
 		return s.decode(k, o)
 	}
@@ -165,6 +162,14 @@ func (s *Storage) decodeStored(k *registry.Kind, o store.Object) (runtime.Object
 		return nil, d.err
 	}
 	return d.obj.DeepCopyObject(), nil
+}
+
+// find returns the entry of a stored state as kind k sees it, or nil; it
+// adds none.
+func (c *decodeCache) find(k *registry.Kind, o store.Object) *decoded {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byKey[decodedKey{kind: k, key: o.Key, rev: o.Revision}]
 }
 
 // expire drops the entries older than sharedTTL, oldest first, and comes

@@ -1,0 +1,164 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+
+	"github.com/tether-edge/tether/hub/registry"
+)
+
+// typedProtobuf encodes a list as the HTTP layer does for
+// application/vnd.kubernetes.protobuf.
+func typedProtobuf(t *testing.T, s *Storage, obj runtime.Object) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := protobuf.NewSerializer(s.scheme, s.scheme).Encode(obj, &buf); err != nil {
+		t.Fatalf("encode %T: %v", obj, err)
+	}
+	return buf.Bytes()
+}
+
+// checkListProtobuf compares ListProtobuf's body with the protobuf
+// encoding of List's answer and returns the list's items.
+func checkListProtobuf(t *testing.T, s *Storage, k *registry.Kind, ns string, opts ListOptions) []runtime.Object {
+	t.Helper()
+	ctx := context.Background()
+	want, err := s.List(ctx, k, ns, opts)
+	if err != nil {
+		t.Fatalf("list %s: %v", k.Resource, err)
+	}
+	got, ok, err := s.ListProtobuf(ctx, k, ns, opts)
+	if err != nil || !ok {
+		t.Fatalf("list %s as protobuf: ok %v, %v", k.Resource, ok, err)
+	}
+	wb := typedProtobuf(t, s, want)
+	if got.Len() != len(wb) {
+		t.Errorf("list %s: Len %d, body %d bytes", k.Resource, got.Len(), len(wb))
+	}
+	if gb := got.Bytes(); !bytes.Equal(gb, wb) {
+		t.Errorf("list %s: protobuf differs from the typed list's (%d and %d bytes)", k.Resource, len(gb), len(wb))
+	}
+	items, err := meta.ExtractList(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return items
+}
+
+func TestListProtobufMatchesTypedList(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	createListSamples(t, f)
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e"}, InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "p"},
+		Reason: "Started", Message: "ünïcode", Type: corev1.EventTypeNormal, Count: 2}
+	if _, err := f.s.Create(ctx, kind(t, "", "v1", "events"), "default", ev, Options{}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range listSampleKinds {
+		checkListProtobuf(t, f.s, kind(t, c.group, c.version, c.resource), c.ns, ListOptions{})
+	}
+	// A kind stored as another kind is answered too: its items are
+	// converted before they are encoded.
+	checkListProtobuf(t, f.s, kind(t, "events.k8s.io", "v1", "events"), "default", ListOptions{})
+	checkListProtobuf(t, f.s, kind(t, "", "v1", "events"), "default", ListOptions{})
+
+	// Pages carry continue and remainingItemCount; selectors filter.
+	cms := kind(t, "", "v1", "configmaps")
+	if items := checkListProtobuf(t, f.s, cms, "", ListOptions{Limit: 1}); len(items) != 1 {
+		t.Errorf("first page holds %d items, want 1", len(items))
+	}
+	if items := checkListProtobuf(t, f.s, cms, "", ListOptions{Label: labels.SelectorFromSet(labels.Set{"app": "x"})}); len(items) != 1 {
+		t.Errorf("selected list holds %d items, want 1", len(items))
+	}
+
+	// An object changed since the last list is sent as it is now, not
+	// as that list sent it.
+	pods := kind(t, "", "v1", "pods")
+	checkListProtobuf(t, f.s, pods, "default", ListOptions{})
+	p, err := f.s.Get(ctx, pods, "default", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.(*corev1.Pod).Labels["app"] = "y"
+	if _, err := f.s.Update(ctx, pods, "default", "p", p, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	items := checkListProtobuf(t, f.s, pods, "default", ListOptions{})
+	if len(items) != 1 || items[0].(*corev1.Pod).Labels["app"] != "y" {
+		t.Fatalf("after the update the list holds %v", items)
+	}
+
+	// An empty list is answered too. Errors are List's. (Custom
+	// resources have no protobuf encoding; see
+	// TestCustomResourceListJSON.)
+	checkListProtobuf(t, f.s, kind(t, "batch", "v1", "jobs"), "", ListOptions{})
+	_, _, err = f.s.ListProtobuf(ctx, pods, "default", ListOptions{ResourceVersion: "x"})
+	wantReason(t, err, metav1.StatusReasonBadRequest)
+}
+
+// TestProtoItemsBudgetAndAge: the item encodings kept stay within their
+// byte budget, and an idle hub soon holds none of them.
+func TestProtoItemsBudgetAndAge(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cms := kind(t, "", "v1", "configmaps")
+	for i := range 20 {
+		if _, err := f.s.Create(ctx, cms, "default", cm("c"+string(rune('a'+i)), map[string]string{"k": "v"}), Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &f.s.protos
+	held := func() (int, int) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.cur) + len(c.old), c.size
+	}
+
+	// Room for some: every list is still whole and right.
+	c.mu.Lock()
+	c.budget = 5 * (protoEntryOverhead + 200)
+	c.mu.Unlock()
+	for range 3 {
+		checkListProtobuf(t, f.s, cms, "default", ListOptions{})
+		if n, size := held(); size > c.budget || n == 0 || n >= 20 {
+			t.Fatalf("%d encodings of %d bytes held, budget %d", n, size, c.budget)
+		}
+	}
+
+	// Two turns without a list drop everything and stop the timer.
+	c.mu.Lock()
+	c.budget = 64 << 20
+	c.mu.Unlock()
+	checkListProtobuf(t, f.s, cms, "default", ListOptions{})
+	if n, _ := held(); n != 20 {
+		t.Fatalf("%d encodings held after a list of 20", n)
+	}
+	c.age()
+	checkListProtobuf(t, f.s, cms, "default", ListOptions{}) // moves them back
+	c.age()
+	c.age()
+	c.mu.Lock()
+	n, size, timer := len(c.cur)+len(c.old), c.size, c.turn
+	c.mu.Unlock()
+	if n != 0 || size != 0 || timer != nil {
+		t.Fatalf("after two idle turns: %d encodings, %d bytes, timer %v", n, size, timer)
+	}
+
+	// A budget below zero keeps nothing.
+	c.mu.Lock()
+	c.budget = 0
+	c.mu.Unlock()
+	checkListProtobuf(t, f.s, cms, "default", ListOptions{})
+	if n, _ := held(); n != 0 {
+		t.Fatalf("%d encodings held without a budget", n)
+	}
+}
