@@ -54,7 +54,8 @@ func createDefaultAccount(t testing.TB, stg *storage.Storage) {
 }
 
 // TestJSONListMatchesTypedList compares lists answered from the stored JSON
-// with the same lists answered through typed objects.
+// (JSON) or from item encodings (protobuf) with the same lists answered
+// through typed objects.
 func TestJSONListMatchesTypedList(t *testing.T) {
 	stg, quiet := newTestStorage(t)
 	ctx := context.Background()
@@ -78,6 +79,9 @@ func TestJSONListMatchesTypedList(t *testing.T) {
 	}
 	if _, ok, err := stg.ListJSON(ctx, pods, "default", storage.ListOptions{}); !ok || err != nil {
 		t.Fatalf("pods as JSON: ok %v, err %v", ok, err)
+	}
+	if _, ok, err := stg.ListProtobuf(ctx, pods, "default", storage.ListOptions{}); !ok || err != nil {
+		t.Fatalf("pods as protobuf: ok %v, err %v", ok, err)
 	}
 	fast, err := New(Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet})
 	if err != nil {
@@ -111,6 +115,15 @@ func TestJSONListMatchesTypedList(t *testing.T) {
 		{"/api/v1/pods", "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"},
 		{"/api/v1/pods", "application/yaml"},
 		{"/api/v1/pods?resourceVersion=x", "application/json"},
+		{"/api/v1/namespaces/default/pods", mediaProtobuf},
+		{"/api/v1/pods", mediaProtobuf + ", application/json"},
+		{"/api/v1/pods?limit=2", mediaProtobuf},
+		{"/api/v1/pods?labelSelector=shard%3D3", mediaProtobuf},
+		{"/api/v1/namespaces", mediaProtobuf},
+		{"/apis/events.k8s.io/v1/events", mediaProtobuf},
+		{"/api/v1/pods", mediaProtobuf + ";as=Table;v=v1;g=meta.k8s.io"},
+		{"/api/v1/pods", mediaProtobuf + ";as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"},
+		{"/api/v1/pods?resourceVersion=x", mediaProtobuf},
 	} {
 		want, got := get(typed.Handler(), c.path, c.accept), get(fast.Handler(), c.path, c.accept)
 		if got.Code != want.Code || got.Body.String() != want.Body.String() {

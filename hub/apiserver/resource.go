@@ -335,6 +335,22 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 			return
 		}
 	}
+	if pl, ok := s.cfg.Storage.(protoLister); ok && out.as == "" && out.info.MediaType == mediaProtobuf {
+		body, ok, err := pl.ListProtobuf(r.Context(), t.kind, t.namespace, storageListOptions(opts))
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		if ok {
+			w.Header().Set("Content-Type", out.info.MediaType)
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			writeBody(w, r, http.StatusOK, body.Len(), func(w io.Writer) error {
+				_, err := body.WriteTo(w)
+				return err
+			})
+			return
+		}
+	}
 	obj, err := s.cfg.Storage.List(r.Context(), t.kind, t.namespace, storageListOptions(opts))
 	if err != nil {
 		s.writeError(w, err)
@@ -348,6 +364,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 // equal the JSON encoding of what List returns.
 type jsonLister interface {
 	ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body *storage.JSONList, ok bool, err error)
+}
+
+// protoLister is implemented by storage that can answer a plain protobuf
+// list without building the typed list (*storage.Storage does); the body
+// must equal the protobuf encoding of what List returns.
+type protoLister interface {
+	ListProtobuf(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body *storage.ProtoList, ok bool, err error)
 }
 
 // respond writes obj (an object or a list of kind k) transformed as out asks.

@@ -151,6 +151,18 @@ func (a *metricsAPI) ListJSON(ctx context.Context, k *registry.Kind, namespace s
 	return jl.ListJSON(ctx, k, namespace, opts)
 }
 
+// ListProtobuf answers plain protobuf lists from the wrapped storage's
+// item encodings where it can, except for the metrics kinds.
+func (a *metricsAPI) ListProtobuf(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.ProtoList, bool, error) {
+	pl, ok := a.API.(interface {
+		ListProtobuf(context.Context, *registry.Kind, string, storage.ListOptions) (*storage.ProtoList, bool, error)
+	})
+	if !ok || isNodeMetrics(k) || isPodMetrics(k) {
+		return nil, false, nil
+	}
+	return pl.ListProtobuf(ctx, k, namespace, opts)
+}
+
 // fieldsMatch applies a field selector to the object metadata fields, as
 // metrics-server does (metadata.name, metadata.namespace).
 func fieldsMatch(sel fields.Selector, m *metav1.ObjectMeta) bool {

@@ -84,6 +84,18 @@ func (a *leaseAPI) ListJSON(ctx context.Context, k *registry.Kind, namespace str
 	return jl.ListJSON(ctx, k, namespace, opts)
 }
 
+// ListProtobuf answers plain protobuf lists from the wrapped storage's
+// item encodings where it can, except for lists that may hold node Leases.
+func (a *leaseAPI) ListProtobuf(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.ProtoList, bool, error) {
+	pl, ok := a.API.(interface {
+		ListProtobuf(context.Context, *registry.Kind, string, storage.ListOptions) (*storage.ProtoList, bool, error)
+	})
+	if !ok || covers(k, namespace) {
+		return nil, false, nil
+	}
+	return pl.ListProtobuf(ctx, k, namespace, opts)
+}
+
 // Update implements storage.API. A resourceVersion a renewal's read or
 // watch event carried is taken as the stored one it renewed; a Lease whose
 // renewTime is older than the renewal in memory was read before it and
