@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/store"
 )
 
 // ListJSON answers a List as JSON without decoding the stored objects: the
@@ -46,11 +47,7 @@ func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace stri
 	if k.New != nil {
 		return s.listJSONUnstructured(ctx, k, namespace, opts)
 	}
-	res, err := s.list(ctx, k, namespace, opts, true)
-	if err != nil {
-		return nil, false, err
-	}
-	list, err := s.makeList(k, nil, res.Revision, res.Continue, res.Remaining)
+	res, list, err := s.listPage(ctx, k, namespace, opts)
 	if err != nil {
 		return nil, false, err
 	}
@@ -74,6 +71,21 @@ func (s *Storage) ListJSON(ctx context.Context, k *registry.Kind, namespace stri
 	}
 	b.size += len(b.env) + max(len(b.items)-1, 0)*len(comma) + len(listEnd)
 	return b, true, nil
+}
+
+// listPage reads one page of a list answered from stored encodings: the
+// stored objects, read only, and the typed list without items that
+// carries the page's metadata.
+func (s *Storage) listPage(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (store.ListResult, runtime.Object, error) {
+	res, err := s.list(ctx, k, namespace, opts, true)
+	if err != nil {
+		return store.ListResult{}, nil, err
+	}
+	list, err := s.makeList(k, nil, res.Revision, res.Continue, res.Remaining)
+	if err != nil {
+		return store.ListResult{}, nil, err
+	}
+	return res, list, nil
 }
 
 // JSONList is the body ListJSON answers with.
@@ -258,11 +270,7 @@ func appendMeta(dst, v []byte, rev int64) (_ []byte, rest int, ok bool) {
 // changed its storage version), or one the kind's defaults on read change
 // (see readDefaults), is decoded and encoded as List would.
 func (s *Storage) listJSONUnstructured(ctx context.Context, k *registry.Kind, namespace string, opts ListOptions) (*JSONList, bool, error) {
-	res, err := s.list(ctx, k, namespace, opts, true)
-	if err != nil {
-		return nil, false, err
-	}
-	list, err := s.makeList(k, nil, res.Revision, res.Continue, res.Remaining)
+	res, list, err := s.listPage(ctx, k, namespace, opts)
 	if err != nil {
 		return nil, false, err
 	}

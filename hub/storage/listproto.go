@@ -42,11 +42,7 @@ func (s *Storage) ListProtobuf(ctx context.Context, k *registry.Kind, namespace 
 	if k.New != nil || k.NoProtobuf {
 		return nil, false, nil
 	}
-	res, err := s.list(ctx, k, namespace, opts, true)
-	if err != nil {
-		return nil, false, err
-	}
-	list, err := s.makeList(k, nil, res.Revision, res.Continue, res.Remaining)
+	res, list, err := s.listPage(ctx, k, namespace, opts)
 	if err != nil {
 		return nil, false, err
 	}
