@@ -319,37 +319,19 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, t target) {
 		s.writeError(w, err)
 		return
 	}
-	if jl, ok := s.cfg.Storage.(jsonLister); ok && out.as == "" && out.info.MediaType == mediaJSON {
-		body, ok, err := jl.ListJSON(r.Context(), t.kind, t.namespace, storageListOptions(opts))
-		if err != nil {
-			s.writeError(w, err)
-			return
-		}
-		if ok {
-			w.Header().Set("Content-Type", out.info.MediaType)
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			writeBody(w, r, http.StatusOK, body.Len(), func(w io.Writer) error {
-				_, err := body.WriteTo(w)
-				return err
-			})
-			return
-		}
+	body, err := s.storedList(r.Context(), t, out, storageListOptions(opts))
+	if err != nil {
+		s.writeError(w, err)
+		return
 	}
-	if pl, ok := s.cfg.Storage.(protoLister); ok && out.as == "" && out.info.MediaType == mediaProtobuf {
-		body, ok, err := pl.ListProtobuf(r.Context(), t.kind, t.namespace, storageListOptions(opts))
-		if err != nil {
-			s.writeError(w, err)
-			return
-		}
-		if ok {
-			w.Header().Set("Content-Type", out.info.MediaType)
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			writeBody(w, r, http.StatusOK, body.Len(), func(w io.Writer) error {
-				_, err := body.WriteTo(w)
-				return err
-			})
-			return
-		}
+	if body != nil {
+		w.Header().Set("Content-Type", out.info.MediaType)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		writeBody(w, r, http.StatusOK, body.Len(), func(w io.Writer) error {
+			_, err := body.WriteTo(w)
+			return err
+		})
+		return
 	}
 	obj, err := s.cfg.Storage.List(r.Context(), t.kind, t.namespace, storageListOptions(opts))
 	if err != nil {
@@ -371,6 +353,44 @@ type jsonLister interface {
 // must equal the protobuf encoding of what List returns.
 type protoLister interface {
 	ListProtobuf(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (body *storage.ProtoList, ok bool, err error)
+}
+
+// listBody is a list body written from storage's own encodings.
+type listBody interface {
+	Len() int
+	WriteTo(w io.Writer) (int64, error)
+}
+
+// storedList answers a plain JSON or protobuf list (no Table, no partial
+// metadata) from the storage's own encodings, where the storage can; nil
+// and no error when it cannot, and List must.
+func (s *Server) storedList(ctx context.Context, t target, out output, opts storage.ListOptions) (listBody, error) {
+	if out.as != "" {
+		return nil, nil
+	}
+	switch out.info.MediaType {
+	case mediaJSON:
+		if jl, ok := s.cfg.Storage.(jsonLister); ok {
+			body, ok, err := jl.ListJSON(ctx, t.kind, t.namespace, opts)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return body, nil
+			}
+		}
+	case mediaProtobuf:
+		if pl, ok := s.cfg.Storage.(protoLister); ok {
+			body, ok, err := pl.ListProtobuf(ctx, t.kind, t.namespace, opts)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return body, nil
+			}
+		}
+	}
+	return nil, nil
 }
 
 // respond writes obj (an object or a list of kind k) transformed as out asks.
