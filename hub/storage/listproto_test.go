@@ -116,6 +116,12 @@ func TestProtoItemsBudgetAndAge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if f.s.protos.budget != 64<<20 {
+		t.Errorf("default budget %d, want 64 MiB", f.s.protos.budget)
+	}
+	if none, err := New(Config{Store: f.st, ListCacheBytes: -1}); err != nil || none.protos.budget != 0 {
+		t.Errorf("ListCacheBytes -1: %v, budget %v", err, none)
+	}
 	c := &f.s.protos
 	held := func() (int, int) {
 		c.mu.Lock()
@@ -153,7 +159,7 @@ func TestProtoItemsBudgetAndAge(t *testing.T) {
 		t.Fatalf("after two idle turns: %d encodings, %d bytes, timer %v", n, size, timer)
 	}
 
-	// A budget below zero keeps nothing.
+	// Without a budget (ListCacheBytes below zero) nothing is kept.
 	c.mu.Lock()
 	c.budget = 0
 	c.mu.Unlock()
