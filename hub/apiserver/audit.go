@@ -171,15 +171,23 @@ func auditRequestObject(r *http.Request, obj runtime.Object) {
 
 // auditResponse reports a response object and its encoding.
 func auditResponse(r *http.Request, mediaType, body string, obj runtime.Object) {
-	rec := auditFrom(r.Context())
-	if rec == nil || rec.longRunning || !rec.decision.Logs(auditv1.LevelRequestResponse) {
+	if !auditsResponseBody(r.Context()) {
 		return
 	}
+	rec := auditFrom(r.Context())
 	if strings.HasPrefix(mediaType, "application/json") {
 		rec.respBody = []byte(body)
 	} else if b, err := json.Marshal(obj); err == nil {
 		rec.respBody = b
 	}
+}
+
+// auditsResponseBody reports whether the request's audit event records
+// the response body (level RequestResponse, not a watch): such a response
+// must go through auditResponse.
+func auditsResponseBody(ctx context.Context) bool {
+	rec := auditFrom(ctx)
+	return rec != nil && !rec.longRunning && rec.decision.Logs(auditv1.LevelRequestResponse)
 }
 
 // auditStatus reports the Status of a failed request.

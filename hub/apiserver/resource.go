@@ -363,9 +363,11 @@ type listBody interface {
 
 // storedList answers a plain JSON or protobuf list (no Table, no partial
 // metadata) from the storage's own encodings, where the storage can; nil
-// and no error when it cannot, and List must.
+// and no error when it cannot, and List must. A list whose audit event
+// records the response is left to List too, so that the event gets the
+// list.
 func (s *Server) storedList(ctx context.Context, t target, out output, opts storage.ListOptions) (listBody, error) {
-	if out.as != "" {
+	if out.as != "" || auditsResponseBody(ctx) {
 		return nil, nil
 	}
 	switch out.info.MediaType {
