@@ -26,14 +26,13 @@ func (denySecrets) Authorize(u *auth.User, a Attributes) error {
 	return nil
 }
 
-// TestAuditHook drives the hook with a handler standing for the pipeline:
-// the authenticated and the impersonated user, every stage of a policy
-// that omits none, ResponseStarted of a watch, a denial, and a client's
-// Audit-Id.
-func TestAuditHook(t *testing.T) {
+// newAuditLog opens an audit log in the test's directory whose policy
+// logs every request at level, and returns it with its path.
+func newAuditLog(t *testing.T, level auditv1.Level) (*audit.Log, string) {
+	t.Helper()
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: "+string(level)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, "audit.log")
@@ -41,6 +40,15 @@ func TestAuditHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return log, logPath
+}
+
+// TestAuditHook drives the hook with a handler standing for the pipeline:
+// the authenticated and the impersonated user, every stage of a policy
+// that omits none, ResponseStarted of a watch, a denial, and a client's
+// Audit-Id.
+func TestAuditHook(t *testing.T) {
+	log, logPath := newAuditLog(t, auditv1.LevelMetadata)
 	s := &Server{cfg: Config{Audit: log}, authz: denySecrets{}}
 	alice := &auth.User{Name: "alice", Groups: []string{"devs", "system:authenticated"}}
 	bob := &auth.User{Name: "bob", UID: "b1", Groups: []string{"system:authenticated"}}

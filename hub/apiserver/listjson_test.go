@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
-	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/store/sqlite"
@@ -154,16 +153,7 @@ func TestStoredListsAudited(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: RequestResponse\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "audit.log")
-	log, err := audit.New(audit.Options{Path: logPath, PolicyFile: policy})
-	if err != nil {
-		t.Fatal(err)
-	}
+	log, logPath := newAuditLog(t, auditv1.LevelRequestResponse)
 	audited, err := New(Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet, Audit: log})
 	if err != nil {
 		t.Fatal(err)
