@@ -43,6 +43,28 @@ func newAuditLog(t *testing.T, level auditv1.Level) (*audit.Log, string) {
 	return log, logPath
 }
 
+// readAuditEvents closes log and returns the events written to its file
+// at path, in order.
+func readAuditEvents(t *testing.T, log *audit.Log, path string) []auditv1.Event {
+	t.Helper()
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []auditv1.Event
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var ev auditv1.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
 // TestAuditHook drives the hook with a handler standing for the pipeline:
 // the authenticated and the impersonated user, every stage of a policy
 // that omits none, ResponseStarted of a watch, a denial, and a client's
@@ -86,20 +108,9 @@ func TestAuditHook(t *testing.T) {
 	if clientID != "client-chosen-id" {
 		t.Errorf("Audit-Id %q, want the client's", clientID)
 	}
-	if err := log.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stages := map[string][]auditv1.Stage{}
 	byID := map[string]auditv1.Event{}
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		var ev auditv1.Event
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range readAuditEvents(t, log, logPath) {
 		stages[string(ev.AuditID)] = append(stages[string(ev.AuditID)], ev.Stage)
 		byID[string(ev.AuditID)] = ev
 	}

@@ -2,12 +2,10 @@ package apiserver
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -179,19 +177,8 @@ func TestStoredListsAudited(t *testing.T) {
 			t.Errorf("list as %s: the audited answer differs from the plain one", accept)
 		}
 	}
-	if err := log.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var lists int
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		var ev auditv1.Event
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range readAuditEvents(t, log, logPath) {
 		if ev.Verb != "list" || ev.Stage != auditv1.StageResponseComplete {
 			continue
 		}
