@@ -78,14 +78,7 @@ func (s *Storage) protoItem(k *registry.Kind, o store.Object) ([]byte, bool, err
 	if b := s.protos.get(key, o.Revision); b != nil {
 		return b, true, nil
 	}
-	var obj runtime.Object
-	var err error
-	if d := s.shared.find(k, o); d != nil {
-		d.once.Do(func() { d.obj, d.err = s.decodeState(k, o) })
-		obj, err = d.obj, d.err
-	} else {
-		obj, err = s.decode(k, o)
-	}
+	obj, _, err := s.decodeForRead(k, o)
 	if err != nil {
 		return nil, false, err
 	}
@@ -207,6 +200,9 @@ type protoItemEntry struct {
 	b   []byte
 }
 
+// cost is what the entry counts against the budget.
+func (e protoItemEntry) cost() int { return len(e.b) + protoEntryOverhead }
+
 // protoItems keeps the protobuf encodings protobuf lists sent, one per
 // object (the latest revision listed), within a byte budget. Entries live
 // in two generations: every protoItemsAge the current one becomes the old
@@ -250,32 +246,37 @@ func (c *protoItems) put(key pendingKey, rev int64, b []byte) {
 	if c.budget <= 0 {
 		return
 	}
-	cost := len(b) + protoEntryOverhead
+	entry := protoItemEntry{rev: rev, b: b}
 	if e, ok := c.cur[key]; ok {
-		c.size -= len(e.b) + protoEntryOverhead
+		c.size -= e.cost()
 		delete(c.cur, key)
 	}
 	if e, ok := c.old[key]; ok {
-		c.size -= len(e.b) + protoEntryOverhead
+		c.size -= e.cost()
 		delete(c.old, key)
 	}
-	if c.size+cost > c.budget && len(c.old) > 0 {
-		for _, e := range c.old {
-			c.size -= len(e.b) + protoEntryOverhead
-		}
-		c.old = nil
+	if c.size+entry.cost() > c.budget {
+		c.dropOld()
 	}
-	if c.size+cost > c.budget {
+	if c.size+entry.cost() > c.budget {
 		return
 	}
 	if c.cur == nil {
 		c.cur = make(map[pendingKey]protoItemEntry)
 	}
-	c.cur[key] = protoItemEntry{rev: rev, b: b}
-	c.size += cost
+	c.cur[key] = entry
+	c.size += entry.cost()
 	if c.turn == nil {
 		c.turn = time.AfterFunc(protoItemsAge, c.age)
 	}
+}
+
+// dropOld drops the old generation; c.mu is held.
+func (c *protoItems) dropOld() {
+	for _, e := range c.old {
+		c.size -= e.cost()
+	}
+	c.old = nil
 }
 
 // age drops the old generation and makes the current one old; it comes
@@ -283,9 +284,7 @@ func (c *protoItems) put(key pendingKey, rev int64, b []byte) {
 func (c *protoItems) age() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, e := range c.old {
-		c.size -= len(e.b) + protoEntryOverhead
-	}
+	c.dropOld()
 	c.old, c.cur = c.cur, nil
 	if len(c.old) == 0 {
 		c.old = nil

@@ -153,15 +153,25 @@ func (s *Storage) expectWrite(k *registry.Kind, enc store.Object, obj runtime.Ob
 // starts from the state this one stores, so keeping the old one would only
 // push out states that watches still need.
 func (s *Storage) decodeStored(k *registry.Kind, o store.Object) (runtime.Object, error) {
+	obj, shared, err := s.decodeForRead(k, o)
+	if err != nil || !shared {
+		return obj, err
+	}
+	return obj.DeepCopyObject(), nil
+}
+
+// decodeForRead returns the typed form of a stored state: the shared
+// decoding when a watch or a write made one recently (shared is true; it
+// must not be modified), else one decoded for the caller alone. It adds
+// nothing to the cache.
+func (s *Storage) decodeForRead(k *registry.Kind, o store.Object) (obj runtime.Object, shared bool, err error) {
 	d := s.shared.find(k, o)
 	if d == nil {
-		return s.decode(k, o)
+		obj, err = s.decode(k, o)
+		return obj, false, err
 	}
 	d.once.Do(func() { d.obj, d.err = s.decodeState(k, o) })
-	if d.err != nil {
-		return nil, d.err
-	}
-	return d.obj.DeepCopyObject(), nil
+	return d.obj, d.err == nil, d.err
 }
 
 // find returns the entry of a stored state as kind k sees it, or nil; it
