@@ -219,6 +219,14 @@ spec:
 			t.Fatal(err)
 		}
 		restored = true
+		// The agent failed its dials while cut off, so its next one waits
+		// a full-jitter draw under the tunnel's 60 s backoff cap.
+		start := time.Now()
+		eventually(t, 90*time.Second, "shop-n1 connected to the hub", func() (bool, string) {
+			out, err := h.run("get", "--raw", "/api/v1/nodes/shop-n1/proxy/healthz")
+			return err == nil, out
+		})
+		t.Logf("shop-n1 reconnected %v after its uplink was restored", time.Since(start).Round(time.Second))
 		lab.expect(t, map[string]bool{"friend": true, "stranger": true, "outsider": true})
 	})
 	t.Run("drops in the agent's metrics", func(t *testing.T) {
