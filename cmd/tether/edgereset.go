@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/containerd"
+	"github.com/tether-edge/tether/internal/dirlock"
 )
 
 func newEdgeResetCmd() *cobra.Command {
@@ -106,29 +103,13 @@ records the one it used.`,
 // on a data directory at a time, and reset waits for none. The lock goes
 // with the process, however it ends.
 func lockDataDir(dir string) (unlock func(), err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data directory: %w", err)
+	l, err := dirlock.Acquire(dir, "agent.lock")
+	var held *dirlock.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("an agent runs on %s (%s): stop it first", dir, held.Holder())
 	}
-	path := filepath.Join(dir, "agent.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("lock data directory: %w", err)
+		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			holder := strings.TrimSpace(string(b))
-			if holder == "" {
-				holder = "another process"
-			} else {
-				holder = "process " + holder
-			}
-			return nil, fmt.Errorf("an agent runs on %s (%s): stop it first", dir, holder)
-		}
-		return nil, fmt.Errorf("lock data directory: %w", err)
-	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return func() { f.Close() }, nil
+	return func() { _ = l.Release() }, nil
 }
