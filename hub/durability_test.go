@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,4 +117,24 @@ func rvLess(a, b string) bool {
 		return len(a) < len(b)
 	}
 	return a < b
+}
+
+// TestSecondHubOnDataDirRefused starts a second hub on a running hub's
+// data directory: it exits at once with an error that names the first,
+// and the first keeps serving. (TestKillNineKeepsAcknowledgedWrites
+// restarts hubs on a directory whose hub was killed: the lock goes with
+// the process.)
+func TestSecondHubOnDataDirRefused(t *testing.T) {
+	h := hubtest.Start(t, apiOnly...)
+	h.MustRun("create", "configmap", "first")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, h.Bin, "hub", "--data-dir", h.DataDir, "--listen", "127.0.0.1:0").CombinedOutput()
+	want := regexp.MustCompile(`a hub runs on ` + regexp.QuoteMeta(h.DataDir) + ` \(process [1-9][0-9]*\): stop it first`)
+	if err == nil || !want.Match(out) {
+		t.Fatalf("second hub on the data directory: %v, want an error matching %q\n%s", err, want, out)
+	}
+	if got := strings.TrimSpace(h.MustRun("get", "configmap", "first", "-o", "name")); got != "configmap/first" {
+		t.Fatalf("first hub after the second was refused: %q", got)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -38,6 +37,7 @@ import (
 	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/internal/dirlock"
 	"github.com/tether-edge/tether/tunnel"
 )
 
@@ -137,9 +137,18 @@ func (r *run) close() error {
 // (bootstrap).
 func (r *run) open(ctx context.Context) error {
 	cfg := r.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("create data directory: %w", err)
+	// One hub per data directory: a second one would serve from its own
+	// watch cache and keys, run its own controllers on the same objects
+	// and, on SQLite, write the same file.
+	lock, err := dirlock.Acquire(cfg.DataDir, "hub.lock")
+	var held *dirlock.HeldError
+	if errors.As(err, &held) {
+		return fmt.Errorf("a hub runs on %s (%s): stop it first", cfg.DataDir, held.Holder())
 	}
+	if err != nil {
+		return err
+	}
+	r.onClose(lock.Release)
 	cidr := netip.MustParsePrefix(cfg.ServiceCIDR).Masked()
 	r.serviceIP = cidr.Addr().Next()
 	reg, err := registry.New(registry.Config{
