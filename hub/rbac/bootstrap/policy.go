@@ -9,9 +9,11 @@
 package bootstrap
 
 import (
+	"slices"
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -129,7 +131,58 @@ func ClusterRoles() []rbacv1.ClusterRole {
 	for _, c := range Controllers() {
 		roles = append(roles, clusterRole(ControllerRolePrefix+c.Account, nil, c.Rules...))
 	}
+	aggregate(roles)
 	return roles
+}
+
+// aggregate gives each aggregated role among roles the rules the
+// clusterrole-aggregation controller would give it from these roles (the
+// matching roles by name, each rule once), through aggregated roles that
+// match in turn (view into edit into admin). A new cluster's admin, edit
+// and view then grant from the first request, not from when the elected
+// controller manager first runs; the controller keeps them current after.
+func aggregate(roles []rbacv1.ClusterRole) {
+	byName := make([]*rbacv1.ClusterRole, len(roles))
+	for i := range roles {
+		byName[i] = &roles[i]
+	}
+	slices.SortFunc(byName, func(a, b *rbacv1.ClusterRole) int { return strings.Compare(a.Name, b.Name) })
+	// Each pass carries rules one aggregation level further; the default
+	// policy nests three deep, and no pass changes anything past the last.
+	for changed := true; changed; {
+		changed = false
+		for _, r := range byName {
+			if r.AggregationRule == nil {
+				continue
+			}
+			var rules []rbacv1.PolicyRule
+			for _, sel := range r.AggregationRule.ClusterRoleSelectors {
+				for _, m := range byName {
+					if m == r || !labelsMatch(sel.MatchLabels, m.Labels) {
+						continue
+					}
+					for _, rule := range m.Rules {
+						if !slices.ContainsFunc(rules, func(x rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(x, rule) }) {
+							rules = append(rules, rule)
+						}
+					}
+				}
+			}
+			if !equality.Semantic.DeepEqual(rules, r.Rules) {
+				r.Rules, changed = rules, true
+			}
+		}
+	}
+}
+
+// labelsMatch tells whether labels hold every pair of want.
+func labelsMatch(want, labels map[string]string) bool {
+	for k, v := range want {
+		if l, ok := labels[k]; !ok || l != v {
+			return false
+		}
+	}
+	return true
 }
 
 func clusterRoleBinding(name, role string, subjects ...rbacv1.Subject) rbacv1.ClusterRoleBinding {

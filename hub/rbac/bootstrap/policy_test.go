@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-helpers/auth/rbac/validation"
@@ -128,5 +129,52 @@ func TestReconcileRespectsAutoupdate(t *testing.T) {
 	}
 	if !slices.Contains(names, "replicaset-controller") || len(names) != len(bootstrap.Controllers()) {
 		t.Errorf("kube-system serviceaccounts %v", names)
+	}
+}
+
+// TestAggregatedRolesFilled: the default admin, edit and view carry the
+// rules they aggregate from the default policy, through each other (view
+// into edit into admin), so that they grant before the aggregation
+// controller first runs; each rule once.
+func TestAggregatedRolesFilled(t *testing.T) {
+	roles := map[string]rbacv1.ClusterRole{}
+	for _, r := range bootstrap.ClusterRoles() {
+		roles[r.Name] = r
+	}
+	grants := func(role, verb, group, resource string) bool {
+		for _, r := range roles[role].Rules {
+			if slices.Contains(r.Verbs, verb) && slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct {
+		role, verb, group, resource string
+		want                        bool
+	}{
+		{"view", "list", "", "pods", true},
+		{"view", "list", "metrics.k8s.io", "pods", true},
+		{"view", "get", "", "secrets", false},
+		{"edit", "list", "", "pods", true},
+		{"edit", "create", "", "secrets", true},
+		{"edit", "create", "rbac.authorization.k8s.io", "rolebindings", false},
+		{"admin", "list", "", "pods", true},
+		{"admin", "create", "", "secrets", true},
+		{"admin", "create", "rbac.authorization.k8s.io", "rolebindings", true},
+	} {
+		if got := grants(c.role, c.verb, c.group, c.resource); got != c.want {
+			t.Errorf("%s grants %s %s/%s: %v, want %v", c.role, c.verb, c.group, c.resource, got, c.want)
+		}
+	}
+	for _, name := range []string{"admin", "edit", "view"} {
+		rules := roles[name].Rules
+		for i := range rules {
+			for j := range i {
+				if equality.Semantic.DeepEqual(rules[i], rules[j]) {
+					t.Errorf("%s holds rule %v twice", name, rules[i])
+				}
+			}
+		}
 	}
 }
