@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -89,20 +88,6 @@ func (e *election) takeStale(ctx context.Context) {
 // leader_election_master_status gauge upstream's components export.
 type leaderStatus struct {
 	scheduler, controllers atomic.Bool
-}
-
-// WriteMetrics writes the gauges in the Prometheus text format.
-func (s *leaderStatus) WriteMetrics(w io.Writer) {
-	b := func(v bool) int {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	fmt.Fprintln(w, "# HELP leader_election_master_status Whether this hub leads the component: 1 while it holds the component's Lease, else 0.")
-	fmt.Fprintln(w, "# TYPE leader_election_master_status gauge")
-	fmt.Fprintf(w, "leader_election_master_status{name=%q} %d\n", ControllerManagerLease, b(s.controllers.Load()))
-	fmt.Fprintf(w, "leader_election_master_status{name=%q} %d\n", SchedulerLease, b(s.scheduler.Load()))
 }
 
 // hubIdentity is the holder identity this hub campaigns under:

@@ -278,6 +278,10 @@ func (r *run) buildAPI() error {
 	fleetPage := fleet.New(fleetCtx, func() (kubernetes.Interface, error) {
 		return kubernetes.NewForConfig(localConfig(r.api, r.url, bootstrap.ControllerManagerUser, "system:authenticated"))
 	})
+	reg, err := r.metricsRegistry()
+	if err != nil {
+		return err
+	}
 	r.api, err = apiserver.New(apiserver.Config{
 		Fleet:                fleetPage,
 		Audit:                auditLog,
@@ -287,7 +291,7 @@ func (r *run) buildAPI() error {
 		DialNode:             r.dialNode,
 		DialPod:              r.dialPod,
 		ServiceAccountTokens: saTokens,
-		ExtraMetrics:         r.extraMetrics(),
+		Metrics:              reg,
 		Profiling:            cfg.Profiling,
 		Extensions:           r.extensions(nodeCfg),
 		Authenticator:        authn,

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -53,33 +52,6 @@ func newTunnelServer(cfg Config, authority *pki.Authority, leases *nodes.Leases,
 		OnPush:       onPush,
 		Logger:       log,
 	})
-}
-
-// tunnelMetrics writes the tunnel server's counters, and those of the
-// site digests it carries, for /metrics.
-func tunnelMetrics(edges *tunnel.Server, relay *streamDemux, sites *nodes.Sites) func(io.Writer) {
-	return func(w io.Writer) {
-		st := edges.Stats()
-		for _, m := range []struct {
-			name, typ, help string
-			v               int64
-		}{
-			{"tether_tunnel_sessions", "gauge", "Edge tunnel sessions open now.", int64(st.Sessions)},
-			{"tether_tunnel_fallback_sessions", "gauge", "Edge tunnel sessions open now over TCP+TLS instead of QUIC.", int64(st.FallbackSessions)},
-			{"tether_tunnel_handshakes_total", "counter", "Edge tunnel handshakes accepted.", int64(st.Handshakes)},
-			{"tether_tunnel_handshakes_peak_per_second", "gauge", "Most edge tunnel handshakes admitted within one second since the hub started.", int64(st.PeakHandshakesPerSecond)},
-			{"tether_tunnel_handshakes_refused_total", "counter", "Edge tunnel handshakes refused (rate limit, identity).", int64(st.HandshakesRefused)},
-			{"tether_tunnel_streams_opened_total", "counter", "Streams edges opened to the hub.", int64(st.StreamsOpened)},
-			{"tether_tunnel_dials_total", "counter", "Streams the hub opened to edges.", int64(st.Dials)},
-			{"tether_tunnel_bulk_lanes", "gauge", "Bulk lanes (TCP+TLS with BBR beside an edge's tunnel) open now.", int64(st.BulkLanes)},
-			{"tether_tunnel_bulk_streams_total", "counter", "Streams that travelled on bulk lanes.", int64(st.BulkStreams)},
-			{"tether_tunnel_bulk_default_congestion_total", "counter", "Bulk lanes whose hub end kept the kernel's congestion control because BBR could not be set.", int64(st.BulkDefaultCongestion)},
-			{"tether_tunnel_relayed_api_connections_total", "counter", "Connections of pods to the API that edges relayed over the tunnel.", relay.relayedTotal.Load()},
-		} {
-			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", m.name, m.help, m.name, m.typ, m.name, m.v)
-		}
-		sites.WriteMetrics(w)
-	}
 }
 
 // nudgeNode asks a node's agent, through its tunnel, to write its node
@@ -137,21 +109,6 @@ func loadOrCreateResetKey(path string) (*[32]byte, error) {
 		return nil, fmt.Errorf("write tunnel reset key: %w", err)
 	}
 	return &key, nil
-}
-
-// extraMetrics writes the counters of the tunnel server, the node Lease
-// keeper and the metrics store for /metrics.
-func (r *run) extraMetrics() func(io.Writer) {
-	tm := tunnelMetrics(r.edges, r.relay, r.sites)
-	return func(w io.Writer) {
-		tm(w)
-		r.leases.WriteMetrics(w)
-		r.nudges.WriteMetrics(w)
-		r.leaders.WriteMetrics(w)
-		if r.usage != nil {
-			r.usage.WriteMetrics(w)
-		}
-	}
 }
 
 // metricsKinds returns the kinds of the resource metrics API, unless cfg

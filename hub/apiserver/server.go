@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -22,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1beta1 "k8s.io/apimachinery/pkg/apis/meta/v1beta1"
@@ -105,9 +106,10 @@ type Config struct {
 	// ReadyChecks are extra named checks for /readyz; each returns nil
 	// when ready. Nil means only the built-in ping check.
 	ReadyChecks map[string]func() error
-	// ExtraMetrics appends metrics of other parts of the hub (Prometheus
-	// text format) to /metrics; may be nil.
-	ExtraMetrics func(w io.Writer)
+	// Metrics is the registry /metrics serves; the server adds its request
+	// counter and latency histogram to it. Nil means a registry of the
+	// server's own.
+	Metrics *prometheus.Registry
 	// Fleet, when set, serves the fleet page under /fleet/ to users
 	// allowed to list nodes.
 	Fleet http.Handler
@@ -138,17 +140,18 @@ type Config struct {
 
 // Server serves the Kubernetes API over HTTP.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	scheme  *runtime.Scheme
-	codecs  serializer.CodecFactory
-	kinds   routeTable // when Config.Registry is nil
-	routes  routes     // when it is set
-	authz   Authorizer
-	metrics *metrics
-	maxBody int64
-	frames  frameCache
-	workers *workers
+	cfg            Config
+	log            *slog.Logger
+	scheme         *runtime.Scheme
+	codecs         serializer.CodecFactory
+	kinds          routeTable // when Config.Registry is nil
+	routes         routes     // when it is set
+	authz          Authorizer
+	metrics        *requestMetrics
+	metricsHandler http.Handler // /metrics
+	maxBody        int64
+	frames         frameCache
+	workers        *workers
 	// eventBufs holds the buffers watches encode events in, between
 	// events: a fleet's thousands of watches each kept two, grown to
 	// the largest event they had encoded.
@@ -166,11 +169,19 @@ func New(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		authz:   cfg.Authorizer,
-		metrics: newMetrics(),
 		maxBody: cfg.MaxRequestBytes,
 		workers: newWorkers(),
 	}
 	s.services = &servicedial.Dialer{Storage: cfg.Storage, DialPod: cfg.DialPod}
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var err error
+	if s.metrics, err = newRequestMetrics(reg); err != nil {
+		return nil, fmt.Errorf("create apiserver: %w", err)
+	}
+	s.metricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -180,7 +191,6 @@ func New(cfg Config) (*Server, error) {
 	if s.maxBody <= 0 {
 		s.maxBody = 3 << 20
 	}
-	var err error
 	if s.scheme, err = registry.NewScheme(); err != nil {
 		return nil, err
 	}
@@ -406,12 +416,7 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request, path s
 	case s.cfg.Profiling && (path == "/debug/pprof" || strings.HasPrefix(path, "/debug/pprof/")):
 		servePprof(w, r, path)
 	case path == "/metrics":
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		w.WriteHeader(http.StatusOK)
-		s.metrics.write(w)
-		if s.cfg.ExtraMetrics != nil {
-			s.cfg.ExtraMetrics(w)
-		}
+		s.metricsHandler.ServeHTTP(w, r)
 	default:
 		s.writeError(w, notFoundPath())
 	}

@@ -3,14 +3,14 @@ package metrics
 import (
 	"cmp"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unique"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tether-edge/tether/internal/usage"
 	"github.com/tether-edge/tether/tunnel"
@@ -209,12 +209,25 @@ func (st *Store) Stats() Stats {
 	return Stats{Nodes: n, Decoded: st.decoded.Load(), Refused: st.refused.Load(), Bytes: st.bytes.Load()}
 }
 
-// WriteMetrics writes the store's counters in the Prometheus text format,
-// for the hub's /metrics.
-func (st *Store) WriteMetrics(w io.Writer) {
-	s := st.Stats()
-	fmt.Fprintf(w, "# HELP tether_metrics_nodes Nodes whose resource usage the metrics API serves now.\n# TYPE tether_metrics_nodes gauge\ntether_metrics_nodes %d\n", s.Nodes)
-	fmt.Fprintf(w, "# HELP tether_metrics_payloads_total Resource usage payloads edges pushed, by result: decoded, or refused (undecodable, or changes without a full sample).\n# TYPE tether_metrics_payloads_total counter\n")
-	fmt.Fprintf(w, "tether_metrics_payloads_total{result=\"decoded\"} %d\ntether_metrics_payloads_total{result=\"refused\"} %d\n", s.Decoded, s.Refused)
-	fmt.Fprintf(w, "# HELP tether_metrics_received_bytes_total Bytes of resource usage payloads edges pushed.\n# TYPE tether_metrics_received_bytes_total counter\ntether_metrics_received_bytes_total %d\n", s.Bytes)
+// Collectors returns the store's gauge and counters for the hub's
+// /metrics.
+func (st *Store) Collectors() []prometheus.Collector {
+	payloads := func(result string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "tether_metrics_payloads_total",
+			Help:        "Resource usage payloads edges pushed, by result: decoded, or refused (undecodable, or changes without a full sample).",
+			ConstLabels: prometheus.Labels{"result": result},
+		}, func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tether_metrics_nodes",
+			Help: "Nodes whose resource usage the metrics API serves now.",
+		}, func() float64 { return float64(st.Stats().Nodes) }),
+		payloads("decoded", &st.decoded), payloads("refused", &st.refused),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tether_metrics_received_bytes_total",
+			Help: "Bytes of resource usage payloads edges pushed.",
+		}, func() float64 { return float64(st.bytes.Load()) }),
+	}
 }

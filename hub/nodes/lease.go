@@ -3,12 +3,11 @@ package nodes
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -314,10 +313,14 @@ func (l *Leases) Stats() LeaseStats {
 	return LeaseStats{Memory: l.memoryRenewals.Load(), Store: l.storeRenewals.Load()}
 }
 
-// WriteMetrics writes the renewal counters for /metrics.
-func (l *Leases) WriteMetrics(w io.Writer) {
-	s := l.Stats()
-	const name = "tether_node_lease_renewals_total"
-	fmt.Fprintf(w, "# HELP %s Node Lease renewals made from edge heartbeats, by where they were kept.\n# TYPE %s counter\n", name, name)
-	fmt.Fprintf(w, "%s{kept=\"memory\"} %d\n%s{kept=\"store\"} %d\n", name, s.Memory, name, s.Store)
+// Collectors returns the renewal counters for the hub's /metrics.
+func (l *Leases) Collectors() []prometheus.Collector {
+	kept := func(where string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "tether_node_lease_renewals_total",
+			Help:        "Node Lease renewals made from edge heartbeats, by where they were kept.",
+			ConstLabels: prometheus.Labels{"kept": where},
+		}, func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{kept("memory", &l.memoryRenewals), kept("store", &l.storeRenewals)}
 }

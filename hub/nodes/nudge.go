@@ -2,13 +2,12 @@ package nodes
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -136,11 +135,16 @@ func (n *Nudges) send(ctx context.Context, node string) {
 	n.sent.Add(1)
 }
 
-// WriteMetrics writes the nudge counters for /metrics.
-func (n *Nudges) WriteMetrics(w io.Writer) {
-	const name = "tether_node_status_nudges_total"
-	fmt.Fprintf(w, "# HELP %s Requests to connected agents to write their node status again after their Node turned Unknown, by result.\n# TYPE %s counter\n", name, name)
-	fmt.Fprintf(w, "%s{result=\"sent\"} %d\n%s{result=\"failed\"} %d\n", name, n.sent.Load(), name, n.failed.Load())
+// Collectors returns the nudge counters for the hub's /metrics.
+func (n *Nudges) Collectors() []prometheus.Collector {
+	result := func(r string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "tether_node_status_nudges_total",
+			Help:        "Requests to connected agents to write their node status again after their Node turned Unknown, by result.",
+			ConstLabels: prometheus.Labels{"result": r},
+		}, func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{result("sent", &n.sent), result("failed", &n.failed)}
 }
 
 func readyUnknown(n *corev1.Node) bool {

@@ -4,13 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
 	"github.com/tether-edge/tether/internal/sitedigest"
@@ -286,17 +287,21 @@ func (s *Sites) Stats() SiteDigestStats {
 		Rejected: s.rejected.Load(), IgnoredMembers: s.ignored.Load()}
 }
 
-// WriteMetrics writes the counters for /metrics.
-func (s *Sites) WriteMetrics(w io.Writer) {
-	st := s.Stats()
-	fmt.Fprintf(w, "# HELP tether_site_digests_total Site digests reported by edges, by result: accepted, duplicate (identical to the reporter's previous one, dropped unread) or rejected (undecodable, or the reporter is not a node of the digest's site).\n")
-	fmt.Fprintf(w, "# TYPE tether_site_digests_total counter\n")
-	for _, r := range []struct {
-		result string
-		v      uint64
-	}{{"accepted", st.Accepted}, {"duplicate", st.Duplicate}, {"rejected", st.Rejected}} {
-		fmt.Fprintf(w, "tether_site_digests_total{result=%q} %d\n", r.result, r.v)
+// Collectors returns the digest counters for the hub's /metrics.
+func (s *Sites) Collectors() []prometheus.Collector {
+	result := func(r string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tether_site_digests_total",
+			Help: "Site digests reported by edges, by result: accepted, duplicate (identical to the reporter's previous one, dropped unread) " +
+				"or rejected (undecodable, or the reporter is not a node of the digest's site).",
+			ConstLabels: prometheus.Labels{"result": r},
+		}, func() float64 { return float64(v.Load()) })
 	}
-	fmt.Fprintf(w, "# HELP tether_site_digest_members_ignored_total Members of accepted site digests that are not nodes of the digest's site.\n")
-	fmt.Fprintf(w, "# TYPE tether_site_digest_members_ignored_total counter\ntether_site_digest_members_ignored_total %d\n", st.IgnoredMembers)
+	return []prometheus.Collector{
+		result("accepted", &s.accepted), result("duplicate", &s.duplicate), result("rejected", &s.rejected),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tether_site_digest_members_ignored_total",
+			Help: "Members of accepted site digests that are not nodes of the digest's site.",
+		}, func() float64 { return float64(s.ignored.Load()) }),
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,8 +155,18 @@ func TestSitesPeers(t *testing.T) {
 	eventually(t, "a2 in site B", func() bool { z, _ := zones.Zone("a2"); return z == "B" })
 	peers(map[string]nodelifecycle.PeerView{"a2": U})
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(sites.Collectors()...)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var m strings.Builder
-	sites.WriteMetrics(&m)
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&m, f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, want := range []string{
 		`tether_site_digests_total{result="accepted"} 4`,
 		`tether_site_digests_total{result="duplicate"} 1`,
