@@ -181,7 +181,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	resource, cadvisor := a.usageHandlers()
 	a.server = &http.Server{
 		Handler: streaming.NewServer(streaming.Config{
-			Runtime: a.cfg.Runtime, Pods: a.pods.pods, Metrics: a.writeMetrics, Logger: a.log,
+			Runtime: a.cfg.Runtime, Pods: a.pods.pods, Metrics: a.metricsHandler(), Logger: a.log,
 			Resource: resource, Cadvisor: cadvisor, ResendStatus: a.node.resendNow,
 		}),
 		ReadHeaderTimeout: 30 * time.Second,

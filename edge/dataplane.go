@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -119,9 +118,9 @@ func (a *Agent) masquerade(cidrs []netip.Prefix) bool {
 	return true
 }
 
-// writeDataplaneMetrics writes the eBPF dataplane's counters for /metrics:
-// nothing when the node runs no dataplane.
-func (a *Agent) writeDataplaneMetrics(w io.Writer) {
+// collectDataplane sends the eBPF dataplane's counters: nothing when the
+// node runs no dataplane.
+func (a *Agent) collectDataplane(out sampleWriter) {
 	if a.net == nil || a.net.dp == nil {
 		return
 	}
@@ -130,22 +129,22 @@ func (a *Agent) writeDataplaneMetrics(w io.Writer) {
 		a.log.Debug("read dataplane counters", "err", err)
 		return
 	}
+	out.gauge("tether_edge_dataplane_frontends", "Service frontends programmed into the dataplane.", float64(st.Frontends))
 	for _, m := range []struct {
-		name, kind, help string
-		v                any
+		name, help string
+		v          uint64
 	}{
-		{"tether_edge_dataplane_frontends", "gauge", "Service frontends programmed into the dataplane.", st.Frontends},
-		{"tether_edge_dataplane_socket_translations_total", "counter", "Connections and datagrams of the node's sockets sent to a Service backend.", st.SocketTranslations},
-		{"tether_edge_dataplane_socket_refused_total", "counter", "Connections to a Service without usable backends refused at the socket.", st.SocketRefused},
-		{"tether_edge_dataplane_uplink_flows_total", "counter", "New flows to a NodePort or external address arriving on an uplink.", st.NodePortFlows},
-		{"tether_edge_dataplane_uplink_snat_flows_total", "counter", "Uplink flows sent to a backend on another node behind the node's address.", st.NodePortSNAT},
-		{"tether_edge_dataplane_uplink_reverse_packets_total", "counter", "Reply packets translated back on an uplink.", st.NodePortReverse},
-		{"tether_edge_dataplane_uplink_refused_total", "counter", "TCP resets sent on an uplink for frontends without backends.", st.NodePortRefused},
-		{"tether_edge_dataplane_uplink_dropped_total", "counter", "Packets dropped on an uplink: Local policy without a local backend, no SNAT port.", st.NodePortDropped},
-		{"tether_edge_dataplane_masqueraded_total", "counter", "Connections of the node's pods given the node's address on an uplink.", st.Masqueraded},
-		{"tether_edge_dataplane_masquerade_dropped_total", "counter", "Packets of the node's pods dropped for want of a free masquerade port.", st.MasqueradeDropped},
+		{"tether_edge_dataplane_socket_translations_total", "Connections and datagrams of the node's sockets sent to a Service backend.", st.SocketTranslations},
+		{"tether_edge_dataplane_socket_refused_total", "Connections to a Service without usable backends refused at the socket.", st.SocketRefused},
+		{"tether_edge_dataplane_uplink_flows_total", "New flows to a NodePort or external address arriving on an uplink.", st.NodePortFlows},
+		{"tether_edge_dataplane_uplink_snat_flows_total", "Uplink flows sent to a backend on another node behind the node's address.", st.NodePortSNAT},
+		{"tether_edge_dataplane_uplink_reverse_packets_total", "Reply packets translated back on an uplink.", st.NodePortReverse},
+		{"tether_edge_dataplane_uplink_refused_total", "TCP resets sent on an uplink for frontends without backends.", st.NodePortRefused},
+		{"tether_edge_dataplane_uplink_dropped_total", "Packets dropped on an uplink: Local policy without a local backend, no SNAT port.", st.NodePortDropped},
+		{"tether_edge_dataplane_masqueraded_total", "Connections of the node's pods given the node's address on an uplink.", st.Masqueraded},
+		{"tether_edge_dataplane_masquerade_dropped_total", "Packets of the node's pods dropped for want of a free masquerade port.", st.MasqueradeDropped},
 	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.kind, m.name, m.v)
+		out.counter(m.name, m.help, float64(m.v))
 	}
 }
 

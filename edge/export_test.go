@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,7 +44,11 @@ func SiteReports(a *Agent) (int64, []byte) {
 }
 
 // WriteMetrics writes the agent's metrics.
-func WriteMetrics(a *Agent, w io.Writer) { a.writeMetrics(w) }
+func WriteMetrics(a *Agent, w io.Writer) {
+	rec := httptest.NewRecorder()
+	a.metricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	w.Write(rec.Body.Bytes())
+}
 
 // FollowedSiteView returns the view the agent's Service filter follows.
 func FollowedSiteView(a *Agent) SiteView { return a.siteView() }

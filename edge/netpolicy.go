@@ -3,11 +3,9 @@ package edge
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,9 +292,9 @@ func (n *netPolicy) changeLatency() (p50, p99 time.Duration) {
 	return l[len(l)/2], l[(len(l)*99)/100]
 }
 
-// writeMetrics writes the enforcer's counters in the Prometheus text
-// format.
-func (n *netPolicy) writeMetrics(w io.Writer) {
+// collect sends the enforcer's counters, and its drops by local pod and
+// direction; nothing when the node enforces no NetworkPolicy.
+func (n *netPolicy) collect(out sampleWriter) {
 	if n == nil {
 		return
 	}
@@ -308,34 +306,22 @@ func (n *netPolicy) writeMetrics(w io.Writer) {
 		}
 	}
 	n.mu.Unlock()
-	fmt.Fprintf(w, "# HELP tether_edge_netpol_applies_total NetworkPolicy rule sets compiled and written to the maps.\n# TYPE tether_edge_netpol_applies_total counter\ntether_edge_netpol_applies_total %d\n", n.applies.Load())
-	fmt.Fprintf(w, "# HELP tether_edge_netpol_apply_failures_total NetworkPolicy rule sets the maps did not take.\n# TYPE tether_edge_netpol_apply_failures_total counter\ntether_edge_netpol_apply_failures_total %d\n", n.failures.Load())
+	out.counter("tether_edge_netpol_applies_total", "NetworkPolicy rule sets compiled and written to the maps.", float64(n.applies.Load()))
+	out.counter("tether_edge_netpol_apply_failures_total", "NetworkPolicy rule sets the maps did not take.", float64(n.failures.Load()))
 	if s, err := n.enf.Stats(); err == nil {
-		fmt.Fprintf(w, "# HELP tether_edge_netpol_packets_total Packets of isolated pods judged by NetworkPolicy, by verdict.\n# TYPE tether_edge_netpol_packets_total counter\n")
-		fmt.Fprintf(w, "tether_edge_netpol_packets_total{verdict=\"allowed\"} %d\ntether_edge_netpol_packets_total{verdict=\"dropped\"} %d\ntether_edge_netpol_packets_total{verdict=\"reply\"} %d\n", s.Allowed, s.Dropped, s.ReplyHits)
+		const help = "Packets of isolated pods judged by NetworkPolicy, by verdict."
+		out.counter("tether_edge_netpol_packets_total", help, float64(s.Allowed), "verdict", "allowed")
+		out.counter("tether_edge_netpol_packets_total", help, float64(s.Dropped), "verdict", "dropped")
+		out.counter("tether_edge_netpol_packets_total", help, float64(s.ReplyHits), "verdict", "reply")
 	}
 	_, p99 := n.changeLatency()
-	fmt.Fprintf(w, "# HELP tether_edge_netpol_change_p99_seconds 99th percentile of the time from a NetworkPolicy, pod or namespace change to its rules being enforced.\n# TYPE tether_edge_netpol_change_p99_seconds gauge\ntether_edge_netpol_change_p99_seconds %g\n", p99.Seconds())
-	type drop struct {
-		pod string
-		dir string
-		n   uint64
-	}
-	var drops []drop
+	out.gauge("tether_edge_netpol_change_p99_seconds",
+		"99th percentile of the time from a NetworkPolicy, pod or namespace change to its rules being enforced.", p99.Seconds())
 	for ep, c := range n.enf.Drops() {
 		if name, ok := pods[ep]; ok {
-			drops = append(drops, drop{name, ep.Dir.String(), c})
+			out.counter("tether_edge_netpol_drops_total", "Packets NetworkPolicy dropped, by local pod and direction.", float64(c),
+				"pod", name, "direction", ep.Dir.String())
 		}
-	}
-	sort.Slice(drops, func(i, j int) bool {
-		if drops[i].pod != drops[j].pod {
-			return drops[i].pod < drops[j].pod
-		}
-		return drops[i].dir < drops[j].dir
-	})
-	fmt.Fprintf(w, "# HELP tether_edge_netpol_drops_total Packets NetworkPolicy dropped, by local pod and direction.\n# TYPE tether_edge_netpol_drops_total counter\n")
-	for _, d := range drops {
-		fmt.Fprintf(w, "tether_edge_netpol_drops_total{pod=%q,direction=%q} %d\n", d.pod, d.dir, d.n)
 	}
 }
 

@@ -231,7 +231,7 @@ spec:
 	})
 	t.Run("drops in the agent's metrics", func(t *testing.T) {
 		m := h.must(t, "get", "--raw", "/api/v1/nodes/shop-n1/proxy/metrics")
-		if !strings.Contains(m, `tether_edge_netpol_drops_total{pod="default/web",direction="ingress"}`) {
+		if !strings.Contains(m, `tether_edge_netpol_drops_total{direction="ingress",pod="default/web"}`) {
 			t.Errorf("no drop counter for default/web ingress in:\n%s", m)
 		}
 	})

@@ -37,9 +37,8 @@ type Config struct {
 	Runtime Runtime
 	// Pods returns the pods the node runs. Required.
 	Pods func() []*corev1.Pod
-	// Metrics writes the agent's metrics in the Prometheus text format.
-	// Nil means an empty /metrics.
-	Metrics func(w io.Writer)
+	// Metrics serves /metrics, the agent's own metrics. Nil: not found.
+	Metrics http.Handler
 	// Resource and Cadvisor serve /metrics/resource and
 	// /metrics/cadvisor, the usage of the node and its containers in
 	// the kubelet's and cAdvisor's names. Nil: not found.
@@ -56,7 +55,7 @@ type Config struct {
 // pods/log. It serves
 //
 //	GET /healthz                                  "ok"
-//	GET /metrics                                  Prometheus text
+//	GET /metrics                                  the agent's metrics, Prometheus text
 //	GET /metrics/resource, /metrics/cadvisor      the node's usage, Prometheus text
 //	GET /pods                                     a PodList of the node's pods
 //	GET /containerLogs/{namespace}/{pod}/{container}
@@ -83,8 +82,7 @@ func NewServer(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok")
 	})
-	mux.HandleFunc("GET /metrics", s.metrics)
-	for path, h := range map[string]http.Handler{"/metrics/resource": cfg.Resource, "/metrics/cadvisor": cfg.Cadvisor} {
+	for path, h := range map[string]http.Handler{"/metrics": cfg.Metrics, "/metrics/resource": cfg.Resource, "/metrics/cadvisor": cfg.Cadvisor} {
 		if h != nil {
 			mux.Handle("GET "+path, h)
 		}
@@ -107,13 +105,6 @@ func NewServer(cfg Config) http.Handler {
 
 type nodeServer struct {
 	cfg Config
-}
-
-func (s *nodeServer) metrics(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics(w)
-	}
 }
 
 func (s *nodeServer) pods(w http.ResponseWriter, _ *http.Request) {

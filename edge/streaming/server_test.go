@@ -33,7 +33,7 @@ func TestNodeServer(t *testing.T) {
 	h := streaming.NewServer(streaming.Config{
 		Runtime: rt,
 		Pods:    func() []*corev1.Pod { return []*corev1.Pod{pod} },
-		Metrics: func(w io.Writer) { io.WriteString(w, "tether_edge_pods 1\n") },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "tether_edge_pods 1\n") }),
 	})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
