@@ -315,12 +315,6 @@ func (l *Leases) Stats() LeaseStats {
 
 // Collectors returns the renewal counters for the hub's /metrics.
 func (l *Leases) Collectors() []prometheus.Collector {
-	kept := func(where string, v *atomic.Int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "tether_node_lease_renewals_total",
-			Help:        "Node Lease renewals made from edge heartbeats, by where they were kept.",
-			ConstLabels: prometheus.Labels{"kept": where},
-		}, func() float64 { return float64(v.Load()) })
-	}
-	return []prometheus.Collector{kept("memory", &l.memoryRenewals), kept("store", &l.storeRenewals)}
+	return countersBy("tether_node_lease_renewals_total", "Node Lease renewals made from edge heartbeats, by where they were kept.",
+		"kept", map[string]func() int64{"memory": l.memoryRenewals.Load, "store": l.storeRenewals.Load})
 }

@@ -137,14 +137,9 @@ func (n *Nudges) send(ctx context.Context, node string) {
 
 // Collectors returns the nudge counters for the hub's /metrics.
 func (n *Nudges) Collectors() []prometheus.Collector {
-	result := func(r string, v *atomic.Int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "tether_node_status_nudges_total",
-			Help:        "Requests to connected agents to write their node status again after their Node turned Unknown, by result.",
-			ConstLabels: prometheus.Labels{"result": r},
-		}, func() float64 { return float64(v.Load()) })
-	}
-	return []prometheus.Collector{result("sent", &n.sent), result("failed", &n.failed)}
+	return countersBy("tether_node_status_nudges_total",
+		"Requests to connected agents to write their node status again after their Node turned Unknown, by result.",
+		"result", map[string]func() int64{"sent": n.sent.Load, "failed": n.failed.Load})
 }
 
 func readyUnknown(n *corev1.Node) bool {

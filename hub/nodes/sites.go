@@ -289,19 +289,12 @@ func (s *Sites) Stats() SiteDigestStats {
 
 // Collectors returns the digest counters for the hub's /metrics.
 func (s *Sites) Collectors() []prometheus.Collector {
-	result := func(r string, v *atomic.Uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tether_site_digests_total",
-			Help: "Site digests reported by edges, by result: accepted, duplicate (identical to the reporter's previous one, dropped unread) " +
-				"or rejected (undecodable, or the reporter is not a node of the digest's site).",
-			ConstLabels: prometheus.Labels{"result": r},
-		}, func() float64 { return float64(v.Load()) })
-	}
-	return []prometheus.Collector{
-		result("accepted", &s.accepted), result("duplicate", &s.duplicate), result("rejected", &s.rejected),
+	return append(countersBy("tether_site_digests_total",
+		"Site digests reported by edges, by result: accepted, duplicate (identical to the reporter's previous one, dropped unread) "+
+			"or rejected (undecodable, or the reporter is not a node of the digest's site).",
+		"result", map[string]func() uint64{"accepted": s.accepted.Load, "duplicate": s.duplicate.Load, "rejected": s.rejected.Load}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tether_site_digest_members_ignored_total",
 			Help: "Members of accepted site digests that are not nodes of the digest's site.",
-		}, func() float64 { return float64(s.ignored.Load()) }),
-	}
+		}, func() float64 { return float64(s.ignored.Load()) }))
 }
