@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/tether-edge/tether/hub/registry"
@@ -152,7 +154,8 @@ func TestStoredListsAudited(t *testing.T) {
 		}
 	}
 	log, logPath := newAuditLog(t, auditv1.LevelRequestResponse)
-	audited, err := New(Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet, Audit: log})
+	counted := &countedLists{Storage: stg}
+	audited, err := New(Config{Storage: counted, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet, Audit: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +179,12 @@ func TestStoredListsAudited(t *testing.T) {
 		if bodies[0] != bodies[1] {
 			t.Errorf("list as %s: the audited answer differs from the plain one", accept)
 		}
+		// A JSON list is written from the stored encodings and recorded
+		// as written; the event's JSON of a protobuf list needs the
+		// typed list.
+		if want := map[string]int64{"application/json": 0, mediaProtobuf: 1}[accept]; counted.lists.Swap(0) != want {
+			t.Errorf("list as %s: not %d typed lists", accept, want)
+		}
 	}
 	var lists int
 	for _, ev := range readAuditEvents(t, log, logPath) {
@@ -191,4 +200,15 @@ func TestStoredListsAudited(t *testing.T) {
 	if lists != 2 {
 		t.Errorf("%d list events in the audit log, want 2", lists)
 	}
+}
+
+// countedLists counts the typed lists asked of its storage.
+type countedLists struct {
+	*storage.Storage
+	lists atomic.Int64
+}
+
+func (c *countedLists) List(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (runtime.Object, error) {
+	c.lists.Add(1)
+	return c.Storage.List(ctx, k, namespace, opts)
 }

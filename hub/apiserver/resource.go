@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -363,11 +364,12 @@ type listBody interface {
 
 // storedList answers a plain JSON or protobuf list (no Table, no partial
 // metadata) from the storage's own encodings, where the storage can; nil
-// and no error when it cannot, and List must. A list whose audit event
-// records the response is left to List too, so that the event gets the
-// list.
+// and no error when it cannot, and List must. A JSON list whose audit
+// event records the response is written once to memory and recorded; a
+// protobuf one is left to List, whose list the event records as JSON.
 func (s *Server) storedList(ctx context.Context, t target, out output, opts storage.ListOptions) (listBody, error) {
-	if out.as != "" || auditsResponseBody(ctx) {
+	audited := auditsResponseBody(ctx)
+	if out.as != "" || audited && out.info.MediaType != mediaJSON {
 		return nil, nil
 	}
 	switch out.info.MediaType {
@@ -376,6 +378,9 @@ func (s *Server) storedList(ctx context.Context, t target, out output, opts stor
 			body, ok, err := jl.ListJSON(ctx, t.kind, t.namespace, opts)
 			if err != nil {
 				return nil, err
+			}
+			if ok && audited {
+				return auditedList(ctx, body)
 			}
 			if ok {
 				return body, nil
@@ -393,6 +398,28 @@ func (s *Server) storedList(ctx context.Context, t target, out output, opts stor
 		}
 	}
 	return nil, nil
+}
+
+// auditedList writes body to memory, records it as the response of the
+// request's audit event and returns it.
+func auditedList(ctx context.Context, body listBody) (listBody, error) {
+	var buf bytes.Buffer
+	buf.Grow(body.Len())
+	if _, err := body.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	auditFrom(ctx).respBody = buf.Bytes()
+	return bytesBody(buf.Bytes()), nil
+}
+
+// bytesBody is a list body already in memory.
+type bytesBody []byte
+
+func (b bytesBody) Len() int { return len(b) }
+
+func (b bytesBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(b)
+	return int64(n), err
 }
 
 // respond writes obj (an object or a list of kind k) transformed as out asks.
