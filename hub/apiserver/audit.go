@@ -298,30 +298,75 @@ func (rec *auditRecord) emit(stage auditv1.Stage, now time.Time) {
 	rec.log.Record(&ev)
 }
 
-// omitManagedFields drops metadata.managedFields from a JSON object when
-// the policy asks to.
+// omitManagedFields drops metadata.managedFields from a JSON object, from
+// each item of a list and from each row's object of a Table, when the
+// policy asks to, as kube-apiserver does.
 func (rec *auditRecord) omitManagedFields(b []byte) []byte {
 	if !rec.decision.OmitManagedFields || !strings.Contains(string(b), `"managedFields"`) {
 		return b
 	}
+	out, changed := editJSONObject(b, func(m map[string]json.RawMessage) bool {
+		changed := dropManagedFields(m)
+		var items []json.RawMessage
+		if json.Unmarshal(m["items"], &items) == nil && len(items) > 0 {
+			edited := false
+			for i := range items {
+				var c bool
+				items[i], c = editJSONObject(items[i], dropManagedFields)
+				edited = edited || c
+			}
+			if nb, err := json.Marshal(items); edited && err == nil {
+				m["items"], changed = nb, true
+			}
+		}
+		var rows []map[string]json.RawMessage
+		if json.Unmarshal(m["rows"], &rows) == nil && len(rows) > 0 {
+			edited := false
+			for _, row := range rows {
+				if obj, ok := row["object"]; ok {
+					var c bool
+					row["object"], c = editJSONObject(obj, dropManagedFields)
+					edited = edited || c
+				}
+			}
+			if nb, err := json.Marshal(rows); edited && err == nil {
+				m["rows"], changed = nb, true
+			}
+		}
+		return changed
+	})
+	if !changed {
+		return b
+	}
+	return out
+}
+
+// editJSONObject applies edit to the JSON object b and returns it encoded
+// again if edit reports a change; b itself otherwise, or when b is no
+// object.
+func editJSONObject(b []byte, edit func(map[string]json.RawMessage) bool) ([]byte, bool) {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(b, &m) != nil {
-		return b
+	if json.Unmarshal(b, &m) != nil || m == nil || !edit(m) {
+		return b, false
 	}
-	var md map[string]json.RawMessage
-	if json.Unmarshal(m["metadata"], &md) != nil {
-		return b
-	}
-	delete(md, "managedFields")
-	nb, err := json.Marshal(md)
+	out, err := json.Marshal(m)
 	if err != nil {
-		return b
+		return b, false
 	}
-	m["metadata"] = nb
-	if out, err := json.Marshal(m); err == nil {
-		return out
+	return out, true
+}
+
+// dropManagedFields removes metadata.managedFields from an object.
+func dropManagedFields(obj map[string]json.RawMessage) bool {
+	md, changed := editJSONObject(obj["metadata"], func(md map[string]json.RawMessage) bool {
+		_, ok := md["managedFields"]
+		delete(md, "managedFields")
+		return ok
+	})
+	if changed {
+		obj["metadata"] = md
 	}
-	return b
+	return changed
 }
 
 // started emits ResponseStarted for a long-running request.

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -9,12 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/tether-edge/tether/hub/audit"
 	"github.com/tether-edge/tether/hub/auth"
+	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/storage"
 )
 
 type denySecrets struct{}
@@ -30,9 +34,15 @@ func (denySecrets) Authorize(u *auth.User, a Attributes) error {
 // logs every request at level, and returns it with its path.
 func newAuditLog(t *testing.T, level auditv1.Level) (*audit.Log, string) {
 	t.Helper()
+	return newAuditLogPolicy(t, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: "+string(level)+"\n")
+}
+
+// newAuditLogPolicy is newAuditLog with the policy given in YAML.
+func newAuditLogPolicy(t *testing.T, policyYAML string) (*audit.Log, string) {
+	t.Helper()
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: "+string(level)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte(policyYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, "audit.log")
@@ -143,5 +153,56 @@ func TestAuditHook(t *testing.T) {
 	}
 	if byID[getID].Annotations["authorization.k8s.io/decision"] != "allow" {
 		t.Errorf("allowed request's annotations: %v", byID[getID].Annotations)
+	}
+}
+
+// TestAuditOmitsManagedFields: with omitManagedFields, the audit events'
+// response objects lack managedFields, of an object, of each item of a
+// list (written from the stored encodings) and of each row's object of a
+// Table, while the answers keep them.
+func TestAuditOmitsManagedFields(t *testing.T) {
+	stg, quiet := newTestStorage(t)
+	pods := registry.Lookup(corev1.SchemeGroupVersion.WithResource("pods"))
+	for i := range 2 {
+		if _, err := stg.Create(context.Background(), pods, "default", listBenchPod(i), storage.Options{FieldManager: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log, logPath := newAuditLogPolicy(t, "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitManagedFields: true\nrules:\n- level: RequestResponse\n")
+	srv, err := New(Config{Storage: stg, Kinds: registry.All(), Authenticator: tokenAuth{}, Logger: quiet, Audit: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, accept string }{
+		{"/api/v1/namespaces/default/pods/bench-1", "application/json"},
+		{"/api/v1/namespaces/default/pods", "application/json"},
+		{"/api/v1/namespaces/default/pods?includeObject=Object", "application/json;as=Table;v=v1;g=meta.k8s.io"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, c.path, nil)
+		r.Header.Set("Authorization", "Bearer good")
+		r.Header.Set("Accept", c.accept)
+		w := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, r)
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"managedFields"`) {
+			t.Fatalf("GET %s as %s: %d, managedFields in the answer: %v", c.path, c.accept, w.Code, strings.Contains(w.Body.String(), `"managedFields"`))
+		}
+	}
+	var n int
+	for _, ev := range readAuditEvents(t, log, logPath) {
+		if ev.Stage != auditv1.StageResponseComplete || ev.Verb == "" {
+			continue
+		}
+		n++
+		if ev.ResponseObject == nil || !strings.Contains(string(ev.ResponseObject.Raw), `"bench-1"`) ||
+			strings.Contains(string(ev.ResponseObject.Raw), "managedFields") {
+			var raw []byte
+			if ev.ResponseObject != nil {
+				raw = ev.ResponseObject.Raw
+			}
+			t.Errorf("%s %s: responseObject %s", ev.Verb, ev.RequestURI, raw)
+		}
+	}
+	if n != 3 {
+		t.Errorf("%d events, want 3", n)
 	}
 }
