@@ -140,7 +140,7 @@ func (r *run) open(ctx context.Context) error {
 	// One hub per data directory: a second one would serve from its own
 	// watch cache and keys, run its own controllers on the same objects
 	// and, on SQLite, write the same file.
-	lock, err := dirlock.Acquire(cfg.DataDir, "hub.lock")
+	lock, err := dirlock.Acquire(cfg.DataDir, "")
 	var held *dirlock.HeldError
 	if errors.As(err, &held) {
 		return fmt.Errorf("a hub runs on %s (%s): stop it first", cfg.DataDir, held.Holder())
