@@ -95,8 +95,10 @@ spec:
 			"-o", "jsonpath={.items[*].type} {.items[*].message}")
 		return strings.Contains(out, `Warning Failed to create pod sandbox: failed to get sandbox runtime: no runtime for "gvisor" is configured`), out + errString(err)
 	})
-	out := l.kubectl(t, "get", "pod", "sandboxed", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}")
-	if out != "Pending ContainerCreating" {
-		t.Errorf("pod with an unconfigured handler: %q, want Pending ContainerCreating", out)
-	}
+	// The agent writes the pod's status apart from the event: it may come
+	// a moment later.
+	l.waitFor(t, 30*time.Second, "pod with an unconfigured handler Pending ContainerCreating", func() (bool, string) {
+		out := l.kubectl(t, "get", "pod", "sandboxed", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}")
+		return out == "Pending ContainerCreating", out
+	})
 }
