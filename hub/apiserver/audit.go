@@ -307,31 +307,21 @@ func (rec *auditRecord) omitManagedFields(b []byte) []byte {
 	}
 	out, changed := editJSONObject(b, func(m map[string]json.RawMessage) bool {
 		changed := dropManagedFields(m)
-		var items []json.RawMessage
-		if json.Unmarshal(m["items"], &items) == nil && len(items) > 0 {
-			edited := false
-			for i := range items {
-				var c bool
-				items[i], c = editJSONObject(items[i], dropManagedFields)
-				edited = edited || c
-			}
-			if nb, err := json.Marshal(items); edited && err == nil {
-				m["items"], changed = nb, true
-			}
+		if items, ok := editJSONArray(m["items"], func(item []byte) ([]byte, bool) {
+			return editJSONObject(item, dropManagedFields)
+		}); ok {
+			m["items"], changed = items, true
 		}
-		var rows []map[string]json.RawMessage
-		if json.Unmarshal(m["rows"], &rows) == nil && len(rows) > 0 {
-			edited := false
-			for _, row := range rows {
-				if obj, ok := row["object"]; ok {
-					var c bool
-					row["object"], c = editJSONObject(obj, dropManagedFields)
-					edited = edited || c
+		if rows, ok := editJSONArray(m["rows"], func(row []byte) ([]byte, bool) {
+			return editJSONObject(row, func(r map[string]json.RawMessage) bool {
+				obj, ok := editJSONObject(r["object"], dropManagedFields)
+				if ok {
+					r["object"] = obj
 				}
-			}
-			if nb, err := json.Marshal(rows); edited && err == nil {
-				m["rows"], changed = nb, true
-			}
+				return ok
+			})
+		}); ok {
+			m["rows"], changed = rows, true
 		}
 		return changed
 	})
@@ -339,6 +329,29 @@ func (rec *auditRecord) omitManagedFields(b []byte) []byte {
 		return b
 	}
 	return out
+}
+
+// editJSONArray applies edit to each element of the JSON array b and
+// returns the array encoded again if any element changed.
+func editJSONArray(b []byte, edit func([]byte) ([]byte, bool)) ([]byte, bool) {
+	var elems []json.RawMessage
+	if json.Unmarshal(b, &elems) != nil {
+		return b, false
+	}
+	edited := false
+	for i := range elems {
+		var c bool
+		elems[i], c = edit(elems[i])
+		edited = edited || c
+	}
+	if !edited {
+		return b, false
+	}
+	out, err := json.Marshal(elems)
+	if err != nil {
+		return b, false
+	}
+	return out, true
 }
 
 // editJSONObject applies edit to the JSON object b and returns it encoded
