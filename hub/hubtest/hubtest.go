@@ -158,8 +158,25 @@ func Start(t testing.TB, extraArgs ...string) *Hub {
 	h.Addr = freeAddr(t)
 	h.Kubeconfig = filepath.Join(h.DataDir, "admin.kubeconfig")
 	h.startArgs(extraArgs)
-	t.Cleanup(func() { h.Stop() })
+	t.Cleanup(h.stopAndReport)
 	return h
+}
+
+// logTail is how much of a hub's output a failed test prints.
+const logTail = 64 << 10
+
+// stopAndReport stops the hub and, when the test failed, prints the end
+// of the hub's output: what the hub did is often the cause.
+func (h *Hub) stopAndReport() {
+	h.Stop()
+	if !h.t.Failed() || h.log == nil {
+		return
+	}
+	out := h.log.String()
+	if len(out) > logTail {
+		out = "...\n" + out[len(out)-logTail:]
+	}
+	h.t.Logf("hub %s output:\n%s", h.Addr, out)
 }
 
 // copyExecutable copies the executable src to dst.
@@ -446,7 +463,7 @@ func StartTogether(t testing.TB, n int, extraArgs ...string) []*Hub {
 		h := &Hub{t: t, Bin: tether, Kubectl: kubectl, DataDir: t.TempDir(), CacheDir: t.TempDir()}
 		h.Addr = freeAddr(t)
 		h.Kubeconfig = filepath.Join(h.DataDir, "admin.kubeconfig")
-		t.Cleanup(func() { h.Stop() })
+		t.Cleanup(h.stopAndReport)
 		hubs[i] = h
 	}
 	for _, h := range hubs {
