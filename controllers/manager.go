@@ -253,6 +253,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer m.gc.queue.ShutDown()
 	defer m.ns.queue.ShutDown()
 
+	// Subscribe to changes before the first discovery, so that a kind
+	// served between it and the loop below is not missed.
+	var changed <-chan struct{}
+	if m.cfg.ResourcesChanged != nil {
+		changed = m.cfg.ResourcesChanged()
+	}
 	// The first discovery must succeed enough to watch something.
 	for {
 		err := m.discover(ctx)
@@ -287,10 +293,6 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	t := time.NewTicker(m.cfg.DiscoveryPeriod)
 	defer t.Stop()
-	var changed <-chan struct{}
-	if m.cfg.ResourcesChanged != nil {
-		changed = m.cfg.ResourcesChanged()
-	}
 loop:
 	for {
 		select {
