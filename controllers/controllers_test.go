@@ -443,6 +443,31 @@ func TestControllers(t *testing.T) {
 		}
 	})
 
+	t.Run("OwnerKindServedLater", func(t *testing.T) {
+		// A dependent whose owner's kind is not served yet is kept, and
+		// looked at again once it is: the owner is not there, so it goes.
+		e.namespace(t, "later")
+		e.configMap(t, "later", "dep", nil, ownerRef("gc.example.com/v1", "Sprocket", "s", "0c0c0c0c-0000-0000-0000-000000000000", false))
+		time.Sleep(time.Second)
+		if _, err := e.kube.CoreV1().ConfigMaps("later").Get(ctx, "dep", metav1.GetOptions{}); err != nil {
+			t.Fatalf("dependent of an owner of an unserved kind: %v", err)
+		}
+		crd := `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: sprockets.gc.example.com}
+spec:
+  group: gc.example.com
+  scope: Namespaced
+  names: {plural: sprockets, singular: sprocket, kind: Sprocket}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`
+		if out, err := e.h.RunInput(ctx, crd, nil, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		waitFor(t, "dependent of an absent owner of a newly served kind deleted", timeout, e.configMapGone("later", "dep"))
+	})
+
 	t.Run("DeletedResourceUnwatched", func(t *testing.T) {
 		gr := schema.GroupResource{Group: "gc.example.com", Resource: "gadgets"}
 		crd := `apiVersion: apiextensions.k8s.io/v1

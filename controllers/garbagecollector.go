@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"k8s.io/client-go/metadata"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 
@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tether-edge/tether/controllers/internal/kit"
@@ -48,6 +49,11 @@ type garbageCollector struct {
 	mu         sync.Mutex
 	byUID      map[types.UID]objectKey
 	dependents map[types.UID]map[objectKey]struct{}
+	// unresolved are the dependents last seen with an owner of a kind
+	// not served then; a discovery that finds new kinds queues them
+	// again, as the owner may now be looked up (a custom resource whose
+	// definition the informers had not caught up with, say).
+	unresolved map[objectKey]struct{}
 }
 
 func newGarbageCollector(m *Manager, meta metadata.Interface, log *slog.Logger) *garbageCollector {
@@ -58,6 +64,19 @@ func newGarbageCollector(m *Manager, meta metadata.Interface, log *slog.Logger) 
 		queue:      kit.NewTypedQueue[objectKey]("garbagecollector"),
 		byUID:      map[types.UID]objectKey{},
 		dependents: map[types.UID]map[objectKey]struct{}{},
+		unresolved: map[objectKey]struct{}{},
+	}
+}
+
+// kindsAdded queues again the dependents whose owners were of kinds not
+// served when they were looked at.
+func (gc *garbageCollector) kindsAdded() {
+	gc.mu.Lock()
+	keys := slices.Collect(maps.Keys(gc.unresolved))
+	clear(gc.unresolved)
+	gc.mu.Unlock()
+	for _, k := range keys {
+		gc.queue.Add(k)
 	}
 }
 
@@ -284,8 +303,12 @@ const (
 func (gc *garbageCollector) ownerStateOf(ctx context.Context, dependent objectKey, ref metav1.OwnerReference) (ownerState, error) {
 	info, ok := gc.m.kindInfo(ref.APIVersion, ref.Kind)
 	if !ok {
-		// An unknown kind may be served later; never delete for it.
+		// An unknown kind may be served later; never delete for it,
+		// but look again once discovery finds new kinds.
 		gc.log.Debug("owner kind not served", "object", dependent.String(), "apiVersion", ref.APIVersion, "kind", ref.Kind)
+		gc.mu.Lock()
+		gc.unresolved[dependent] = struct{}{}
+		gc.mu.Unlock()
 		return ownerSolid, nil
 	}
 	ns := ""

@@ -415,6 +415,13 @@ func (m *Manager) discover(ctx context.Context) error {
 			}
 		}
 	}
+	newKinds := false
+	for k := range kinds {
+		if _, ok := m.kinds[k]; !ok {
+			newKinds = true
+			break
+		}
+	}
 	m.kinds, m.byGR, m.namespace = kinds, byGR, namespaced
 	m.lastDiscovery = time.Now()
 	var added, removed []*watchedResource
@@ -450,6 +457,9 @@ func (m *Manager) discover(ctx context.Context) error {
 		}
 		m.informers.Go(func() { w.informer.RunWithContext(w.ctx) })
 		m.log.Debug("watching resource", "resource", w.info.gvr.String())
+	}
+	if newKinds {
+		m.gc.kindsAdded()
 	}
 	if partial != nil {
 		return fmt.Errorf("discover some groups: %w", partial)
