@@ -19,7 +19,7 @@ import (
 )
 
 // KubernetesVersion is the Kubernetes version the agent reports as its
-// kubelet version, with a "-tether" suffix.
+// kubelet version (see KubeletVersion).
 const KubernetesVersion = "v1.37.2"
 
 // Dataplane choices (Config.Dataplane).

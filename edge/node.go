@@ -69,7 +69,27 @@ type nodeInput struct {
 	infoErr  error // the runtime did not answer: not ready
 	capacity corev1.ResourceList
 	host     hostFacts
+	version  string // the agent's
 	now      time.Time
+}
+
+// KubeletVersion is what an agent of the given version reports as its
+// kubelet version: the Kubernetes version it implements, marked as
+// tether's, with the agent's version as semantic version build metadata
+// (so tools comparing Kubernetes versions read the first part), e.g.
+// v1.37.2-tether+v0.4.1. Characters build metadata cannot hold become
+// hyphens.
+func KubeletVersion(agent string) string {
+	if agent == "" {
+		return KubernetesVersion + "-tether"
+	}
+	b := []byte(agent)
+	for i, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	return KubernetesVersion + "-tether+" + string(b)
 }
 
 // nodeLabels are the labels the agent owns on its Node.
@@ -114,7 +134,7 @@ func buildNodeStatus(in nodeInput, old *corev1.NodeStatus) corev1.NodeStatus {
 			OSImage:         in.host.OSImage,
 			OperatingSystem: goruntime.GOOS,
 			Architecture:    goruntime.GOARCH,
-			KubeletVersion:  KubernetesVersion + "-tether",
+			KubeletVersion:  KubeletVersion(in.version),
 		},
 	}
 	if in.info.Name != "" {

@@ -195,3 +195,17 @@ func TestBrokenWatchStreamEndsQuietly(t *testing.T) {
 		t.Fatalf("events %v, want only the ADDED one", got)
 	}
 }
+
+func TestKubeletVersion(t *testing.T) {
+	for agent, want := range map[string]string{
+		"":                    "v1.37.2-tether",
+		"v0.4.1":              "v1.37.2-tether+v0.4.1",
+		"v0.4.1-3-gabc1234":   "v1.37.2-tether+v0.4.1-3-gabc1234",
+		"devel":               "v1.37.2-tether+devel",
+		"v0.5.0+dirty/fix me": "v1.37.2-tether+v0.5.0-dirty-fix-me",
+	} {
+		if got := KubeletVersion(agent); got != want {
+			t.Errorf("KubeletVersion(%q) = %q, want %q", agent, got, want)
+		}
+	}
+}

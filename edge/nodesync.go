@@ -78,7 +78,7 @@ func (s *nodeSync) input(ctx context.Context) nodeInput {
 	info, err := s.a.cfg.Runtime.Info(ctx)
 	return nodeInput{
 		name: s.a.name, ip: s.a.nodeIP, zone: s.a.cfg.Zone, labels: s.a.cfg.Labels,
-		info: info, infoErr: err, capacity: s.a.cfg.Capacity, host: s.host, now: time.Now(),
+		info: info, infoErr: err, capacity: s.a.cfg.Capacity, host: s.host, version: s.a.cfg.Version, now: time.Now(),
 	}
 }
 
