@@ -285,17 +285,35 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// recordEvent reports an event of the node's kubelet. The recorder starts
-// with the first event, so that agents that never report one (hollow
-// nodes) do not pay for it.
+// recordEvent reports an event of the node's kubelet about a pod.
 func (a *Agent) recordEvent(ev PodEvent) {
-	if a.eventsStopped.Load() {
+	if r := a.eventRecorder(); r != nil {
+		r.record(ev)
+	}
+}
+
+// RecordNodeEvent reports an event about the node itself, as the kubelet
+// reports "Starting" or "Rebooted"; best effort, as every event. It does
+// nothing before Run established the node's identity or after Run
+// returned.
+func (a *Agent) RecordNodeEvent(warning bool, reason, message string) {
+	if a.NodeName() == "" {
 		return
 	}
-	a.eventsOnce.Do(func() { a.events = newEventRecorder(a.client, a.name) })
-	if a.events != nil {
-		a.events.record(ev)
+	if r := a.eventRecorder(); r != nil {
+		r.node(a.name, warning, reason, message)
 	}
+}
+
+// eventRecorder returns the recorder, started with the first event so
+// that agents that never report one (hollow nodes) do not pay for it; nil
+// once Run ended.
+func (a *Agent) eventRecorder() *eventRecorder {
+	if a.eventsStopped.Load() {
+		return nil
+	}
+	a.eventsOnce.Do(func() { a.events = newEventRecorder(a.client, a.name) })
+	return a.events
 }
 
 // hello is sent to the hub at every tunnel connect. The resourceVersion

@@ -2,6 +2,7 @@ package edge
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/tether-edge/tether/edge/kube"
@@ -28,11 +29,23 @@ func newEventRecorder(c *kube.Client, node string) *eventRecorder {
 // record implements the EventReporter callback; it does not block.
 func (e *eventRecorder) record(ev PodEvent) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ev.Namespace, Name: ev.Name, UID: ev.UID, FieldPath: ev.FieldPath}
+	e.emit(ref, ev.Warning, ev.Reason, ev.Message)
+}
+
+// node records an event about the node itself. As the kubelet's, its
+// reference carries the node's name as UID, and the event goes to the
+// default namespace.
+func (e *eventRecorder) node(name string, warning bool, reason, message string) {
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name, UID: types.UID(name)}
+	e.emit(ref, warning, reason, message)
+}
+
+func (e *eventRecorder) emit(ref *corev1.ObjectReference, warning bool, reason, message string) {
 	typ := corev1.EventTypeNormal
-	if ev.Warning {
+	if warning {
 		typ = corev1.EventTypeWarning
 	}
-	e.rec.Event(ref, typ, ev.Reason, ev.Message)
+	e.rec.Event(ref, typ, reason, message)
 }
 
 func (e *eventRecorder) stop() { e.b.Shutdown() }
