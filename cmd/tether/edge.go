@@ -156,7 +156,9 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 			if err != nil {
 				return err
 			}
-			return a.Run(ctx)
+			upgrades := resumeUpgrades(cfg.DataDir, version, logger)
+			upgrades.run(ctx, a, stop)
+			return upgrades.after(a.Run(ctx))
 		},
 	}
 	f := cmd.Flags()
@@ -209,7 +211,7 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 	f.StringVar(&simCPU, "sim-cpu", "", "sim runtime: cpu capacity (default 4)")
 	f.StringVar(&simMemory, "sim-memory", "", "sim runtime: memory capacity (default 8Gi)")
 	f.StringVar(&simPods, "sim-pods", "", "sim runtime: pod capacity (default 110)")
-	cmd.AddCommand(newEdgeImagesCmd(), newEdgeResetCmd())
+	cmd.AddCommand(newEdgeImagesCmd(), newEdgeResetCmd(), newEdgeUpgradeCmd())
 	_ = cmd.MarkFlagRequired("hub")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return withConfigFile(cmd, deploy.Edge)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,9 @@ var version = "devel"
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
+		if r, ok := errors.AsType[*restartInto](err); ok {
+			err = execInto(r.path) // returns only on failure
+		}
 		fmt.Fprintln(os.Stderr, "tether:", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/upgrade"
+	"github.com/tether-edge/tether/internal/dirlock"
+)
+
+func newEdgeUpgradeCmd() *cobra.Command {
+	var (
+		dataDir, binary, digest string
+		timeout                 time.Duration
+		wait                    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "upgrade --binary FILE --data-dir DIR",
+		Short: "Replace the running agent's executable, keeping its pods running",
+		Long: `Replace the running agent's executable with FILE (a tether-edge or tether
+binary) without stopping the node's pods.
+
+The new executable is copied beside the one the agent runs (the installed
+one), checked against --sha256 when given and run once with "version".
+The agent then stops as it would on SIGTERM, leaving its pods running, and
+runs the new executable in its place (the same process: the service
+manager sees no restart). The new agent takes over the running pods; once
+its node is registered, and connected to the hub if the old agent was,
+for 10s, it becomes the installed executable (the old one is kept beside
+it as .NAME.previous). When it is not healthy within --timeout, the old
+executable runs again; when it dies, the service manager starts the old
+executable, which closes the attempt as failed. The installed file
+changes only once the new agent proved healthy.
+
+The command waits for the outcome unless --wait=false; it exits non-zero
+when the upgrade was rolled back or refused.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return requestUpgrade(ctx, cmd, dataDir, binary, digest, timeout, wait)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "", "the running agent's data directory (required)")
+	f.StringVar(&binary, "binary", "", "the new executable (required)")
+	f.StringVar(&digest, "sha256", "", "the new executable's SHA-256, checked before anything changes")
+	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long the new agent has to become healthy before the old one comes back")
+	f.BoolVar(&wait, "wait", true, "wait for the outcome and print it")
+	_ = cmd.MarkFlagRequired("data-dir")
+	_ = cmd.MarkFlagRequired("binary")
+	return cmd
+}
+
+// requestUpgrade stages the executable, asks the running agent to try it
+// and, with wait, waits for the outcome.
+func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, digest string, timeout time.Duration, wait bool) error {
+	if timeout < upgrade.DefaultSettle+time.Second {
+		return fmt.Errorf("--timeout %v: want at least %v (the new agent must stay healthy for %v)", timeout, upgrade.DefaultSettle+time.Second, upgrade.DefaultSettle)
+	}
+	pid, err := agentPID(dataDir)
+	if err != nil {
+		return err
+	}
+	installed, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return fmt.Errorf("find the agent's executable: %w", err)
+	}
+	if strings.HasSuffix(installed, " (deleted)") {
+		return fmt.Errorf("the agent (process %d) runs an executable that was removed or replaced (%s): restart it first", pid, installed)
+	}
+	recs := upgrade.Open(dataDir, slog.New(slog.DiscardHandler))
+	if t, err := recs.Trial(); err != nil {
+		return err
+	} else if t != nil {
+		return fmt.Errorf("an upgrade to %s is in trial until %s", t.Version, t.Deadline.Format(time.RFC3339))
+	}
+	st, err := upgrade.Stage(ctx, binary, installed, digest)
+	if err != nil {
+		return err
+	}
+	asked := time.Now()
+	if err := recs.Ask(upgrade.Request{Staged: st, Timeout: timeout, At: asked}); err != nil {
+		os.Remove(st.Path)
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGUSR2); err != nil {
+		return fmt.Errorf("signal the agent (process %d): %w", pid, err)
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "staged %s (%s) beside %s; the agent (process %d) restarts into it\n", st.Version, st.Digest, installed, pid)
+	if !wait {
+		return nil
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	give := time.After(timeout + time.Minute)
+	for {
+		o, err := recs.Outcome()
+		if err != nil {
+			return err
+		}
+		if o != nil && o.Digest == st.Digest && !o.At.Before(asked) {
+			fmt.Fprintln(out, o.String())
+			if o.Result != upgrade.Installed {
+				return fmt.Errorf("upgrade to %s %s", o.Version, o.Result)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped waiting; the upgrade goes on: see %s/upgrade/outcome.json", dataDir)
+		case <-give:
+			return fmt.Errorf("no outcome within %v: see the agent's log", timeout+time.Minute)
+		case <-tick.C:
+		}
+	}
+}
+
+// agentPID returns the process ID of the agent running on dataDir.
+func agentPID(dataDir string) (int, error) {
+	l, err := dirlock.Acquire(dataDir, "agent.lock")
+	var held *dirlock.HeldError
+	switch {
+	case errors.As(err, &held) && held.PID > 0:
+		return held.PID, nil
+	case errors.As(err, &held):
+		return 0, fmt.Errorf("the agent on %s holds its lock but its process is unknown", dataDir)
+	case err != nil:
+		return 0, err
+	}
+	_ = l.Release()
+	return 0, fmt.Errorf("no agent runs on %s: start it, or install the new executable with `tether install edge`", dataDir)
+}
+
+// restartInto is returned by `tether edge` when the agent stopped to run
+// another executable in its process: a new one on trial, or the installed
+// one back.
+type restartInto struct{ path string }
+
+func (r *restartInto) Error() string { return "restart into " + r.path }
+
+// execInto replaces the process with the executable at path, with the
+// same arguments and environment. It returns only on failure.
+func execInto(path string) error {
+	args := append([]string{path}, os.Args[1:]...)
+	return fmt.Errorf("run %s: %w", path, syscall.Exec(path, args, os.Environ()))
+}
+
+// agentUpgrades follows upgrades from inside a running agent: requests
+// made with `tether edge upgrade` (SIGUSR2) and the trial this process
+// may be.
+type agentUpgrades struct {
+	recs    *upgrade.Records
+	self    string
+	version string
+	log     *slog.Logger
+	trial   *upgrade.Trial
+
+	mu   sync.Mutex
+	next string // the executable to run once the agent stopped
+
+	reporting sync.Mutex // one report at a time
+}
+
+// resumeUpgrades reads the upgrade records as the agent starts.
+func resumeUpgrades(dataDir, version string, log *slog.Logger) *agentUpgrades {
+	u := &agentUpgrades{recs: upgrade.Open(dataDir, log), version: version, log: log}
+	self, err := os.Executable()
+	if err != nil {
+		log.Warn("upgrades: find this executable", "err", err)
+		return u
+	}
+	u.self = self
+	if u.trial, err = u.recs.Resume(self, time.Now()); err != nil {
+		// A damaged record must not keep the node's pods from
+		// running; a new request replaces it.
+		log.Warn("upgrades: read the records", "err", err)
+	}
+	return u
+}
+
+// run handles requests and watches the trial until ctx ends; stop is
+// called when the agent must stop to exec another executable.
+func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
+	if u.self == "" {
+		return
+	}
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	go func() {
+		defer signal.Stop(usr2)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr2:
+			}
+			t, err := u.recs.Accept(currentExecutable(u.self), u.version, a.Stats().Connected, time.Now())
+			if err != nil {
+				u.log.Warn("upgrade refused", "err", err)
+				u.report(a)
+				continue
+			}
+			u.restartInto(t.Path, stop)
+			return
+		}
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.Registered():
+		}
+		u.report(a)
+	}()
+	if t := u.trial; t != nil {
+		go func() {
+			healthy := func() bool {
+				if a.NodeName() == "" {
+					return false
+				}
+				s := a.Stats()
+				return !t.RequireHub || s.Registered && s.Connected
+			}
+			back, err := u.recs.Watch(ctx, t, healthy, upgrade.DefaultSettle)
+			if err != nil {
+				if ctx.Err() == nil {
+					u.log.Error("upgrade trial", "err", err)
+				}
+				return
+			}
+			if back != "" {
+				// The installed agent reports the roll back.
+				u.restartInto(back, stop)
+				return
+			}
+			u.report(a)
+		}()
+	}
+}
+
+// Events of the node that report an upgrade's outcome.
+const (
+	eventUpgraded   = "AgentUpgraded"
+	eventRolledBack = "AgentUpgradeRolledBack"
+	eventRefused    = "AgentUpgradeRefused"
+)
+
+// report makes the last outcome, when no agent reported it yet, an event
+// of the node, so that `kubectl describe node` and `kubectl get events`
+// show what became of an upgrade.
+func (u *agentUpgrades) report(a *edge.Agent) {
+	if a.NodeName() == "" {
+		return // the start's report comes once the node registered
+	}
+	u.reporting.Lock()
+	defer u.reporting.Unlock()
+	o, err := u.recs.Outcome()
+	if err != nil || o == nil || o.Reported {
+		return
+	}
+	reason, warning := eventUpgraded, false
+	switch o.Result {
+	case upgrade.RolledBack:
+		reason, warning = eventRolledBack, true
+	case upgrade.Refused:
+		reason, warning = eventRefused, true
+	}
+	msg := fmt.Sprintf("agent %s (%s) %s", o.Version, o.Digest, o.Result)
+	if o.Previous != "" {
+		msg += "; was " + o.Previous
+	}
+	if o.Reason != "" {
+		msg += ": " + o.Reason
+	}
+	a.RecordNodeEvent(warning, reason, msg)
+	if err := u.recs.MarkReported(*o); err != nil {
+		u.log.Warn("upgrades: record the outcome as reported", "err", err)
+	}
+}
+
+// currentExecutable is the path of this process's executable now:
+// os.Executable gives the path at start, which a committed trial renamed.
+func currentExecutable(atStart string) string {
+	if p, err := os.Readlink("/proc/self/exe"); err == nil {
+		return p
+	}
+	return atStart
+}
+
+func (u *agentUpgrades) restartInto(path string, stop func()) {
+	u.mu.Lock()
+	if u.next == "" {
+		u.next = path
+	}
+	u.mu.Unlock()
+	stop()
+}
+
+// after turns the end of the agent's run into a restart when one was
+// asked for.
+func (u *agentUpgrades) after(err error) error {
+	u.mu.Lock()
+	next := u.next
+	u.mu.Unlock()
+	if err != nil || next == "" {
+		return err
+	}
+	return &restartInto{path: next}
+}
