@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/tether-edge/tether/edge/upgrade"
 )
 
 // Role is what an installation runs: the hub or the edge agent.
@@ -270,7 +272,8 @@ type UninstallConfig struct {
 // Uninstall reverses Install for each role installed: it stops and
 // disables the unit, for the edge runs ResetEdge, removes the hub's data
 // directory (unless KeepData), the unit (then reloads systemd's units),
-// the config file and the binary, and the directories Install created
+// the config file, the binary and what in-place upgrades left beside it
+// (the previous executable), and the directories Install created
 // that are left empty. A role whose unit file is absent is not installed
 // and is skipped, so running it twice is harmless.
 func Uninstall(ctx context.Context, cfg UninstallConfig) (removed []Role, err error) {
@@ -321,7 +324,13 @@ func Uninstall(ctx context.Context, cfg UninstallConfig) (removed []Role, err er
 		if err := sc.run(ctx, "daemon-reload"); err != nil {
 			return removed, err
 		}
-		for _, p := range []string{l.ConfigFile(r), l.Binary(r)} {
+		// In-place upgrades keep the previous executable beside the
+		// installed one.
+		left, err := upgrade.Leftovers(l.Binary(r))
+		if err != nil {
+			return removed, err
+		}
+		for _, p := range append([]string{l.ConfigFile(r), l.Binary(r)}, left...) {
 			if err := removeFile(out, p); err != nil {
 				return removed, err
 			}

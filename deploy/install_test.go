@@ -42,8 +42,9 @@ import (
 // It checks that the hub comes up and the edge registers Ready, that
 // each install run again with the same flags changes nothing (files'
 // bytes, modes and modification times; no restart: same main PIDs and
-// start times) and that another flag rewrites the config and restarts the
-// agent, and that `tether uninstall` leaves nothing: no file under the
+// start times), that another flag rewrites the config and restarts the
+// agent, that `tether edge upgrade` replaces the agent's executable with
+// no restart of its unit, and that `tether uninstall` leaves nothing: no file under the
 // root, no unit active or enabled, no process in the units' cgroups or
 // naming the root, no mount naming it, no interface the host did not have
 // before.
@@ -222,6 +223,26 @@ func TestInstallFromReleaseTarball(t *testing.T) {
 		out, err := inHost(kubectl, "--kubeconfig", kubeconfig, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		return err == nil && out == "True"
 	})
+
+	// An upgrade in place: the agent runs the new executable in its own
+	// process, so the unit sees no restart; the old executable stays
+	// beside the new one until the uninstall.
+	edgeState := func() string {
+		return systemctl("show", "-p", "MainPID,ExecMainStartTimestampMonotonic,NRestarts", deploy.UnitName(deploy.Edge))
+	}
+	stateBefore = edgeState()
+	newer := filepath.Join(unpacked, "tether")
+	out = mustInHost(filepath.Join(unpacked, "tether-edge"), "edge", "upgrade", "--binary", newer,
+		"--data-dir", l.DataDir(deploy.Edge), "--timeout", "2m")
+	if !strings.Contains(out, "installed "+version) {
+		t.Errorf("edge upgrade says:\n%s", out)
+	}
+	if after := edgeState(); after != stateBefore {
+		t.Errorf("the upgrade restarted the unit:\nbefore:\n%s\nafter:\n%s", stateBefore, after)
+	}
+	if a, b := fileSHA256(t, l.Binary(deploy.Edge)), fileSHA256(t, newer); a != b {
+		t.Errorf("installed edge executable %s after the upgrade, want %s", a, b)
+	}
 
 	// Uninstall: nothing is left.
 	out = mustInHost(l.Binary(deploy.Hub), "uninstall", "--root", root, "--systemctl", self)
@@ -422,4 +443,13 @@ func tail(b []byte, n int) []byte {
 func loadavg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,6 +99,27 @@ func Stage(ctx context.Context, src, installed, want string) (Staged, error) {
 		return Staged{}, err
 	}
 	return Staged{Path: path, Installed: installed, Digest: "sha256:" + sum, Version: version}, nil
+}
+
+// Leftovers returns the files upgrades keep or may leave beside the
+// installed executable: the previous executable, staged ones and
+// unfinished copies (.NAME.*). Removing the installation removes them.
+func Leftovers(installed string) ([]string, error) {
+	dir, name := filepath.Split(installed)
+	es, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range es {
+		if strings.HasPrefix(e.Name(), "."+name+".") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
 }
 
 // runVersion runs `path version` and returns the version it prints

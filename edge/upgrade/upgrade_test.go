@@ -166,6 +166,9 @@ func TestTrialCommitted(t *testing.T) {
 	if d := digestOf(t, filepath.Join(h.bin, ".tether-edge.previous")); d != old {
 		t.Errorf("previous %s, want the old %s", d, old)
 	}
+	if left, err := Leftovers(h.installed); err != nil || len(left) != 1 || filepath.Base(left[0]) != ".tether-edge.previous" {
+		t.Errorf("leftovers: %v %v", left, err)
+	}
 	if o := outcome(t, r); o.Result != Installed || o.Version != "v2" || o.Previous != "v1" {
 		t.Errorf("outcome: %+v", o)
 	}
