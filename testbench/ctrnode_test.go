@@ -59,6 +59,7 @@ type ctrNode struct {
 	pidf  string // holds the host PID of the current boot's init
 	boot  *Process
 	agent *Process
+	bin   string   // the agent's executable
 	args  []string // the agent's arguments after `tether edge`
 
 	mu   sync.Mutex
@@ -71,11 +72,18 @@ type ctrNode struct {
 // the node started is removed when the test ends, and checked to be gone.
 func startCtrNode(t *testing.T, l *Lab, h *labHub, node, zone string, imageArchives []string, extra ...string) *ctrNode {
 	t.Helper()
+	return startCtrNodeFrom(t, l, h, h.tether, node, zone, imageArchives, extra...)
+}
+
+// startCtrNodeFrom is startCtrNode with the agent run from the executable
+// bin.
+func startCtrNodeFrom(t *testing.T, l *Lab, h *labHub, bin, node, zone string, imageArchives []string, extra ...string) *ctrNode {
+	t.Helper()
 	host := l.Host(node)
 	if host == nil || host.DataDir == "" {
 		t.Fatalf("no lab node %q", node)
 	}
-	n := &ctrNode{t: t, l: l, h: h, name: node, zone: zone, data: filepath.Join(host.DataDir, "edge"),
+	n := &ctrNode{t: t, l: l, h: h, bin: bin, name: node, zone: zone, data: filepath.Join(host.DataDir, "edge"),
 		pidf: filepath.Join(l.Dir(), node+".init.pid"), uids: map[types.UID]bool{}}
 	n.sock = filepath.Join(n.data, "containerd", "containerd.sock")
 	if err := os.MkdirAll(filepath.Join(n.data, "images"), 0o755); err != nil {
@@ -108,7 +116,7 @@ func startCtrNode(t *testing.T, l *Lab, h *labHub, node, zone string, imageArchi
 // agentCommand enters the current boot's namespaces, whose init PID it
 // reads at each start, and runs the agent there.
 func (n *ctrNode) agentCommand() []string {
-	return append([]string{"sh", "-c", `exec nsenter -t "$(cat "$0")" -p -m -- "$@"`, n.pidf, n.h.tether}, n.args...)
+	return append([]string{"sh", "-c", `exec nsenter -t "$(cat "$0")" -p -m -- "$@"`, n.pidf, n.bin}, n.args...)
 }
 
 // powerOn boots the node: a new PID and mount namespace whose init only
@@ -218,10 +226,11 @@ func (n *ctrNode) reboot(t *testing.T) {
 	}
 }
 
-// agentPID returns the agent's own PID (the child of nsenter), or 0.
+// agentPID returns the agent's own PID (the child of nsenter), or 0. An
+// agent upgraded in place runs a staged executable, .tether.DIGEST.
 func (n *ctrNode) agentPID() int {
 	for _, k := range childPIDs(n.agent.PID()) {
-		if procComm(k) == "tether" {
+		if strings.HasPrefix(strings.TrimPrefix(procComm(k), "."), "tether") {
 			return k
 		}
 	}
