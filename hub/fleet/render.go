@@ -35,15 +35,17 @@ const bodyHTML = `{{define "body"}}<header>
 {{if not .Sites}}<p class="empty">No node has joined the hub yet.</p>{{end}}
 {{range .Sites}}<section class="site" data-site="{{.Name}}" data-link="{{.Link}}">
 <h2>{{.Name}} <span class="link {{.Link}}">{{.Link | linkText}}</span></h2>
-<p class="counts">{{count (len .Nodes) "node"}}{{range $l, $n := .Counts}} · {{$n}} {{$l}}{{end}} · {{count .Pods "pod"}}</p>
+<p class="counts">{{count (len .Nodes) "node"}}{{range $l, $n := .Counts}} · {{$n}} {{$l}}{{end}} · {{count .Pods "pod"}}
+{{- if gt (len .Agents) 1}} · <span class="agents">agents{{range $v, $n := .Agents}} {{$v}} ×{{$n}}{{end}}</span>{{end}}</p>
 <table>
-<thead><tr><th>Node</th><th>Link</th><th>Last heard</th><th>Pods</th><th>Why</th></tr></thead>
+<thead><tr><th>Node</th><th>Link</th><th>Last heard</th><th>Pods</th><th>Agent</th><th>Why</th></tr></thead>
 <tbody>
 {{range .Nodes}}<tr data-node="{{.Name}}" data-link="{{.Link}}">
 <td>{{.Name}}{{if .Unschedulable}} <span class="cordoned">cordoned</span>{{end}}</td>
 <td><span class="link {{.Link}}">{{.Link | linkText}}</span></td>
 <td>{{ago $.At .LastHeard}}</td>
 <td>{{.Pods}}</td>
+<td>{{.Agent}}</td>
 <td>{{.Message}}</td>
 </tr>
 {{end}}</tbody>

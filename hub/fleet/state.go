@@ -3,6 +3,7 @@ package fleet
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -56,6 +57,8 @@ type Node struct {
 	// zero when it has none.
 	LastHeard time.Time
 	Pods      int // pods bound to the node and not finished
+	// Agent is the version of the node's agent.
+	Agent string
 }
 
 // Site is a site (a zone) and its nodes.
@@ -66,6 +69,9 @@ type Site struct {
 	Pods  int
 	// Counts of the site's nodes by link.
 	Counts map[Link]int
+	// Agents counts the site's nodes by agent version; more than one
+	// version is an upgrade under way (or stuck).
+	Agents map[string]int
 }
 
 // View is the fleet at one moment.
@@ -102,13 +108,17 @@ func Summarize(now time.Time, nodes []*corev1.Node, pods []*corev1.Pod, leases [
 		}
 		s := bySite[name]
 		if s == nil {
-			s = &Site{Name: name, Counts: map[Link]int{}}
+			s = &Site{Name: name, Counts: map[Link]int{}, Agents: map[string]int{}}
 			bySite[name] = s
 		}
 		link, msg := linkOf(n)
+		agent := agentVersion(n.Status.NodeInfo.KubeletVersion)
 		s.Nodes = append(s.Nodes, Node{Name: n.Name, Link: link, Message: msg, Unschedulable: n.Spec.Unschedulable,
-			LastHeard: heard[n.Name], Pods: podsOn[n.Name]})
+			LastHeard: heard[n.Name], Pods: podsOn[n.Name], Agent: agent})
 		s.Counts[link]++
+		if agent != "" {
+			s.Agents[agent]++
+		}
 		s.Pods += podsOn[n.Name]
 		v.Nodes++
 		v.Pods += podsOn[n.Name]
@@ -123,6 +133,16 @@ func Summarize(now time.Time, nodes []*corev1.Node, pods []*corev1.Pod, leases [
 		return cmp.Or(cmp.Compare(rank(b.Link), rank(a.Link)), cmp.Compare(a.Name, b.Name))
 	})
 	return v
+}
+
+// agentVersion is the agent's version a node reports: the build
+// metadata of its kubeletVersion (v1.37.2-tether+v0.4.1), or the whole
+// kubeletVersion when it carries none.
+func agentVersion(kubelet string) string {
+	if _, v, ok := strings.Cut(kubelet, "+"); ok {
+		return v
+	}
+	return kubelet
 }
 
 // linkOf classifies a node from its Ready condition and taints.

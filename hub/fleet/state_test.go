@@ -115,3 +115,52 @@ func TestRenderEscapes(t *testing.T) {
 		t.Errorf("the site's name is not on the page:\n%s", out)
 	}
 }
+
+// TestAgentVersions checks that the page shows each node's agent version
+// and, for a site whose nodes run several, how many run each.
+func TestAgentVersions(t *testing.T) {
+	withVersion := func(n *corev1.Node, kubelet string) *corev1.Node {
+		n.Status.NodeInfo.KubeletVersion = kubelet
+		return n
+	}
+	nodes := []*corev1.Node{
+		withVersion(node("a1", "alpha", corev1.ConditionTrue, ""), "v1.37.2-tether+v0.5.0"),
+		withVersion(node("a2", "alpha", corev1.ConditionTrue, ""), "v1.37.2-tether+v0.5.0"),
+		withVersion(node("a3", "alpha", corev1.ConditionTrue, ""), "v1.37.2-tether+v0.4.1"),
+		withVersion(node("b1", "beta", corev1.ConditionTrue, ""), "v1.37.2-tether+v0.5.0"),
+		withVersion(node("b2", "beta", corev1.ConditionTrue, ""), "v1.37.2-tether"),
+		node("c1", "gamma", corev1.ConditionTrue, ""),
+	}
+	v := Summarize(time.Now(), nodes, nil, nil)
+	agents := map[string]map[string]int{}
+	agent := map[string]string{}
+	for _, s := range v.Sites {
+		agents[s.Name] = s.Agents
+		for _, n := range s.Nodes {
+			agent[n.Name] = n.Agent
+		}
+	}
+	for name, want := range map[string]string{"a1": "v0.5.0", "a3": "v0.4.1", "b2": "v1.37.2-tether", "c1": ""} {
+		if agent[name] != want {
+			t.Errorf("node %s: agent %q, want %q", name, agent[name], want)
+		}
+	}
+	if a := agents["alpha"]; a["v0.5.0"] != 2 || a["v0.4.1"] != 1 || len(a) != 2 {
+		t.Errorf("alpha's agents: %v", a)
+	}
+	if a := agents["gamma"]; len(a) != 0 {
+		t.Errorf("gamma's agents: %v", a)
+	}
+	p := New(t.Context(), nil)
+	var b strings.Builder
+	if err := p.renderPage(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "agents v0.4.1 ×1 v0.5.0 ×2") {
+		t.Errorf("alpha's two versions are not on the page:\n%s", out)
+	}
+	if !strings.Contains(out, "<td>v0.4.1</td>") {
+		t.Errorf("a3's version is not on the page:\n%s", out)
+	}
+}
