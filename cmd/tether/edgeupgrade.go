@@ -73,6 +73,12 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, di
 	if err != nil {
 		return err
 	}
+	recs := upgrade.Open(dataDir, slog.New(slog.DiscardHandler))
+	if a, err := recs.Announced(); err != nil {
+		return err
+	} else if a == nil || a.PID != pid {
+		return fmt.Errorf("the agent on %s (process %d) predates in-place upgrades: install the new version with `tether install edge`", dataDir, pid)
+	}
 	installed, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
 		return fmt.Errorf("find the agent's executable: %w", err)
@@ -80,7 +86,6 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, di
 	if strings.HasSuffix(installed, " (deleted)") {
 		return fmt.Errorf("the agent (process %d) runs an executable that was removed or replaced (%s): restart it first", pid, installed)
 	}
-	recs := upgrade.Open(dataDir, slog.New(slog.DiscardHandler))
 	if t, err := recs.Trial(); err != nil {
 		return err
 	} else if t != nil {
@@ -96,6 +101,8 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, di
 		return err
 	}
 	if err := syscall.Kill(pid, syscall.SIGUSR2); err != nil {
+		_ = recs.Withdraw()
+		os.Remove(st.Path)
 		return fmt.Errorf("signal the agent (process %d): %w", pid, err)
 	}
 	out := cmd.OutOrStdout()
@@ -130,6 +137,9 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, di
 
 // agentPID returns the process ID of the agent running on dataDir.
 func agentPID(dataDir string) (int, error) {
+	if _, err := os.Stat(dataDir); err != nil {
+		return 0, fmt.Errorf("no agent runs on %s: %w", dataDir, err)
+	}
 	l, err := dirlock.Acquire(dataDir, "agent.lock")
 	var held *dirlock.HeldError
 	switch {
@@ -199,6 +209,9 @@ func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
 	}
 	usr2 := make(chan os.Signal, 1)
 	signal.Notify(usr2, syscall.SIGUSR2)
+	if err := u.recs.Announce(upgrade.Agent{PID: os.Getpid(), Version: u.version}); err != nil {
+		u.log.Warn("upgrades: announce this agent", "err", err)
+	}
 	go func() {
 		defer signal.Stop(usr2)
 		for {

@@ -83,7 +83,36 @@ const (
 	requestFile = "request.json"
 	trialFile   = "trial.json"
 	outcomeFile = "outcome.json"
+	agentFile   = "agent.json"
 )
+
+// Agent is what a running agent announces: that it takes requests up.
+type Agent struct {
+	PID     int    `json:"pid"`
+	Version string `json:"version"`
+}
+
+// Announce records that the agent of process pid takes requests up, so
+// that a request is never sent to an agent built before in-place
+// upgrades (whom the signal would stop).
+func (r *Records) Announce(a Agent) error { return r.write(agentFile, a) }
+
+// Announced returns the last agent that announced itself, or nil.
+func (r *Records) Announced() (*Agent, error) {
+	var a Agent
+	if ok, err := r.read(agentFile, &a); !ok {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Withdraw removes a request no agent will take up.
+func (r *Records) Withdraw() error {
+	if err := os.Remove(filepath.Join(r.dir, requestFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
 
 // Ask records a request for the running agent to take up.
 func (r *Records) Ask(req Request) error {

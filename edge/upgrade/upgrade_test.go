@@ -291,3 +291,31 @@ func TestAcceptRefusesAChangedFile(t *testing.T) {
 		t.Error("a request accepted twice")
 	}
 }
+
+func TestAnnounceAndWithdraw(t *testing.T) {
+	h := newHost(t)
+	r := Open(h.data, nil)
+	if a, err := r.Announced(); a != nil || err != nil {
+		t.Fatalf("announced before any agent: %+v %v", a, err)
+	}
+	if err := r.Announce(Agent{PID: 42, Version: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := r.Announced(); err != nil || a == nil || *a != (Agent{PID: 42, Version: "v1"}) {
+		t.Fatalf("announced: %+v %v", a, err)
+	}
+	src := fakeTether(t, filepath.Join(t.TempDir(), "new"), "v2")
+	st, err := Stage(context.Background(), src, h.installed, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ask(Request{Staged: st, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Withdraw(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Accept(h.installed, "v1", true, time.Now()); err == nil {
+		t.Error("a withdrawn request accepted")
+	}
+}
