@@ -390,6 +390,9 @@ type Stats struct {
 	Node       string
 	Connected  bool // the tunnel is up
 	Registered bool // the Node was registered
+	// RuntimeUp says the container runtime answered the node's last
+	// status check (the Node's Ready condition follows it).
+	RuntimeUp bool
 	// Connects and Disconnects count tunnel connections.
 	Connects, Disconnects int64
 	// Lists, Watches, Gets and Writes count requests to the hub's API;
@@ -437,6 +440,7 @@ func (a *Agent) Stats() Stats {
 	s := Stats{
 		Connected:        a.metrics.connected.Load(),
 		Registered:       a.node.registered(),
+		RuntimeUp:        a.node.runtimeUp.Load(),
 		Connects:         a.metrics.connects.Load(),
 		Disconnects:      a.metrics.disconnects.Load(),
 		Lists:            a.api.lists.Load(),

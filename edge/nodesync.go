@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,9 @@ type nodeSync struct {
 	host  hostFacts
 	ready chan struct{} // closed once registered
 	kick  chan struct{} // a report is wanted before the next check (1 slot)
+	// runtimeUp says the container runtime answered the last status
+	// check.
+	runtimeUp atomic.Bool
 
 	mu         sync.Mutex
 	node       *corev1.Node // as last returned by the hub
@@ -76,6 +80,7 @@ func (s *nodeSync) resendNow() {
 
 func (s *nodeSync) input(ctx context.Context) nodeInput {
 	info, err := s.a.cfg.Runtime.Info(ctx)
+	s.runtimeUp.Store(err == nil)
 	return nodeInput{
 		name: s.a.name, ip: s.a.nodeIP, zone: s.a.cfg.Zone, labels: s.a.cfg.Labels,
 		info: info, infoErr: err, capacity: s.a.cfg.Capacity, host: s.host, version: s.a.cfg.Version, now: time.Now(),
