@@ -36,8 +36,9 @@ one), checked against --sha256 when given and run once with "version".
 The agent then stops as it would on SIGTERM, leaving its pods running, and
 runs the new executable in its place (the same process: the service
 manager sees no restart). The new agent takes over the running pods; once
-its node is registered, and connected to the hub if the old agent was,
-for 10s, it becomes the installed executable (the old one is kept beside
+its container runtime answers, and its node is registered and connected
+to the hub if the old agent was connected, for 10s, it becomes the
+installed executable (the old one is kept beside
 it as .NAME.previous). When it is not healthy within --timeout, the old
 executable runs again; when it dies, the service manager starts the old
 executable, which closes the attempt as failed. The installed file
@@ -245,7 +246,7 @@ func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
 					return false
 				}
 				s := a.Stats()
-				return !t.RequireHub || s.Registered && s.Connected
+				return s.RuntimeUp && (!t.RequireHub || s.Registered && s.Connected)
 			}
 			back, err := u.recs.Watch(ctx, t, healthy, upgrade.DefaultSettle)
 			if err != nil {

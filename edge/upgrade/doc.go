@@ -18,9 +18,9 @@
 //     running, and execs the staged executable in the same process, so
 //     the service manager sees no restart. The trial's record in the data
 //     directory names both executables and the deadline.
-//   - Commit: the new agent, once healthy (its node registered and, when
-//     the old agent was connected, its tunnel connected again) for a
-//     settling time, hard-links the installed executable to
+//   - Commit: the new agent, once healthy (its container runtime
+//     answering and, when the old agent was connected, its node
+//     registered and its tunnel connected again) for a settling time, hard-links the installed executable to
 //     .NAME.previous and renames the staged one over it.
 //   - Roll back: a new agent not healthy by the deadline execs the
 //     installed executable again. A new agent that dies, or a machine

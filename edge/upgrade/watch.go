@@ -33,9 +33,9 @@ func (r *Records) Watch(ctx context.Context, t *Trial, healthy func() bool, sett
 			since = time.Time{}
 		}
 		if now.After(t.Deadline) {
-			what := "its node registered"
+			what := "its container runtime answering"
 			if t.RequireHub {
-				what = "its node registered and connected to the hub"
+				what = "its container runtime answering, its node registered and connected to the hub"
 			}
 			reason := fmt.Sprintf("the new agent was not healthy (%s for %v) within %v", what, settle, t.Deadline.Sub(t.Started).Round(time.Second))
 			if err := r.RollBack(t, reason, now); err != nil {
