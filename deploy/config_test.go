@@ -137,3 +137,27 @@ func TestConfigBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestInstalledDataDir reads an installed role's data directory from its
+// config file, and falls back to the layout's.
+func TestInstalledDataDir(t *testing.T) {
+	l := deploy.Layout{Root: t.TempDir()}
+	if d, err := l.InstalledDataDir(deploy.Edge); err != nil || d != l.DataDir(deploy.Edge) {
+		t.Errorf("without a config file: %q %v", d, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(l.ConfigFile(deploy.Edge)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.ConfigFile(deploy.Edge), []byte("hub: https://hub:6443\ndata-dir: /srv/edge\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.InstalledDataDir(deploy.Edge); err != nil || d != "/srv/edge" {
+		t.Errorf("from the config file: %q %v", d, err)
+	}
+	if err := os.WriteFile(l.ConfigFile(deploy.Edge), []byte("data-dir: [a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.InstalledDataDir(deploy.Edge); err == nil {
+		t.Error("a broken config file read without an error")
+	}
+}

@@ -80,6 +80,12 @@ func (l Layout) Unit(r Role) string { return filepath.Join(l.Root, unitDir, Unit
 // DataDir is the role's data directory, /var/lib/tether/ROLE.
 func (l Layout) DataDir(r Role) string { return filepath.Join(l.Root, dataDir, string(r)) }
 
+// InstalledDataDir is the data directory of the role as installed: the
+// data-dir key of its config file, else DataDir.
+func (l Layout) InstalledDataDir(r Role) (string, error) {
+	return configDataDir(l.ConfigFile(r), l.DataDir(r))
+}
+
 // UnitFile returns the role's unit as written under l: the shipped unit
 // (deploy/systemd) with its paths under l.Root.
 func (l Layout) UnitFile(r Role) ([]byte, error) {
@@ -308,7 +314,7 @@ func Uninstall(ctx context.Context, cfg UninstallConfig) (removed []Role, err er
 			}
 		case Hub:
 			if !cfg.KeepData {
-				dir, err := configDataDir(l.ConfigFile(r), l.DataDir(r))
+				dir, err := l.InstalledDataDir(r)
 				if err != nil {
 					return removed, err
 				}

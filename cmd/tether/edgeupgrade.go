@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tether-edge/tether/deploy"
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/upgrade"
 	"github.com/tether-edge/tether/internal/dirlock"
@@ -26,7 +27,7 @@ func newEdgeUpgradeCmd() *cobra.Command {
 		wait                    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "upgrade --binary FILE --data-dir DIR",
+		Use:   "upgrade --binary FILE [--data-dir DIR]",
 		Short: "Replace the running agent's executable, keeping its pods running",
 		Long: `Replace the running agent's executable with FILE (a tether-edge or tether
 binary) without stopping the node's pods.
@@ -48,18 +49,23 @@ The command waits for the outcome unless --wait=false; it exits non-zero
 when the upgrade was rolled back or refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dataDir == "" {
+				var err error
+				if dataDir, err = (deploy.Layout{}).InstalledDataDir(deploy.Edge); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return requestUpgrade(ctx, cmd, dataDir, binary, digest, timeout, wait)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dataDir, "data-dir", "", "the running agent's data directory (required)")
+	f.StringVar(&dataDir, "data-dir", "", "the running agent's data directory (default: the installed agent's, from "+deploy.DefaultConfigFile(deploy.Edge)+", else "+deploy.Layout{}.DataDir(deploy.Edge)+")")
 	f.StringVar(&binary, "binary", "", "the new executable (required)")
 	f.StringVar(&digest, "sha256", "", "the new executable's SHA-256, checked before anything changes")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long the new agent has to become healthy before the old one comes back")
 	f.BoolVar(&wait, "wait", true, "wait for the outcome and print it")
-	_ = cmd.MarkFlagRequired("data-dir")
 	_ = cmd.MarkFlagRequired("binary")
 	return cmd
 }
