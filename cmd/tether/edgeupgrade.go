@@ -84,7 +84,7 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, di
 	if a, err := recs.Announced(); err != nil {
 		return err
 	} else if a == nil || a.PID != pid {
-		return fmt.Errorf("the agent on %s (process %d) predates in-place upgrades: install the new version with `tether install edge`", dataDir, pid)
+		return fmt.Errorf("the agent on %s (process %d) does not take upgrades up: it is starting (try again), or it predates in-place upgrades (install the new version with `tether install edge`)", dataDir, pid)
 	}
 	installed, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
@@ -337,6 +337,11 @@ func (u *agentUpgrades) after(err error) error {
 	u.mu.Unlock()
 	if err != nil || next == "" {
 		return err
+	}
+	// Until the next executable handles the signal, a request would stop
+	// it: it announces itself once it does.
+	if err := u.recs.Unannounce(); err != nil {
+		u.log.Warn("upgrades: withdraw this agent's announcement", "err", err)
 	}
 	return &restartInto{path: next}
 }

@@ -97,6 +97,15 @@ type Agent struct {
 // upgrades (whom the signal would stop).
 func (r *Records) Announce(a Agent) error { return r.write(agentFile, a) }
 
+// Unannounce withdraws an announcement: the agent is about to exec
+// another executable, which announces itself once it takes requests up.
+func (r *Records) Unannounce() error {
+	if err := os.Remove(filepath.Join(r.dir, agentFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // Announced returns the last agent that announced itself, or nil.
 func (r *Records) Announced() (*Agent, error) {
 	var a Agent

@@ -304,6 +304,12 @@ func TestAnnounceAndWithdraw(t *testing.T) {
 	if a, err := r.Announced(); err != nil || a == nil || *a != (Agent{PID: 42, Version: "v1"}) {
 		t.Fatalf("announced: %+v %v", a, err)
 	}
+	if err := r.Unannounce(); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := r.Announced(); a != nil || err != nil {
+		t.Fatalf("announced after withdrawing: %+v %v", a, err)
+	}
 	src := fakeTether(t, filepath.Join(t.TempDir(), "new"), "v2")
 	st, err := Stage(context.Background(), src, h.installed, "")
 	if err != nil {
