@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,9 +82,15 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, di
 		return err
 	}
 	recs := upgrade.Open(dataDir, slog.New(slog.DiscardHandler))
+	// The agent may run in another PID namespace: its process is told
+	// by its start time, which every namespace sees alike.
+	start, err := upgrade.ProcessStart(strconv.Itoa(pid))
+	if err != nil {
+		return fmt.Errorf("read the agent's process (%d): %w", pid, err)
+	}
 	if a, err := recs.Announced(); err != nil {
 		return err
-	} else if a == nil || a.PID != pid {
+	} else if a == nil || a.Start != start {
 		return fmt.Errorf("the agent on %s (process %d) does not take upgrades up: it is starting (try again), or it predates in-place upgrades (install the new version with `tether install edge`)", dataDir, pid)
 	}
 	installed, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
@@ -216,7 +223,9 @@ func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
 	}
 	usr2 := make(chan os.Signal, 1)
 	signal.Notify(usr2, syscall.SIGUSR2)
-	if err := u.recs.Announce(upgrade.Agent{PID: os.Getpid(), Version: u.version}); err != nil {
+	if start, err := upgrade.ProcessStart("self"); err != nil {
+		u.log.Warn("upgrades: read this process's start", "err", err)
+	} else if err := u.recs.Announce(upgrade.Agent{PID: os.Getpid(), Start: start, Version: u.version}); err != nil {
 		u.log.Warn("upgrades: announce this agent", "err", err)
 	}
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -120,6 +121,27 @@ func Leftovers(installed string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// ProcessStart returns when a process started, in clock ticks since boot
+// (the 22nd field of /proc/PID/stat); pid "self" is the caller. An exec
+// keeps it, as it keeps the PID.
+func ProcessStart(pid string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%s/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After the name: state (field 3) ... starttime (field 22).
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%s/stat: %d fields after the command name", pid, len(f))
+	}
+	return strconv.ParseUint(f[19], 10, 64)
 }
 
 // runVersion runs `path version` and returns the version it prints

@@ -88,13 +88,18 @@ const (
 
 // Agent is what a running agent announces: that it takes requests up.
 type Agent struct {
-	PID     int    `json:"pid"`
+	// PID is the agent's process ID in its own PID namespace.
+	PID int `json:"pid"`
+	// Start is when the process started, in clock ticks since boot
+	// (ProcessStart): the same from every PID namespace, which the PID
+	// is not.
+	Start   uint64 `json:"start"`
 	Version string `json:"version"`
 }
 
-// Announce records that the agent of process pid takes requests up, so
-// that a request is never sent to an agent built before in-place
-// upgrades (whom the signal would stop).
+// Announce records that the agent takes requests up, so that a request is
+// never sent to an agent built before in-place upgrades (whom the signal
+// would stop).
 func (r *Records) Announce(a Agent) error { return r.write(agentFile, a) }
 
 // Unannounce withdraws an announcement: the agent is about to exec

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,6 +290,22 @@ func TestAcceptRefusesAChangedFile(t *testing.T) {
 	}
 	if _, err := r.Accept(h.installed, "v1", true, time.Now()); err == nil {
 		t.Error("a request accepted twice")
+	}
+}
+
+func TestProcessStart(t *testing.T) {
+	self, err := ProcessStart("self")
+	if err != nil || self == 0 {
+		t.Fatalf("self: %d %v", self, err)
+	}
+	if byPID, err := ProcessStart(strconv.Itoa(os.Getpid())); err != nil || byPID != self {
+		t.Errorf("by PID: %d %v, want %d", byPID, err, self)
+	}
+	if init, err := ProcessStart("1"); err != nil || init > self {
+		t.Errorf("init started at %d (%v), after this process (%d)", init, err, self)
+	}
+	if _, err := ProcessStart("0"); err == nil {
+		t.Error("process 0 read")
 	}
 }
 
