@@ -221,6 +221,8 @@ func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
 	if u.self == "" {
 		return
 	}
+	// Handled for the rest of the process's life: a signal that comes
+	// while the agent stops is dropped, never the default action's end.
 	usr2 := make(chan os.Signal, 1)
 	signal.Notify(usr2, syscall.SIGUSR2)
 	if start, err := upgrade.ProcessStart("self"); err != nil {
@@ -229,7 +231,6 @@ func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
 		u.log.Warn("upgrades: announce this agent", "err", err)
 	}
 	go func() {
-		defer signal.Stop(usr2)
 		for {
 			select {
 			case <-ctx.Done():
@@ -329,12 +330,18 @@ func currentExecutable(atStart string) string {
 	return atStart
 }
 
+// restartInto stops the agent to exec path. Until that executable
+// handles the signal, a request would stop it: the announcement goes now,
+// and the executable makes its own once it does.
 func (u *agentUpgrades) restartInto(path string, stop func()) {
 	u.mu.Lock()
 	if u.next == "" {
 		u.next = path
 	}
 	u.mu.Unlock()
+	if err := u.recs.Unannounce(); err != nil {
+		u.log.Warn("upgrades: withdraw this agent's announcement", "err", err)
+	}
 	stop()
 }
 
@@ -346,11 +353,6 @@ func (u *agentUpgrades) after(err error) error {
 	u.mu.Unlock()
 	if err != nil || next == "" {
 		return err
-	}
-	// Until the next executable handles the signal, a request would stop
-	// it: it announces itself once it does.
-	if err := u.recs.Unannounce(); err != nil {
-		u.log.Warn("upgrades: withdraw this agent's announcement", "err", err)
 	}
 	return &restartInto{path: next}
 }
