@@ -203,15 +203,7 @@ func TestTrialDeadlineRollsBack(t *testing.T) {
 	if err != nil || rollBackTo != h.installed {
 		t.Fatalf("watch: %q %v", rollBackTo, err)
 	}
-	if d := digestOf(t, h.installed); d != old {
-		t.Errorf("installed executable changed")
-	}
-	if got := entries(t, h.bin); len(got) != 1 {
-		t.Errorf("left beside the installed executable: %v", got)
-	}
-	if o := outcome(t, r); o.Result != RolledBack || !strings.Contains(o.Reason, "connected to the hub") {
-		t.Errorf("outcome: %+v", o)
-	}
+	rolledBack(t, h, r, old, "connected to the hub")
 	if tr, err := r.Resume(h.installed, time.Now()); tr != nil || err != nil {
 		t.Errorf("resume after the roll back: %+v %v", tr, err)
 	}
@@ -236,14 +228,22 @@ func TestTrialStoppedRollsBack(t *testing.T) {
 	if got, err := r.Resume(h.installed, time.Now()); got != nil || err != nil {
 		t.Fatalf("resume as the old agent: %+v %v", got, err)
 	}
-	if o := outcome(t, r); o.Result != RolledBack || !strings.Contains(o.Reason, "stopped before it became healthy") {
-		t.Errorf("outcome: %+v", o)
-	}
+	rolledBack(t, h, r, old, "stopped before it became healthy")
+}
+
+// rolledBack checks that a trial ended rolled back: the installed
+// executable is still old, nothing is left beside it, and the outcome
+// says why.
+func rolledBack(t *testing.T, h host, r *Records, old, why string) {
+	t.Helper()
 	if d := digestOf(t, h.installed); d != old {
 		t.Errorf("installed executable changed")
 	}
 	if got := entries(t, h.bin); len(got) != 1 {
 		t.Errorf("left beside the installed executable: %v", got)
+	}
+	if o := outcome(t, r); o.Result != RolledBack || !strings.Contains(o.Reason, why) {
+		t.Errorf("outcome: %+v", o)
 	}
 }
 
