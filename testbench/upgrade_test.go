@@ -34,7 +34,8 @@ const upgradeVersion = "v0.0.0-upgrade-test"
 //     which records the roll back; the installed file never changed;
 //   - unhealthy: a new agent that cannot reach the hub (the node's uplink
 //     is cut during its trial) is replaced by the installed executable in
-//     the same process once its time is up.
+//     the same process once its time is up;
+//   - previous: --previous goes back to the first executable the same way.
 //
 // The pod runs throughout.
 func TestContainerdEdgeUpgrade(t *testing.T) {
@@ -231,6 +232,29 @@ func TestContainerdEdgeUpgrade(t *testing.T) {
 			t.Errorf("node reports %s", v)
 		}
 		nodeEvent(t, "AgentUpgradeRolledBack", "not healthy")
+		podUnchanged(t)
+	})
+
+	t.Run("previous", func(t *testing.T) {
+		// Back to the executable the first upgrade replaced, in the same
+		// way.
+		out, err := exec.Command(h.tether, "edge", "upgrade", "--previous", "--data-dir", n.data).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "installed ") {
+			t.Fatalf("upgrade --previous: %v\n%s", err, out)
+		}
+		if got := n.agentPID(); got != pid {
+			t.Errorf("agent process %d, was %d", got, pid)
+		}
+		if d := sha256File(t, installed); d != old {
+			t.Error("the installed executable is not the first one again")
+		}
+		if d := sha256File(t, filepath.Join(filepath.Dir(installed), ".tether.previous")); d != sha256File(t, next) {
+			t.Error("the replaced executable was not kept")
+		}
+		eventually(t, 30*time.Second, "the node reporting the first version again", func() (bool, string) {
+			v := kubeletVersion()
+			return v != "" && v != edge.KubeletVersion(upgradeVersion), v
+		})
 		podUnchanged(t)
 	})
 }

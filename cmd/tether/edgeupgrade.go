@@ -25,13 +25,14 @@ func newEdgeUpgradeCmd() *cobra.Command {
 	var (
 		dataDir, binary, digest string
 		timeout                 time.Duration
-		wait                    bool
+		wait, previous          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "upgrade --binary FILE [--data-dir DIR]",
+		Use:   "upgrade --binary FILE | --previous [--data-dir DIR]",
 		Short: "Replace the running agent's executable, keeping its pods running",
 		Long: `Replace the running agent's executable with FILE (a tether-edge or tether
-binary) without stopping the node's pods.
+binary) without stopping the node's pods; --previous goes back to the
+executable the last upgrade replaced, in the same way.
 
 The new executable is copied beside the one the agent runs (the installed
 one), checked against --sha256 when given and run once with "version".
@@ -50,6 +51,9 @@ The command waits for the outcome unless --wait=false; it exits non-zero
 when the upgrade was rolled back or refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (binary == "") == !previous {
+				return errors.New("give either --binary FILE or --previous")
+			}
 			if dataDir == "" {
 				var err error
 				if dataDir, err = (deploy.Layout{}).InstalledDataDir(deploy.Edge); err != nil {
@@ -58,22 +62,23 @@ when the upgrade was rolled back or refused.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return requestUpgrade(ctx, cmd, dataDir, binary, digest, timeout, wait)
+			return requestUpgrade(ctx, cmd, dataDir, binary, previous, digest, timeout, wait)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", "", "the running agent's data directory (default: the installed agent's, from "+deploy.DefaultConfigFile(deploy.Edge)+", else "+deploy.Layout{}.DataDir(deploy.Edge)+")")
-	f.StringVar(&binary, "binary", "", "the new executable (required)")
+	f.StringVar(&binary, "binary", "", "the new executable")
+	f.BoolVar(&previous, "previous", false, "go back to the executable the last upgrade replaced (kept beside the installed one as .NAME.previous)")
 	f.StringVar(&digest, "sha256", "", "the new executable's SHA-256, checked before anything changes")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long the new agent has to become healthy before the old one comes back")
 	f.BoolVar(&wait, "wait", true, "wait for the outcome and print it")
-	_ = cmd.MarkFlagRequired("binary")
 	return cmd
 }
 
-// requestUpgrade stages the executable, asks the running agent to try it
-// and, with wait, waits for the outcome.
-func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, digest string, timeout time.Duration, wait bool) error {
+// requestUpgrade stages the executable (binary, or with previous the one
+// the last upgrade replaced), asks the running agent to try it and, with
+// wait, waits for the outcome.
+func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary string, previous bool, digest string, timeout time.Duration, wait bool) error {
 	if timeout < upgrade.DefaultSettle+time.Second {
 		return fmt.Errorf("--timeout %v: want at least %v (the new agent must stay healthy for %v)", timeout, upgrade.DefaultSettle+time.Second, upgrade.DefaultSettle)
 	}
@@ -99,6 +104,12 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary, di
 	}
 	if strings.HasSuffix(installed, " (deleted)") {
 		return fmt.Errorf("the agent (process %d) runs an executable that was removed or replaced (%s): restart it first", pid, installed)
+	}
+	if previous {
+		binary = upgrade.PreviousPath(installed)
+		if _, err := os.Stat(binary); err != nil {
+			return fmt.Errorf("no previous executable beside %s: %w", installed, err)
+		}
 	}
 	if t, err := recs.Trial(); err != nil {
 		return err

@@ -234,11 +234,18 @@ func (r *Records) Resume(self string, now time.Time) (*Trial, error) {
 	return nil, r.finish(trialFile, o)
 }
 
+// PreviousPath is where the executable an upgrade replaced is kept:
+// .NAME.previous beside the installed one.
+func PreviousPath(installed string) string {
+	dir, name := filepath.Split(installed)
+	return filepath.Join(dir, "."+name+".previous")
+}
+
 // Commit makes the trial's executable the installed one, keeping the old
 // one as .NAME.previous beside it.
 func (r *Records) Commit(t *Trial, now time.Time) error {
-	dir, name := filepath.Split(t.Installed)
-	prev := filepath.Join(dir, "."+name+".previous")
+	dir := filepath.Dir(t.Installed)
+	prev := PreviousPath(t.Installed)
 	if err := os.Remove(prev); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

@@ -164,7 +164,7 @@ func TestTrialCommitted(t *testing.T) {
 	if d := digestOf(t, h.installed); d != tr.Digest {
 		t.Errorf("installed %s, want the new %s", d, tr.Digest)
 	}
-	if d := digestOf(t, filepath.Join(h.bin, ".tether-edge.previous")); d != old {
+	if d := digestOf(t, PreviousPath(h.installed)); d != old {
 		t.Errorf("previous %s, want the old %s", d, old)
 	}
 	if left, err := Leftovers(h.installed); err != nil || len(left) != 1 || filepath.Base(left[0]) != ".tether-edge.previous" {
