@@ -13,7 +13,9 @@
 // An installation is three files per role, each written only when its
 // bytes differ: the binary (/usr/local/bin/tether for the hub,
 // /usr/local/bin/tether-edge for the agent), the config file and the unit
-// (/etc/systemd/system/tether-ROLE.service). A Layout can put them all
+// (/etc/systemd/system/tether-ROLE.service); an agent upgraded in place
+// (edge/upgrade) keeps the executable it replaced beside the binary, and
+// uninstalling removes it with the rest. A Layout can put them all
 // under another root, with every path the files name prefixed too. The
 // unit manager is run as a program (systemctl by default), so a test can
 // give its own; deploy/systemdtest is one that supervises units where
