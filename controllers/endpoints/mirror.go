@@ -117,7 +117,10 @@ func NewMirroring(cfg MirrorConfig) (*Mirror, error) {
 }
 
 // sliceChanged requeues the Service of a mirrored slice, so a slice
-// changed or deleted by someone else is put back.
+// changed or deleted by someone else is put back. Any event of a slice
+// this controller created shows the cache has seen it, even when the
+// slice is gone by the next sync (deleted by the garbage collector with
+// its Endpoints, say): it no longer holds the Service's syncs back.
 func (m *Mirror) sliceChanged(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -126,7 +129,16 @@ func (m *Mirror) sliceChanged(obj any) {
 	if !ok || s.Labels[LabelManagedBy] != MirroringManagedByValue || s.Labels[LabelServiceName] == "" {
 		return
 	}
-	m.queue.Add(s.Namespace + "/" + s.Labels[LabelServiceName])
+	key := s.Namespace + "/" + s.Labels[LabelServiceName]
+	m.mu.Lock()
+	if names := m.created[key]; names != nil {
+		delete(names, s.Name)
+		if len(names) == 0 {
+			delete(m.created, key)
+		}
+	}
+	m.mu.Unlock()
+	m.queue.Add(key)
 }
 
 // Run waits for the informers, then mirrors Endpoints until ctx ends.
