@@ -304,12 +304,16 @@ func (gc *garbageCollector) ownerStateOf(ctx context.Context, dependent objectKe
 	info, ok := gc.m.kindInfo(ref.APIVersion, ref.Kind)
 	if !ok {
 		// An unknown kind may be served later; never delete for it,
-		// but look again once discovery finds new kinds.
-		gc.log.Debug("owner kind not served", "object", dependent.String(), "apiVersion", ref.APIVersion, "kind", ref.Kind)
+		// but look again once discovery finds new kinds. A discovery
+		// that found it between the first look and the record has
+		// queued the others already: look once more.
 		gc.mu.Lock()
 		gc.unresolved[dependent] = struct{}{}
 		gc.mu.Unlock()
-		return ownerSolid, nil
+		if info, ok = gc.m.kindInfo(ref.APIVersion, ref.Kind); !ok {
+			gc.log.Debug("owner kind not served", "object", dependent.String(), "apiVersion", ref.APIVersion, "kind", ref.Kind)
+			return ownerSolid, nil
+		}
 	}
 	ns := ""
 	if info.namespaced {
