@@ -219,6 +219,25 @@ func (e *env) deploymentGone(ns, name string) func() (bool, error) {
 
 const timeout = 30 * time.Second
 
+// defineKind serves a namespaced custom resource of group gc.example.com,
+// version v1, with any content, named after singular.
+func (e *env) defineKind(t *testing.T, singular, kind string) {
+	t.Helper()
+	crd := fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: %[1]ss.gc.example.com}
+spec:
+  group: gc.example.com
+  scope: Namespaced
+  names: {plural: %[1]ss, singular: %[1]s, kind: %[2]s}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`, singular, kind)
+	if out, err := e.h.RunInput(context.Background(), crd, nil, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+}
+
 func TestControllers(t *testing.T) {
 	e := start(t)
 	ctx := context.Background()
@@ -452,37 +471,13 @@ func TestControllers(t *testing.T) {
 		if _, err := e.kube.CoreV1().ConfigMaps("later").Get(ctx, "dep", metav1.GetOptions{}); err != nil {
 			t.Fatalf("dependent of an owner of an unserved kind: %v", err)
 		}
-		crd := `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: sprockets.gc.example.com}
-spec:
-  group: gc.example.com
-  scope: Namespaced
-  names: {plural: sprockets, singular: sprocket, kind: Sprocket}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-`
-		if out, err := e.h.RunInput(ctx, crd, nil, "apply", "-f", "-"); err != nil {
-			t.Fatalf("apply: %v\n%s", err, out)
-		}
+		e.defineKind(t, "sprocket", "Sprocket")
 		waitFor(t, "dependent of an absent owner of a newly served kind deleted", timeout, e.configMapGone("later", "dep"))
 	})
 
 	t.Run("DeletedResourceUnwatched", func(t *testing.T) {
 		gr := schema.GroupResource{Group: "gc.example.com", Resource: "gadgets"}
-		crd := `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gadgets.gc.example.com}
-spec:
-  group: gc.example.com
-  scope: Namespaced
-  names: {plural: gadgets, singular: gadget, kind: Gadget}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-`
-		if out, err := e.h.RunInput(ctx, crd, nil, "apply", "-f", "-"); err != nil {
-			t.Fatalf("apply: %v\n%s", err, out)
-		}
+		e.defineKind(t, "gadget", "Gadget")
 		var w *watchedResource
 		waitFor(t, "an informer of the custom resource", timeout, func() (bool, error) {
 			w = e.m.watchedFor(gr)
