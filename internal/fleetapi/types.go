@@ -26,7 +26,9 @@ var (
 )
 
 // Labels of a Release, set by the hub when it imports one, so that the
-// releases of a version are found by a label selector.
+// releases of a version are found by a label selector. An agent labels
+// its Node with LabelBuild too, with the build it runs, so that the
+// rollout controller asks it for a release of the same build.
 const (
 	LabelVersion = Group + "/version"
 	LabelArch    = Group + "/arch"
@@ -199,6 +201,11 @@ const AnnotationRelease = Group + "/release"
 // AnnotationRelease.
 const AnnotationEdgeUpgrade = Group + "/edge-upgrade"
 
+// AnnotationAskedAt on a Node is when (RFC 3339) AnnotationRelease was
+// last set. An agent whose attempt at a release failed tries it again
+// only when asked again after that attempt.
+const AnnotationAskedAt = Group + "/asked-at"
+
 // ConditionAgentUpgrade is the Node condition in which an agent reports
 // its upgrade to the Release of AnnotationRelease. Its message starts
 // with the Release's name and a colon (see UpgradeMessage).
@@ -214,6 +221,17 @@ const (
 	// ReasonRefused: the agent did not try the release (its signature or
 	// digest did not check, it does not run here, ...).
 	ReasonRefused = "Refused"
+)
+
+// Reasons of a NodeFailure the rollout controller finds itself, besides
+// ReasonRolledBack and ReasonRefused reported by agents.
+const (
+	// ReasonTimedOut: the node did not run the release within the
+	// rollout's nodeTimeout.
+	ReasonTimedOut = "TimedOut"
+	// ReasonNoRelease: the hub holds no release of the version for the
+	// node's architecture and build.
+	ReasonNoRelease = "NoRelease"
 )
 
 // Failed reports whether reason ends an attempt without the release.
