@@ -206,6 +206,11 @@ const AnnotationEdgeUpgrade = Group + "/edge-upgrade"
 // only when asked again after that attempt.
 const AnnotationAskedAt = Group + "/asked-at"
 
+// AnnotationBandwidthLimit on a Node caps its agent's download of the
+// release of AnnotationRelease, in bytes per second (a decimal integer);
+// the rollout controller copies it from spec.bandwidthLimit.
+const AnnotationBandwidthLimit = Group + "/bandwidth-limit"
+
 // ConditionAgentUpgrade is the Node condition in which an agent reports
 // its upgrade to the Release of AnnotationRelease. Its message starts
 // with the Release's name and a colon (see UpgradeMessage).
