@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-edge/tether/edge/identity"
 	"github.com/tether-edge/tether/edge/kube"
@@ -51,6 +55,10 @@ type Agent struct {
 	server   *http.Server
 	listener *streaming.Listener // the node server's, fed by dialTarget
 	sites    *siteFilter         // leaves out dead site peers' endpoints; nil without sinks
+
+	// extraCondition is a Node condition the program around the agent
+	// reports (SetNodeCondition); nil: none.
+	extraCondition atomic.Pointer[corev1.NodeCondition]
 
 	eventsOnce    sync.Once
 	events        *eventRecorder // the kubelet's events; see recordEvent
@@ -303,6 +311,36 @@ func (a *Agent) RecordNodeEvent(warning bool, reason, message string) {
 	if r := a.eventRecorder(); r != nil {
 		r.node(a.name, warning, reason, message)
 	}
+}
+
+// SetNodeCondition makes c (its type, status, reason and message) one of
+// the conditions the node reports, in place of the last one set, and has
+// the status written at once when the node is registered. Its transition
+// time changes when its status, reason or message does.
+func (a *Agent) SetNodeCondition(c corev1.NodeCondition) {
+	c.LastHeartbeatTime, c.LastTransitionTime = metav1.Time{}, metav1.Time{}
+	if old := a.extraCondition.Load(); old != nil && *old == c {
+		return
+	}
+	a.extraCondition.Store(&c)
+	if a.node != nil && a.node.registered() {
+		a.node.resendNow()
+	}
+}
+
+// HubClient returns an HTTP client whose requests to http://hub reach the
+// hub's API server over the tunnel as this node, without a time limit:
+// for downloads, which the caller bounds by its context.
+func (a *Agent) HubClient() *http.Client {
+	<-a.ready
+	return &http.Client{Transport: a.httpc.Transport}
+}
+
+// ClusterRoots returns the cluster's CA as the node pinned it when it
+// joined: what it trusts the hub's signatures by.
+func (a *Agent) ClusterRoots() *x509.CertPool {
+	<-a.ready
+	return a.id.Roots()
 }
 
 // eventRecorder returns the recorder, started with the first event so

@@ -79,6 +79,12 @@ type Config struct {
 	SiteView SiteView
 	// Labels are added to the Node's labels at registration.
 	Labels map[string]string
+	// NodeObserver, when set, is given the node's Node as the hub returns
+	// it at registration and after each status write: how the program
+	// around the agent learns of what the hub set on the Node (such as
+	// the release its agent is to run) without a watch. It is called in
+	// the status loop, so it must not block.
+	NodeObserver func(*corev1.Node)
 	// Capacity overrides entries of the capacity the runtime reports
 	// (allocatable follows).
 	Capacity corev1.ResourceList

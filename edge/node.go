@@ -71,6 +71,7 @@ type nodeInput struct {
 	host     hostFacts
 	version  string // the agent's
 	now      time.Time
+	extra    *corev1.NodeCondition // Agent.SetNodeCondition's
 }
 
 // KubeletVersion is what an agent of the given version reports as its
@@ -164,6 +165,20 @@ func buildNodeStatus(in nodeInput, old *corev1.NodeStatus) corev1.NodeStatus {
 		cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "node has no disk pressure"),
 		cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "node has sufficient PID available"),
 		ready,
+	}
+	if e := in.extra; e != nil {
+		c := cond(e.Type, e.Status, e.Reason, e.Message)
+		if old != nil {
+			// A new reason or message is a transition too: a
+			// condition reporting one attempt after another must show
+			// when the latest began.
+			for _, o := range old.Conditions {
+				if o.Type == e.Type && (o.Reason != e.Reason || o.Message != e.Message) {
+					c.LastTransitionTime = now
+				}
+			}
+		}
+		st.Conditions = append(st.Conditions, c)
 	}
 	return st
 }

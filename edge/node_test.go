@@ -209,3 +209,34 @@ func TestKubeletVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestExtraNodeCondition checks the condition set with SetNodeCondition:
+// reported beside the kubelet's, its transition time kept while it stays
+// the same and moved when its status, reason or message changes.
+func TestExtraNodeCondition(t *testing.T) {
+	in := testNodeInput()
+	in.now = time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	in.extra = &corev1.NodeCondition{Type: "AgentUpgrade", Status: corev1.ConditionFalse, Reason: "Downloading", Message: "r1: 0 of 9 MB"}
+	find := func(st corev1.NodeStatus) corev1.NodeCondition {
+		for _, c := range st.Conditions {
+			if c.Type == "AgentUpgrade" {
+				return c
+			}
+		}
+		t.Fatal("no AgentUpgrade condition")
+		return corev1.NodeCondition{}
+	}
+	st := buildNodeStatus(in, nil)
+	if len(st.Conditions) != 5 || find(st).Reason != "Downloading" {
+		t.Fatalf("conditions: %+v", st.Conditions)
+	}
+	later := in
+	later.now = in.now.Add(time.Minute)
+	if c := find(buildNodeStatus(later, &st)); !c.LastTransitionTime.Time.Equal(in.now) || !c.LastHeartbeatTime.Time.Equal(later.now) {
+		t.Errorf("unchanged condition: transition %v heartbeat %v", c.LastTransitionTime, c.LastHeartbeatTime)
+	}
+	later.extra = &corev1.NodeCondition{Type: "AgentUpgrade", Status: corev1.ConditionFalse, Reason: "RolledBack", Message: "r1: not healthy"}
+	if c := find(buildNodeStatus(later, &st)); !c.LastTransitionTime.Time.Equal(later.now) {
+		t.Errorf("a new reason kept the transition time %v", c.LastTransitionTime)
+	}
+}

@@ -84,6 +84,7 @@ func (s *nodeSync) input(ctx context.Context) nodeInput {
 	return nodeInput{
 		name: s.a.name, ip: s.a.nodeIP, zone: s.a.cfg.Zone, labels: s.a.cfg.Labels,
 		info: info, infoErr: err, capacity: s.a.cfg.Capacity, host: s.host, version: s.a.cfg.Version, now: time.Now(),
+		extra: s.a.extraCondition.Load(),
 	}
 }
 
@@ -229,6 +230,7 @@ func (s *nodeSync) register(ctx context.Context) error {
 	s.mu.Unlock()
 	s.a.local.saveNode(node)
 	s.a.metrics.registrations.Add(1)
+	s.observed(node)
 	return s.write(ctx, buildNodeStatus(in, &node.Status), true, false)
 }
 
@@ -313,5 +315,13 @@ func (s *nodeSync) write(ctx context.Context, st corev1.NodeStatus, force, full 
 	s.node, s.lastReport = node, time.Now()
 	s.mu.Unlock()
 	s.a.metrics.nodeStatusWrites.Add(1)
+	s.observed(node)
 	return nil
+}
+
+// observed hands the Node the hub returned to Config.NodeObserver.
+func (s *nodeSync) observed(n *corev1.Node) {
+	if f := s.a.cfg.NodeObserver; f != nil {
+		f(n)
+	}
 }

@@ -60,6 +60,9 @@ type Identity struct {
 // Node returns the name of the node the certificate is for.
 func (id *Identity) Node() string { return id.node }
 
+// Roots returns the hub's CA the node pinned when it joined.
+func (id *Identity) Roots() *x509.CertPool { return id.roots }
+
 // Current returns the certificate in use; its Leaf is set.
 func (id *Identity) Current() *tls.Certificate { return id.cert.Load() }
 
