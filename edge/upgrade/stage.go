@@ -27,6 +27,9 @@ type Staged struct {
 	Digest string `json:"digest"`
 	// Version is what the staged executable says it is.
 	Version string `json:"version"`
+	// Release names the hub's Release the executable came from, when a
+	// rollout asked for it; "" when a user staged a file.
+	Release string `json:"release,omitempty"`
 }
 
 // versionTimeout bounds the check that a staged executable runs.
@@ -73,7 +76,7 @@ func Stage(ctx context.Context, src, installed, want string) (Staged, error) {
 	if want != "" && sum != want {
 		return Staged{}, fmt.Errorf("%s has digest sha256:%s, not the sha256:%s asked for", src, sum, want)
 	}
-	if cur, err := fileDigest(installed); err == nil && cur == "sha256:"+sum {
+	if cur, err := FileDigest(installed); err == nil && cur == "sha256:"+sum {
 		return Staged{}, fmt.Errorf("%s is the installed executable already (sha256:%s)", src, sum)
 	}
 	if err := tmp.Chmod(0o755); err != nil {
@@ -162,8 +165,8 @@ func runVersion(ctx context.Context, path string) (string, error) {
 	return f[1], nil
 }
 
-// fileDigest returns a file's SHA-256 as "sha256:HEX".
-func fileDigest(path string) (string, error) {
+// FileDigest returns a file's SHA-256 as "sha256:HEX".
+func FileDigest(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

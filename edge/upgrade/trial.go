@@ -50,6 +50,7 @@ type Outcome struct {
 	Version  string    `json:"version"`
 	Digest   string    `json:"digest"`
 	Previous string    `json:"previous,omitempty"`
+	Release  string    `json:"release,omitempty"` // Staged.Release
 	Reason   string    `json:"reason,omitempty"`
 	At       time.Time `json:"at"`
 	// Reported says a running agent reported it as an event of its
@@ -184,13 +185,13 @@ func (r *Records) Accept(self, version string, connected bool, now time.Time) (*
 	}
 	refuse := func(reason string) (*Trial, error) {
 		os.Remove(req.Path)
-		o := Outcome{Result: Refused, Version: req.Version, Digest: req.Digest, Previous: version, Reason: reason, At: now}
+		o := Outcome{Result: Refused, Version: req.Version, Digest: req.Digest, Release: req.Release, Previous: version, Reason: reason, At: now}
 		if err := r.finish(requestFile, o); err != nil {
 			return nil, err
 		}
 		return nil, errors.New(reason)
 	}
-	if d, err := fileDigest(req.Path); err != nil {
+	if d, err := FileDigest(req.Path); err != nil {
 		return refuse(fmt.Sprintf("read the staged executable: %v", err))
 	} else if d != req.Digest {
 		return refuse(fmt.Sprintf("the staged executable changed: digest %s, staged as %s", d, req.Digest))
@@ -223,15 +224,25 @@ func (r *Records) Resume(self string, now time.Time) (*Trial, error) {
 	if filepath.Clean(self) == filepath.Clean(t.Path) {
 		return t, nil
 	}
-	if d, err := fileDigest(t.Installed); err == nil && d == t.Digest {
+	if d, err := FileDigest(t.Installed); err == nil && d == t.Digest {
 		// The rename was done; its record was not.
-		return nil, r.finish(trialFile, Outcome{Result: Installed, Version: t.Version, Digest: t.Digest, Previous: t.Previous, At: now})
+		return nil, r.finish(trialFile, Outcome{Result: Installed, Version: t.Version, Digest: t.Digest, Release: t.Release, Previous: t.Previous, At: now})
 	}
 	os.Remove(t.Path)
-	o := Outcome{Result: RolledBack, Version: t.Version, Digest: t.Digest, Previous: t.Previous, At: now,
+	o := Outcome{Result: RolledBack, Version: t.Version, Digest: t.Digest, Release: t.Release, Previous: t.Previous, At: now,
 		Reason: "the new agent stopped before it became healthy (it exited, was killed or the machine restarted)"}
 	r.log.Warn("upgrade rolled back", "version", t.Version, "reason", o.Reason)
 	return nil, r.finish(trialFile, o)
+}
+
+// Refuse records that the agent refused to try the release named
+// release (version, digest) before anything was staged: its signature or
+// digest did not check, it is for another machine, its download failed
+// for good. previous is the running agent's version.
+func (r *Records) Refuse(release, version, digest, previous, reason string, now time.Time) error {
+	r.log.Warn("upgrade refused", "release", release, "version", version, "reason", reason)
+	return r.write(outcomeFile, Outcome{Result: Refused, Release: release, Version: version, Digest: digest,
+		Previous: previous, Reason: reason, At: now})
 }
 
 // PreviousPath is where the executable an upgrade replaced is kept:
@@ -260,13 +271,13 @@ func (r *Records) Commit(t *Trial, now time.Time) error {
 		return err
 	}
 	r.log.Info("upgrade installed", "version", t.Version, "previous", t.Previous, "took", now.Sub(t.Started).Round(time.Millisecond))
-	return r.finish(trialFile, Outcome{Result: Installed, Version: t.Version, Digest: t.Digest, Previous: t.Previous, At: now})
+	return r.finish(trialFile, Outcome{Result: Installed, Version: t.Version, Digest: t.Digest, Release: t.Release, Previous: t.Previous, At: now})
 }
 
 // RollBack closes a failed trial; the caller then execs t.Installed.
 func (r *Records) RollBack(t *Trial, reason string, now time.Time) error {
 	r.log.Warn("upgrade rolled back", "version", t.Version, "reason", reason)
-	if err := r.finish(trialFile, Outcome{Result: RolledBack, Version: t.Version, Digest: t.Digest, Previous: t.Previous, Reason: reason, At: now}); err != nil {
+	if err := r.finish(trialFile, Outcome{Result: RolledBack, Version: t.Version, Digest: t.Digest, Release: t.Release, Previous: t.Previous, Reason: reason, At: now}); err != nil {
 		return err
 	}
 	// Still running from it: the name goes, the file when we exec.
