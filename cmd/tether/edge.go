@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/tether-edge/tether/edge/containerd"
 	"github.com/tether-edge/tether/edge/ingress"
 	"github.com/tether-edge/tether/edge/sim"
+	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
 func newEdgeCmd() *cobra.Command {
@@ -152,12 +154,20 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			upgrades := resumeUpgrades(cfg.DataDir, version, logger)
+			fleet := newFleetFollower(upgrades, cfg.DataDir)
+			cfg.NodeObserver = fleet.observe
+			cfg.Labels = maps.Clone(cfg.Labels)
+			if cfg.Labels == nil {
+				cfg.Labels = map[string]string{}
+			}
+			cfg.Labels[fleetapi.LabelBuild] = build
 			a, err := edge.New(cfg)
 			if err != nil {
 				return err
 			}
-			upgrades := resumeUpgrades(cfg.DataDir, version, logger)
 			upgrades.run(ctx, a, stop)
+			go fleet.run(ctx, a, stop)
 			return upgrades.after(a.Run(ctx))
 		},
 	}

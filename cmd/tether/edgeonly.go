@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
 // kubernetesVersion is the Kubernetes version the agent reports.
@@ -16,3 +17,7 @@ const kubernetesVersion = edge.KubernetesVersion
 func commands() []*cobra.Command {
 	return []*cobra.Command{newEdgeCmd(), newInstallCmd(), newUninstallCmd()}
 }
+
+// build is the build of tether this executable is, which the agent
+// labels its Node with so that rollouts ask it for the same build.
+const build = fleetapi.BuildEdge

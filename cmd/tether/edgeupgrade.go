@@ -207,6 +207,7 @@ type agentUpgrades struct {
 	next string // the executable to run once the agent stopped
 
 	reporting sync.Mutex // one report at a time
+	taking    sync.Mutex // one request taken up at a time
 }
 
 // resumeUpgrades reads the upgrade records as the agent starts.
@@ -248,14 +249,9 @@ func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
 				return
 			case <-usr2:
 			}
-			t, err := u.recs.Accept(currentExecutable(u.self), u.version, a.Stats().Connected, time.Now())
-			if err != nil {
-				u.log.Warn("upgrade refused", "err", err)
-				u.report(a)
-				continue
+			if u.take(a, stop) {
+				return
 			}
-			u.restartInto(t.Path, stop)
-			return
 		}
 	}()
 	go func() {
@@ -290,6 +286,21 @@ func (u *agentUpgrades) run(ctx context.Context, a *edge.Agent, stop func()) {
 			u.report(a)
 		}()
 	}
+}
+
+// take takes up the pending request: the agent stops to exec the staged
+// executable (true), or the request is refused and reported (false).
+func (u *agentUpgrades) take(a *edge.Agent, stop func()) bool {
+	u.taking.Lock()
+	defer u.taking.Unlock()
+	t, err := u.recs.Accept(currentExecutable(u.self), u.version, a.Stats().Connected, time.Now())
+	if err != nil {
+		u.log.Warn("upgrade refused", "err", err)
+		u.report(a)
+		return false
+	}
+	u.restartInto(t.Path, stop)
+	return true
 }
 
 // Events of the node that report an upgrade's outcome.
@@ -330,6 +341,7 @@ func (u *agentUpgrades) report(a *edge.Agent) {
 	if err := u.recs.MarkReported(*o); err != nil {
 		u.log.Warn("upgrades: record the outcome as reported", "err", err)
 	}
+	u.publish(a)
 }
 
 // currentExecutable is the path of this process's executable now:
