@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/tether-edge/tether/deploy"
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/edge/upgrade"
+	"github.com/tether-edge/tether/internal/bundle"
 	"github.com/tether-edge/tether/internal/dirlock"
 )
 
@@ -67,7 +69,7 @@ when the upgrade was rolled back or refused.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", "", "the running agent's data directory (default: the installed agent's, from "+deploy.DefaultConfigFile(deploy.Edge)+", else "+deploy.Layout{}.DataDir(deploy.Edge)+")")
-	f.StringVar(&binary, "binary", "", "the new executable")
+	f.StringVar(&binary, "binary", "", "the new executable, or a bundle (tether bundle create) carrying it")
 	f.BoolVar(&previous, "previous", false, "go back to the executable the last upgrade replaced (kept beside the installed one as .NAME.previous)")
 	f.StringVar(&digest, "sha256", "", "the new executable's SHA-256, checked before anything changes")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long the new agent has to become healthy before the old one comes back")
@@ -116,6 +118,14 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary str
 	} else if t != nil {
 		return fmt.Errorf("an upgrade to %s is in trial until %s", t.Version, t.Deadline.Format(time.RFC3339))
 	}
+	if bundle.Is(binary) {
+		exe, cleanup, err := releaseFromBundle(binary)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		binary = exe
+	}
 	st, err := upgrade.Stage(ctx, binary, installed, digest)
 	if err != nil {
 		return err
@@ -158,6 +168,39 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary str
 		case <-tick.C:
 		}
 	}
+}
+
+// releaseFromBundle extracts from the bundle at path the executable for
+// this machine's architecture, of this executable's build when the bundle
+// has it, into a temporary directory that cleanup removes.
+func releaseFromBundle(path string) (exe string, cleanup func(), err error) {
+	m, err := bundle.Read(path)
+	if err != nil {
+		return "", nil, err
+	}
+	var pick *bundle.Release
+	for i, r := range m.Releases {
+		if r.Arch != goruntime.GOARCH {
+			continue
+		}
+		if pick == nil || r.Build == build && pick.Build != build {
+			pick = &m.Releases[i]
+		}
+	}
+	if pick == nil {
+		return "", nil, fmt.Errorf("%s carries no release for %s", path, goruntime.GOARCH)
+	}
+	dir, err := os.MkdirTemp("", "tether-bundle-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	_, paths, err := bundle.Extract(path, dir, func(e bundle.Entry) bool { return e.File == pick.File })
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return paths[pick.File], cleanup, nil
 }
 
 // agentPID returns the process ID of the agent running on dataDir.
