@@ -35,7 +35,9 @@ const upgradeVersion = "v0.0.0-upgrade-test"
 //   - unhealthy: a new agent that cannot reach the hub (the node's uplink
 //     is cut during its trial) is replaced by the installed executable in
 //     the same process once its time is up;
-//   - previous: --previous goes back to the first executable the same way.
+//   - previous: --previous goes back to the first executable the same way;
+//   - bundle: `tether bundle create` packs the images and the new
+//     executable; the node imports the images and upgrades from it.
 //
 // The pod runs throughout.
 func TestContainerdEdgeUpgrade(t *testing.T) {
@@ -254,6 +256,31 @@ func TestContainerdEdgeUpgrade(t *testing.T) {
 		eventually(t, 30*time.Second, "the node reporting the first version again", func() (bool, string) {
 			v := kubeletVersion()
 			return v != "" && v != edge.KubeletVersion(upgradeVersion), v
+		})
+		podUnchanged(t)
+	})
+
+	t.Run("bundle", func(t *testing.T) {
+		// An air-gapped site: images and the release in one bundle.
+		b := filepath.Join(dir, "site.bundle")
+		out, err := exec.Command(h.tether, "bundle", "create", "-o", b, "--release", next, archive).CombinedOutput()
+		if err != nil {
+			t.Fatalf("bundle create: %v\n%s", err, out)
+		}
+		out, err = exec.Command(h.tether, "edge", "images", "import", "--containerd-address", n.sock, b).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "imported ") {
+			t.Fatalf("images import of the bundle: %v\n%s", err, out)
+		}
+		out, err = exec.Command(h.tether, "edge", "upgrade", "--binary", b, "--data-dir", n.data).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "installed "+upgradeVersion) {
+			t.Fatalf("upgrade from the bundle: %v\n%s", err, out)
+		}
+		if d := sha256File(t, installed); d != sha256File(t, next) {
+			t.Error("the installed executable is not the bundle's")
+		}
+		eventually(t, 30*time.Second, "the node reporting "+upgradeVersion, func() (bool, string) {
+			v := kubeletVersion()
+			return v == edge.KubeletVersion(upgradeVersion), v
 		})
 		podUnchanged(t)
 	})
