@@ -23,7 +23,7 @@ const kubernetesVersion = hub.KubernetesVersion
 // commands are the subcommands of the full binary: the hub's, the join
 // tokens', the users', the agent's and the installer's.
 func commands() []*cobra.Command {
-	return []*cobra.Command{newHubCmd(), newStoreCmd(), newTokenCmd(), newUserCmd(), newEdgeCmd(), newInstallCmd(), newUninstallCmd()}
+	return []*cobra.Command{newHubCmd(), newStoreCmd(), newTokenCmd(), newUserCmd(), newReleaseCmd(), newEdgeCmd(), newInstallCmd(), newUninstallCmd()}
 }
 
 func newHubCmd() *cobra.Command {
