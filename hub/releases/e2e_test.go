@@ -224,6 +224,7 @@ func TestReleases(t *testing.T) {
 		if err == nil || !strings.Contains(out, c.says) {
 			t.Errorf("import %s: %v\n%s, want an error saying %q", filepath.Base(c.file), err, out, c.says)
 		}
+		t.Logf("refused: %s", strings.TrimSpace(out))
 	}
 	resp, body := admin.do(http.MethodPost, fleetapi.ImportPath, bytes.NewReader([]byte("#!/bin/sh\n")), nil)
 	if st := status(t, body); resp.StatusCode != http.StatusBadRequest || st.Reason != metav1.StatusReasonBadRequest {
@@ -236,6 +237,20 @@ func TestReleases(t *testing.T) {
 	testDownloads(t, h, admin, v1, v2, v2Path)
 	testRights(t, h, v1)
 	testEdgeUpgradeAdmission(t, h)
+
+	// A restart rewrites no definition and keeps the store.
+	gen := h.MustRun("get", "crd", "releases.fleet.tether.io", "-o", "jsonpath={.metadata.resourceVersion}")
+	h.Restart()
+	if after := h.MustRun("get", "crd", "releases.fleet.tether.io", "-o", "jsonpath={.metadata.resourceVersion}"); after != gen {
+		t.Errorf("the definition was written at restart: resourceVersion %s → %s", gen, after)
+	}
+	if n := releaseCount(t, h); n != 2 {
+		t.Errorf("%d Releases after a restart, want 2", n)
+	}
+	admin = newClient(t, h.Kubeconfig)
+	if resp, body := admin.do(http.MethodGet, fleetapi.DownloadPath(digestOf(v2))+"?from="+digestOf(v1), nil, nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("the kept delta after a restart: %d %s", resp.StatusCode, body)
+	}
 }
 
 // testDownloads: the whole executable, a resumed download from the middle,
