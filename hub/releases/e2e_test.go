@@ -230,8 +230,18 @@ func TestReleases(t *testing.T) {
 	if st := status(t, body); resp.StatusCode != http.StatusBadRequest || st.Reason != metav1.StatusReasonBadRequest {
 		t.Errorf("POST of a script: %d %+v", resp.StatusCode, st)
 	}
+	// Another executable under the same name (here: the same one with a
+	// byte appended, which reads the same) is a conflict.
+	resp, body = admin.do(http.MethodPost, fleetapi.ImportPath, bytes.NewReader(append(bytes.Clone(v1), 0)), nil)
+	if st := status(t, body); resp.StatusCode != http.StatusConflict || st.Reason != metav1.StatusReasonConflict ||
+		!strings.Contains(st.Message, "the Release holds another executable") {
+		t.Errorf("import of another executable under %s: %d %+v", name1, resp.StatusCode, st)
+	}
 	if n := releaseCount(t, h); n != 1 {
 		t.Errorf("%d Releases after refused imports, want 1", n)
+	}
+	if again := getRelease(t, h, name1); again.ResourceVersion != rel1.ResourceVersion {
+		t.Errorf("a refused import changed the Release: resourceVersion %s → %s", rel1.ResourceVersion, again.ResourceVersion)
 	}
 
 	testDownloads(t, h, admin, v1, v2, v2Path)
