@@ -36,6 +36,7 @@ import (
 	"github.com/tether-edge/tether/hub/rbac"
 	"github.com/tether-edge/tether/hub/rbac/bootstrap"
 	"github.com/tether-edge/tether/hub/registry"
+	"github.com/tether-edge/tether/hub/releases"
 	"github.com/tether-edge/tether/hub/storage"
 	"github.com/tether-edge/tether/internal/dirlock"
 	"github.com/tether-edge/tether/tunnel"
@@ -91,6 +92,7 @@ type run struct {
 	crds      *apiextensions.Controller
 	adm       *admission.Admission
 	csrAdm    *certificates.Admission
+	relAdm    *releases.Admission
 	rbac      *rbac.Authorizer
 	objs      *storage.Storage
 	bootCfg   storage.BootstrapConfig
@@ -190,21 +192,23 @@ func (r *run) open(ctx context.Context) error {
 
 	r.adm = admission.New(cfg.Logger.With("component", "admission"))
 	r.csrAdm = certificates.NewAdmission()
+	r.relAdm = releases.NewAdmission(reg)
 	r.rbac = rbac.New(rbac.Config{Logger: cfg.Logger.With("component", "rbac")})
 	r.objs, err = storage.New(storage.Config{Store: st, Registry: reg, Logger: cfg.Logger.With("component", "storage"),
-		Admission: append(r.adm.Admitters(), r.csrAdm, r.rbac.Admitter())})
+		Admission: append(r.adm.Admitters(), r.csrAdm, r.rbac.Admitter(), r.relAdm)})
 	if err != nil {
 		return err
 	}
 	r.rbac.SetStorage(r.objs)
 	r.crds = apiextensions.New(apiextensions.Config{Storage: r.objs, Registry: r.reg, Logger: cfg.Logger.With("component", "apiextensions")})
 	r.adm.SetStorage(r.objs)
+	r.relAdm.SetStorage(r.objs)
 	port := r.ln.Addr().(*net.TCPAddr).Port
 	r.bootCfg = storage.BootstrapConfig{AdvertiseAddress: r.advertise, Port: int32(port), ServiceIP: r.serviceIP.String()}
 	if err := r.objs.Bootstrap(ctx, r.bootCfg); err != nil {
 		return fmt.Errorf("bootstrap objects: %w", err)
 	}
-	return nil
+	return r.installFleetDefinitions(ctx)
 }
 
 // buildAPI assembles the API server: authentication (client certificates,
@@ -282,8 +286,13 @@ func (r *run) buildAPI() error {
 	if err != nil {
 		return err
 	}
+	releaseStore, err := r.openReleases()
+	if err != nil {
+		return err
+	}
 	r.api, err = apiserver.New(apiserver.Config{
 		Fleet:                fleetPage,
+		Releases:             releaseStore,
 		Audit:                auditLog,
 		Storage:              r.serveMetrics(r.leases.Serve(r.objs)),
 		Registry:             r.reg,

@@ -21,9 +21,10 @@ import (
 const kubernetesVersion = hub.KubernetesVersion
 
 // commands are the subcommands of the full binary: the hub's, the join
-// tokens', the users', the agent's and the installer's.
+// tokens', the users', the releases', the bundles', the agent's and the
+// installer's.
 func commands() []*cobra.Command {
-	return []*cobra.Command{newHubCmd(), newStoreCmd(), newTokenCmd(), newUserCmd(), newEdgeCmd(), newInstallCmd(), newUninstallCmd(), newBundleCmd()}
+	return []*cobra.Command{newHubCmd(), newStoreCmd(), newTokenCmd(), newUserCmd(), newReleaseCmd(), newBundleCmd(), newEdgeCmd(), newInstallCmd(), newUninstallCmd()}
 }
 
 func newHubCmd() *cobra.Command {

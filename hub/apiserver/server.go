@@ -37,6 +37,7 @@ import (
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/servicedial"
 	"github.com/tether-edge/tether/hub/storage"
+	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
 // Authorizer decides whether an authenticated user may perform a request.
@@ -113,6 +114,11 @@ type Config struct {
 	// Fleet, when set, serves the fleet page under /fleet/ to users
 	// allowed to list nodes.
 	Fleet http.Handler
+	// Releases, when set, serves the release store at
+	// fleetapi.ImportPath and below (imports and downloads): non-resource
+	// requests, authorized by path and the lower-cased method as verb
+	// ("post" to import, "get" to download), as every other path.
+	Releases http.Handler
 	// Profiling serves the Go runtime's profiles under /debug/pprof/ to
 	// authorized users, as kube-apiserver's --profiling does.
 	Profiling bool
@@ -345,6 +351,15 @@ func (s *Server) serve(rw http.ResponseWriter, r *http.Request) {
 			s.serveResource(w, r, req, u, segs)
 			return
 		}
+	}
+	if s.cfg.Releases != nil && (path == fleetapi.ImportPath || strings.HasPrefix(path, fleetapi.ImportPath+"/")) {
+		req.attrs = Attributes{Verb: strings.ToLower(r.Method), Path: path}
+		if err := s.authorize(r, u, req.attrs); err != nil {
+			s.writeError(w, toStatus(err))
+			return
+		}
+		s.cfg.Releases.ServeHTTP(w, r)
+		return
 	}
 	if s.cfg.Fleet != nil && (path == "/fleet" || strings.HasPrefix(path, "/fleet/")) {
 		// The fleet page shows nodes: whoever may list them may see it.

@@ -66,6 +66,8 @@ type Authority struct {
 	mu      sync.RWMutex
 	serving tls.Certificate
 	saKey   *ecdsa.PrivateKey
+	// signerMu serialises loading and renewing the release signer.
+	signerMu sync.Mutex
 }
 
 const (

@@ -15,6 +15,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-edge/tether/internal/fleetapi"
+	"github.com/tether-edge/tether/join"
 )
 
 const (
@@ -37,6 +40,9 @@ const (
 	ControllerManagerUser = "system:kube-controller-manager"
 	// SystemNamespace holds the controllers' ServiceAccounts.
 	SystemNamespace = "kube-system"
+	// ReleaseDownloaderRole lets nodes (group system:nodes) read Releases and
+	// download their executables.
+	ReleaseDownloaderRole = "system:tether:release-downloader"
 )
 
 // rule builds a PolicyRule from space-separated lists of verbs, API groups
@@ -127,6 +133,12 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule(read, "storage.k8s.io", "storageclasses"),
 			rule("get list watch patch update", "core", "persistentvolumeclaims")),
 		clusterRole(ControllerManagerUser, nil, controllerManagerRules()...),
+		// What an agent reads to upgrade itself: the Releases the hub
+		// holds and their executables (hub/releases). Importing is
+		// "post" on /fleet/releases, an administrator's.
+		clusterRole(ReleaseDownloaderRole, nil,
+			rule(read, fleetapi.Group, fleetapi.ReleasesResource.Resource),
+			urls("get", fleetapi.ImportPath+"/*")),
 	}
 	for _, c := range Controllers() {
 		roles = append(roles, clusterRole(ControllerRolePrefix+c.Account, nil, c.Rules...))
@@ -215,6 +227,7 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		clusterRoleBinding(SchedulerUser, SchedulerUser, user(SchedulerUser)),
 		clusterRoleBinding("system:volume-scheduler", "system:volume-scheduler", user(SchedulerUser)),
 		clusterRoleBinding(ControllerManagerUser, ControllerManagerUser, user(ControllerManagerUser)),
+		clusterRoleBinding(ReleaseDownloaderRole, ReleaseDownloaderRole, group(join.NodesGroup)),
 	}
 	for _, c := range Controllers() {
 		n := ControllerRolePrefix + c.Account
