@@ -166,6 +166,9 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 			if err != nil {
 				return err
 			}
+			// Before the node registers, so that its first status
+			// carries how the last upgrade went.
+			upgrades.publish(a)
 			upgrades.run(ctx, a, stop)
 			go fleet.run(ctx, a, stop)
 			return upgrades.after(a.Run(ctx))

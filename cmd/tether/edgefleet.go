@@ -84,7 +84,6 @@ func (f *fleetFollower) observe(n *corev1.Node) {
 // run follows targets until ctx ends.
 func (f *fleetFollower) run(ctx context.Context, a *edge.Agent, stop func()) {
 	f.a, f.stop = a, stop
-	f.u.publish(a)
 	for {
 		select {
 		case <-ctx.Done():
@@ -257,6 +256,9 @@ func (p *progress) set(done, size int64, delta bool) {
 		what = "delta"
 	}
 	msg := fmt.Sprintf("downloading the %s: %.1f of %.1f MB", what, float64(done)/1e6, float64(size)/1e6)
+	if size <= 0 {
+		msg = fmt.Sprintf("downloading the %s: %.1f MB", what, float64(done)/1e6)
+	}
 	p.f.a.SetNodeCondition(corev1.NodeCondition{Type: fleetapi.ConditionAgentUpgrade, Status: corev1.ConditionFalse,
 		Reason: fleetapi.ReasonDownloading, Message: fleetapi.UpgradeMessage(p.release, msg)})
 }
