@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/tether-edge/tether/controllers"
 	"github.com/tether-edge/tether/hub/admission"
@@ -279,8 +280,8 @@ func (r *run) buildAPI() error {
 	// its first request until the hub stops.
 	fleetCtx, stopFleet := context.WithCancel(context.Background())
 	r.onClose(func() error { stopFleet(); return nil })
-	fleetPage := fleet.New(fleetCtx, func() (kubernetes.Interface, error) {
-		return kubernetes.NewForConfig(localConfig(r.api, r.url, bootstrap.ControllerManagerUser, "system:authenticated"))
+	fleetPage := fleet.New(fleetCtx, func() (*rest.Config, error) {
+		return localConfig(r.api, r.url, bootstrap.ControllerManagerUser, "system:authenticated"), nil
 	})
 	reg, err := r.metricsRegistry()
 	if err != nil {

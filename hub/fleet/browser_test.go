@@ -19,6 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,6 +29,7 @@ import (
 
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
 	"github.com/tether-edge/tether/hub/hubtest"
+	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
 // chromium returns Debian's Chromium, which CI installs.
@@ -79,7 +83,8 @@ func setReady(t *testing.T, c kubernetes.Interface, name string, status corev1.C
 }
 
 // TestFleetPageInChromium opens the fleet page through kubectl proxy in
-// headless Chromium: it shows both sites with their nodes and pods, takes a
+// headless Chromium: it shows both sites with their nodes and pods and an
+// agent rollout under way, takes a
 // screenshot, and marks a site dark when the hub's node lifecycle does,
 // without a reload. A user who may not list nodes gets upstream's 403.
 func TestFleetPageInChromium(t *testing.T) {
@@ -120,6 +125,19 @@ func TestFleetPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A rollout under way, with the status its controller would write,
+	// and alpha-2's agent downloading.
+	startRollout(t, cfg)
+	n, err := c.CoreV1().Nodes().Get(t.Context(), "alpha-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: fleetapi.ConditionAgentUpgrade, Status: corev1.ConditionFalse,
+		Reason: fleetapi.ReasonDownloading, Message: "v2-edge-amd64: downloading the delta: 0.1 of 0.2 MB"})
+	if _, err := c.CoreV1().Nodes().UpdateStatus(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Only users who may list nodes see the page.
 	other := kubernetes.NewForConfigOrDie(func() *rest.Config {
 		cc, err := clientcmd.BuildConfigFromFlags("", h.UserKubeconfig("cashier"))
@@ -154,6 +172,7 @@ func TestFleetPageInChromium(t *testing.T) {
 		chromedp.Navigate(url),
 		chromedp.WaitVisible(`section[data-site="alpha"][data-link="connected"]`),
 		chromedp.WaitVisible(`section[data-site="beta"][data-link="connected"]`),
+		chromedp.WaitVisible(`tr[data-rollout="to-v2"][data-phase="Progressing"]`),
 	); err != nil {
 		t.Fatalf("open the fleet page: %v", err)
 	}
@@ -165,7 +184,8 @@ func TestFleetPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"2 sites, 3 nodes, 4 pods", "alpha-1", "alpha-2", "beta-1", "s ago", "never"} {
+	for _, want := range []string{"2 sites, 3 nodes, 4 pods", "alpha-1", "alpha-2", "beta-1", "s ago", "never",
+		"Agent rollouts", "to-v2", "Progressing", "1/3", "beta-1: RolledBack: not healthy", "Downloading: v2-edge-amd64: downloading the delta"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the page lacks %q:\n%s", want, text)
 		}
@@ -197,5 +217,36 @@ func TestFleetPageInChromium(t *testing.T) {
 	t.Logf("the open page showed alpha dark %v after its nodes were marked", time.Since(marked).Round(time.Millisecond))
 	if !strings.Contains(text, "dark: site cut off") || !strings.Contains(text, nodelifecycle.MessageSiteDark) {
 		t.Errorf("alpha's section when dark:\n%s", text)
+	}
+}
+
+// startRollout creates a Release and an EdgeUpgrade to it, and writes the
+// status the rollout controller (not running here) would: one node of
+// three upgraded, one failed.
+func startRollout(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	dc := dynamic.NewForConfigOrDie(cfg)
+	spec := fleetapi.ReleaseSpec{Version: "v2", Arch: "amd64", Build: fleetapi.BuildEdge,
+		Digest: "sha256:" + strings.Repeat("ab", 32), Size: 1000, Signature: "c2ln", Signer: "unused here"}
+	rel := map[string]any{"apiVersion": fleetapi.Group + "/" + fleetapi.Version, "kind": "Release",
+		"metadata": map[string]any{"name": "v2-edge-amd64", "labels": map[string]any{fleetapi.LabelVersion: "v2", fleetapi.LabelArch: "amd64", fleetapi.LabelBuild: fleetapi.BuildEdge}}}
+	var err error
+	if rel["spec"], err = runtime.DefaultUnstructuredConverter.ToUnstructured(&spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.Resource(fleetapi.ReleasesResource).Create(t.Context(), &unstructured.Unstructured{Object: rel}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	up := &unstructured.Unstructured{Object: map[string]any{"apiVersion": fleetapi.Group + "/" + fleetapi.Version, "kind": "EdgeUpgrade",
+		"metadata": map[string]any{"name": "to-v2"}, "spec": map[string]any{"version": "v2", "batchSize": int64(2)}}}
+	up, err = dc.Resource(fleetapi.EdgeUpgradesResource).Create(t.Context(), up, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Object["status"] = map[string]any{"phase": fleetapi.PhaseProgressing, "nodes": int64(3), "upgraded": int64(1), "upgrading": int64(1), "failed": int64(1),
+		"failures": []any{map[string]any{"node": "beta-1", "release": "v2-edge-amd64", "reason": fleetapi.ReasonRolledBack,
+			"message": "not healthy", "time": time.Now().UTC().Format(time.RFC3339)}}}
+	if _, err := dc.Resource(fleetapi.EdgeUpgradesResource).UpdateStatus(t.Context(), up, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package fleet serves the hub's fleet page: the sites, their nodes and
 // how the hub hears them (connected, partitioned, dark, dead; when each
-// node was last heard), and the pods on each, for the person who looks
+// node was last heard), the pods on each, and the agent upgrades rolling
+// out (EdgeUpgrades, and each node's upgrade under way), for the person who looks
 // at the fleet first in the morning. It is read-only, answers GET at
 // /fleet/ on the API port for users allowed to list nodes (opened through
 // `kubectl proxy` as any API path), and is plain server-rendered HTML
@@ -21,14 +22,19 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
 // Page serves the fleet page.
 type Page struct {
-	client func() (kubernetes.Interface, error)
+	config func() (*rest.Config, error)
 	ctx    context.Context
 	now    func() time.Time
 	tmpl   *template.Template
@@ -38,19 +44,29 @@ type Page struct {
 	nodes   cache.Indexer
 	pods    cache.Indexer
 	leases  cache.Indexer
+	ups     cache.Indexer // EdgeUpgrades
 	started chan struct{} // closed once the informers have synced
 }
 
-// New returns the page. client gives the API client it reads through (the
-// hub's own, in-process); the informers run until ctx ends.
-func New(ctx context.Context, client func() (kubernetes.Interface, error)) *Page {
-	return &Page{client: client, ctx: ctx, now: time.Now, tmpl: newTemplates(), started: make(chan struct{})}
+// New returns the page. config gives the configuration of the API client
+// it reads through (the hub's own, in-process); the informers run until
+// ctx ends.
+func New(ctx context.Context, config func() (*rest.Config, error)) *Page {
+	return &Page{config: config, ctx: ctx, now: time.Now, tmpl: newTemplates(), started: make(chan struct{})}
 }
 
 // start runs the informers, once.
 func (p *Page) start() error {
 	p.once.Do(func() {
-		c, err := p.client()
+		cfg, err := p.config()
+		var c kubernetes.Interface
+		var dc dynamic.Interface
+		if err == nil {
+			c, err = kubernetes.NewForConfig(cfg)
+		}
+		if err == nil {
+			dc, err = dynamic.NewForConfig(cfg)
+		}
 		if err != nil {
 			p.err = err
 			close(p.started)
@@ -73,12 +89,15 @@ func (p *Page) start() error {
 		})
 		lf := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
 		leases := lf.Coordination().V1().Leases().Informer()
-		p.nodes, p.pods, p.leases = nodes.GetIndexer(), pods.GetIndexer(), leases.GetIndexer()
+		df := dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+		ups := df.ForResource(fleetapi.EdgeUpgradesResource).Informer()
+		p.nodes, p.pods, p.leases, p.ups = nodes.GetIndexer(), pods.GetIndexer(), leases.GetIndexer(), ups.GetIndexer()
 		f.Start(p.ctx.Done())
 		lf.Start(p.ctx.Done())
+		df.Start(p.ctx.Done())
 		go func() {
 			defer close(p.started)
-			if !cache.WaitForCacheSync(p.ctx.Done(), nodes.HasSynced, pods.HasSynced, leases.HasSynced) {
+			if !cache.WaitForCacheSync(p.ctx.Done(), nodes.HasSynced, pods.HasSynced, leases.HasSynced, ups.HasSynced) {
 				p.err = p.ctx.Err()
 			}
 		}()
@@ -93,7 +112,15 @@ func (p *Page) start() error {
 
 // view summarizes what the informers hold now.
 func (p *Page) view() View {
-	return Summarize(p.now(), items[*corev1.Node](p.nodes), items[*corev1.Pod](p.pods), items[*coordinationv1.Lease](p.leases))
+	v := Summarize(p.now(), items[*corev1.Node](p.nodes), items[*corev1.Pod](p.pods), items[*coordinationv1.Lease](p.leases))
+	var ups []*fleetapi.EdgeUpgrade
+	for _, o := range p.ups.List() {
+		if u, ok := edgeUpgradeOf(o); ok {
+			ups = append(ups, u)
+		}
+	}
+	v.Rollouts = Rollouts(ups)
+	return v
 }
 
 // items lists what an informer holds, as the type it holds.

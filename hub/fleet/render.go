@@ -33,6 +33,19 @@ const bodyHTML = `{{define "body"}}<header>
 · as of <time datetime="{{.At | iso}}">{{.At | clock}}</time></p>
 </header>
 {{if not .Sites}}<p class="empty">No node has joined the hub yet.</p>{{end}}
+{{if .Rollouts}}<section class="rollouts">
+<h2>Agent rollouts</h2>
+<table>
+<thead><tr><th>Rollout</th><th>Version</th><th>Phase</th><th>Upgraded</th><th>Upgrading</th><th>Failed</th><th>Last failure</th></tr></thead>
+<tbody>
+{{range .Rollouts}}<tr data-rollout="{{.Name}}" data-phase="{{.Phase}}">
+<td>{{.Name}}</td><td>{{.Version}}</td><td><span class="phase {{.Phase}}">{{.Phase}}</span></td>
+<td>{{.Upgraded}}/{{.Nodes}}</td><td>{{.Upgrading}}</td><td>{{.Failed}}</td><td>{{.LastFailure}}</td>
+</tr>
+{{end}}</tbody>
+</table>
+</section>
+{{end}}
 {{range .Sites}}<section class="site" data-site="{{.Name}}" data-link="{{.Link}}">
 <h2>{{.Name}} <span class="link {{.Link}}">{{.Link | linkText}}</span></h2>
 <p class="counts">{{count (len .Nodes) "node"}}{{range $l, $n := .Counts}} · {{$n}} {{$l}}{{end}} · {{count .Pods "pod"}}
@@ -45,7 +58,7 @@ const bodyHTML = `{{define "body"}}<header>
 <td><span class="link {{.Link}}">{{.Link | linkText}}</span></td>
 <td>{{ago $.At .LastHeard}}</td>
 <td>{{.Pods}}</td>
-<td>{{.Agent}}</td>
+<td>{{.Agent}}{{if .Upgrade}} <span class="upgrade">{{.Upgrade}}</span>{{end}}</td>
 <td>{{.Message}}</td>
 </tr>
 {{end}}</tbody>
@@ -85,7 +98,11 @@ th, td { text-align: left; padding: .25rem .6rem; border-bottom: 1px solid #d0d7
 .partitioned { background: #ddf4ff; color: #0550ae; }
 .dark { background: #57606a; color: #fff; }
 .dead { background: #ffebe9; color: #a40e26; }
-.cordoned { font-size: .75rem; color: #57606a; }
+.cordoned, .upgrade { font-size: .75rem; color: #57606a; }
+.phase { padding: .05rem .4rem; border-radius: .3rem; font-size: .8rem; }
+.phase.Paused { background: #ffebe9; color: #a40e26; }
+.phase.Progressing { background: #ddf4ff; color: #0550ae; }
+.phase.Complete { background: #dafbe1; color: #116329; }
 main[data-stale]::before { content: "not refreshed: " attr(data-stale); display: block; color: #a40e26; }
 `
 

@@ -59,6 +59,9 @@ type Node struct {
 	Pods      int // pods bound to the node and not finished
 	// Agent is the version of the node's agent.
 	Agent string
+	// Upgrade is the agent's upgrade under way or failed, from its
+	// AgentUpgrade condition ("" when none).
+	Upgrade string
 }
 
 // Site is a site (a zone) and its nodes.
@@ -80,6 +83,8 @@ type View struct {
 	Sites []Site
 	Nodes int
 	Pods  int
+	// Rollouts are the agent upgrades rolling out (see Rollouts).
+	Rollouts []Rollout
 }
 
 // Summarize builds the view of nodes, the pods bound to them and their
@@ -114,7 +119,7 @@ func Summarize(now time.Time, nodes []*corev1.Node, pods []*corev1.Pod, leases [
 		link, msg := linkOf(n)
 		agent := agentVersion(n.Status.NodeInfo.KubeletVersion)
 		s.Nodes = append(s.Nodes, Node{Name: n.Name, Link: link, Message: msg, Unschedulable: n.Spec.Unschedulable,
-			LastHeard: heard[n.Name], Pods: podsOn[n.Name], Agent: agent})
+			LastHeard: heard[n.Name], Pods: podsOn[n.Name], Agent: agent, Upgrade: upgradeOf(n)})
 		s.Counts[link]++
 		if agent != "" {
 			s.Agents[agent]++

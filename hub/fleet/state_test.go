@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
+	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
 func node(name, zone string, ready corev1.ConditionStatus, msg string, taints ...string) *corev1.Node {
@@ -162,5 +164,27 @@ func TestAgentVersions(t *testing.T) {
 	}
 	if !strings.Contains(out, "<td>v0.4.1</td>") {
 		t.Errorf("a3's version is not on the page:\n%s", out)
+	}
+}
+
+func TestRolloutsOrder(t *testing.T) {
+	at := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+	up := func(name, phase string, failed int32, age time.Duration) *fleetapi.EdgeUpgrade {
+		u := &fleetapi.EdgeUpgrade{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(at.Add(-age))}}
+		u.Status.Phase, u.Status.Failed = phase, failed
+		return u
+	}
+	ups := []*fleetapi.EdgeUpgrade{up("old-done", fleetapi.PhaseComplete, 0, 9*time.Hour), up("running", fleetapi.PhaseProgressing, 0, time.Hour),
+		up("stuck", fleetapi.PhasePaused, 2, 2*time.Hour), up("done-with-failures", fleetapi.PhaseComplete, 1, 3*time.Hour)}
+	for i := range 7 {
+		ups = append(ups, up(fmt.Sprintf("done-%d", i), fleetapi.PhaseComplete, 0, time.Duration(i)*time.Minute))
+	}
+	var names []string
+	for _, r := range Rollouts(ups) {
+		names = append(names, r.Name)
+	}
+	want := "stuck running done-with-failures done-0 done-1 done-2 done-3 done-4"
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("rollouts shown: %s\nwant %s", got, want)
 	}
 }
