@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -431,13 +432,19 @@ func (c *Controller) patchNode(ctx context.Context, node *corev1.Node, set map[s
 	return nil
 }
 
-// ask sets the request for np's release on its node and nudges its agent.
+// ask sets the request for np's release on its node, with the rollout's
+// download cap (or none), and nudges its agent.
 func (c *Controller) ask(ctx context.Context, up *fleetapi.EdgeUpgrade, np nodePlan, now time.Time) error {
+	limit := ""
+	if q := up.Spec.BandwidthLimit; q != nil && q.Value() > 0 {
+		limit = strconv.FormatInt(q.Value(), 10)
+	}
 	if err := c.patchNode(ctx, np.node, map[string]string{
-		fleetapi.AnnotationRelease:     np.release,
-		fleetapi.AnnotationEdgeUpgrade: up.Name,
-		fleetapi.AnnotationAskedAt:     now.UTC().Format(time.RFC3339),
-		AnnotationFailed:               "",
+		fleetapi.AnnotationRelease:        np.release,
+		fleetapi.AnnotationEdgeUpgrade:    up.Name,
+		fleetapi.AnnotationAskedAt:        now.UTC().Format(time.RFC3339),
+		fleetapi.AnnotationBandwidthLimit: limit,
+		AnnotationFailed:                  "",
 	}, now); err != nil {
 		return err
 	}
@@ -452,6 +459,7 @@ func (c *Controller) fail(ctx context.Context, up *fleetapi.EdgeUpgrade, np node
 	if np.asked {
 		set[fleetapi.AnnotationRelease] = ""
 		set[fleetapi.AnnotationAskedAt] = ""
+		set[fleetapi.AnnotationBandwidthLimit] = ""
 	}
 	return c.patchNode(ctx, np.node, set, now)
 }

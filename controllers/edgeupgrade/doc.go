@@ -7,7 +7,9 @@
 // sets the annotations fleetapi.AnnotationRelease (the Release of the
 // version for the node's architecture and build: its
 // fleet.tether.io/build label, "edge" when absent),
-// fleetapi.AnnotationEdgeUpgrade and fleetapi.AnnotationAskedAt, then
+// fleetapi.AnnotationEdgeUpgrade, fleetapi.AnnotationAskedAt and
+// fleetapi.AnnotationBandwidthLimit (spec.bandwidthLimit; removed when
+// the rollout sets none), then
 // nudges the agent with POST nodes/NAME/proxy/status/resend so that it
 // reads its Node at once (an agent out of reach reads it at its next
 // status write). The agent reports in the Node condition
