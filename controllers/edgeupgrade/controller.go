@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -92,6 +94,10 @@ type Controller struct {
 	// upgrading are, per rollout, the nodes last seen upgrading on its
 	// request, so that their success is an event once.
 	upgrading map[types.UID]map[string]bool
+	// unwritten are, per rollout, failures recorded on their nodes whose
+	// status write has not succeeded yet: a node marked failed is not
+	// failing again, so its record would be lost with the write.
+	unwritten map[types.UID][]fleetapi.NodeFailure
 }
 
 // expectation is a node write the cache has not shown yet: the
@@ -130,6 +136,7 @@ func New(cfg Config) (*Controller, error) {
 		dynInf:    dynamicinformer.NewDynamicSharedInformerFactory(dyn, cfg.ResyncPeriod),
 		expect:    map[string]expectation{},
 		upgrading: map[types.UID]map[string]bool{},
+		unwritten: map[types.UID][]fleetapi.NodeFailure{},
 	}
 	upInf := c.dynInf.ForResource(fleetapi.EdgeUpgradesResource)
 	relInf := c.dynInf.ForResource(fleetapi.ReleasesResource)
@@ -336,8 +343,18 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	c.upgrading[up.UID] = seen
 
+	// Records an earlier sync could not write come first, unless the
+	// status in the cache has them after all.
+	var pending []fleetapi.NodeFailure
+	for _, f := range c.unwritten[up.UID] {
+		if !slices.ContainsFunc(up.Status.Failures, func(g fleetapi.NodeFailure) bool { return equality.Semantic.DeepEqual(f, g) }) {
+			pending = append(pending, f)
+		}
+	}
+	recorded = append(pending, recorded...)
 	st := status(up, p, recorded, now)
-	if st.Phase != up.Status.Phase {
+	oldPaused := meta.FindStatusCondition(up.Status.Conditions, ConditionPaused)
+	if st.Phase != up.Status.Phase || p.phase == fleetapi.PhasePaused && (oldPaused == nil || oldPaused.Reason != p.pausedReason) {
 		switch st.Phase {
 		case fleetapi.PhasePaused:
 			typ := corev1.EventTypeNormal
@@ -350,9 +367,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 		c.log.Info("edgeupgrade phase", "edgeupgrade", up.Name, "phase", st.Phase, "nodes", len(p.nodes), "upgraded", p.upgraded, "failed", p.failed)
 	}
+	delete(c.unwritten, up.UID)
 	if !equality.Semantic.DeepEqual(st, up.Status) {
 		if err := c.writeStatus(ctx, u, st); err != nil {
 			errs = append(errs, err)
+			if len(recorded) > 0 {
+				c.unwritten[up.UID] = recorded
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -380,6 +401,11 @@ func (c *Controller) forget() {
 	for uid := range c.upgrading {
 		if !live[uid] {
 			delete(c.upgrading, uid)
+		}
+	}
+	for uid := range c.unwritten {
+		if !live[uid] {
+			delete(c.unwritten, uid)
 		}
 	}
 }

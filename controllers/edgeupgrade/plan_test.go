@@ -7,7 +7,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/tether-edge/tether/internal/fleetapi"
@@ -45,7 +47,7 @@ func reports(n *corev1.Node, reason string, release string, when time.Time) *cor
 
 func rollout(name string, batch int32) *fleetapi.EdgeUpgrade {
 	b := intstr.FromInt32(batch)
-	return &fleetapi.EdgeUpgrade{ObjectMeta: metav1.ObjectMeta{Name: name, UID: "uid-" + "name", Generation: 1},
+	return &fleetapi.EdgeUpgrade{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Generation: 1},
 		Spec: fleetapi.EdgeUpgradeSpec{Version: "v2", BatchSize: &b}}
 }
 
@@ -192,5 +194,42 @@ func TestDecideGates(t *testing.T) {
 	n.Labels["site"] = "x"
 	if o := Owner(n, []*fleetapi.EdgeUpgrade{older, newer}); o != newer {
 		t.Fatalf("owner of a node both select: %v", o.Name)
+	}
+}
+
+// TestStatus: failures capped to the latest 50, conditions by phase, a
+// condition's transition time kept while its status stays.
+func TestStatus(t *testing.T) {
+	up := rollout("r", 1)
+	for i := range 49 {
+		up.Status.Failures = append(up.Status.Failures, fleetapi.NodeFailure{Node: fmt.Sprint("old-", i), Reason: fleetapi.ReasonTimedOut})
+	}
+	p := plan{phase: fleetapi.PhasePaused, pausedReason: ReasonFailureThreshold, pausedMessage: "too many", failed: 51,
+		nodes: make([]nodePlan, 60)}
+	s := status(up, p, []fleetapi.NodeFailure{{Node: "new-1"}, {Node: "new-2"}}, t0)
+	if len(s.Failures) != maxFailures || s.Failures[0].Node != "old-1" || s.Failures[49].Node != "new-2" || len(up.Status.Failures) != 49 {
+		t.Fatalf("failures %d: first %s last %s", len(s.Failures), s.Failures[0].Node, s.Failures[len(s.Failures)-1].Node)
+	}
+	want := map[string]string{ConditionProgressing: "False " + ReasonPausedRollout, ConditionPaused: "True " + ReasonFailureThreshold,
+		ConditionComplete: "False " + ReasonNodesLeft}
+	for _, c := range s.Conditions {
+		if want[c.Type] != string(c.Status)+" "+c.Reason || !c.LastTransitionTime.Time.Equal(t0) || c.ObservedGeneration != 1 {
+			t.Errorf("condition %+v", c)
+		}
+	}
+	if s.Nodes != 60 || s.Failed != 51 || s.Phase != fleetapi.PhasePaused || s.ObservedGeneration != 1 {
+		t.Fatalf("status %+v", s)
+	}
+	up.Status = s
+	p = plan{phase: fleetapi.PhaseComplete, upgraded: 2, nodes: make([]nodePlan, 2)}
+	s = status(up, p, nil, t0.Add(time.Hour))
+	for _, c := range s.Conditions {
+		moved := !c.LastTransitionTime.Time.Equal(t0)
+		if moved != (c.Type != ConditionProgressing) {
+			t.Errorf("condition %s: transition moved %v", c.Type, moved)
+		}
+	}
+	if c := meta.FindStatusCondition(s.Conditions, ConditionComplete); c.Reason != ReasonAllUpgraded {
+		t.Errorf("Complete %+v", c)
 	}
 }
