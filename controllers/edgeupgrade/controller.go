@@ -210,6 +210,9 @@ func (c *Controller) enqueueAll() {
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
 	c.recorder.Start(ctx)
+	if !c.waitServed(ctx) {
+		return nil
+	}
 	c.dynInf.Start(ctx.Done())
 	defer c.dynInf.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
@@ -219,6 +222,36 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.enqueueAll()
 	c.queue.Run(ctx, 1, c.log, c.sync)
 	return nil
+}
+
+// waitServed waits until the hub serves EdgeUpgrades and Releases (the
+// hub installs their definitions at start), so that the informers do not
+// fail and log until then; false when ctx ended first.
+func (c *Controller) waitServed(ctx context.Context) bool {
+	logged := false
+	for {
+		list, err := c.cfg.Client.Discovery().ServerResourcesForGroupVersion(fleetapi.EdgeUpgradesResource.GroupVersion().String())
+		if err == nil {
+			found := 0
+			for _, r := range list.APIResources {
+				if r.Name == fleetapi.EdgeUpgradesResource.Resource || r.Name == fleetapi.ReleasesResource.Resource {
+					found++
+				}
+			}
+			if found == 2 {
+				return true
+			}
+		}
+		if !logged {
+			c.log.Info("waiting for the hub to serve edgeupgrades and releases", "group", fleetapi.Group)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // toUpgrade converts an informer object into an EdgeUpgrade.

@@ -47,6 +47,20 @@ type hubEnv struct {
 func startHub(t *testing.T) *hubEnv {
 	t.Helper()
 	e := kittest.Start(t, hubArgs, 0)
+	// The controller starts before the kinds are served, as it may in a
+	// hub: it waits for them.
+	user, groups := bootstrap.ControllerUser(bootstrap.AccountFor(Name))
+	rc, err := clientcmd.BuildConfigFromFlags("", e.Hub.UserKubeconfig(user, groups...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	factory := e.Factory()
+	c, err := New(Config{Client: kubernetes.NewForConfigOrDie(rc), Informers: factory, RestConfig: rc, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Run(t, factory, c)
 	ctx := context.Background()
 	ext := apiextensionsclient.NewForConfigOrDie(e.Rest)
 	defs, err := crds.All()
@@ -70,18 +84,6 @@ func startHub(t *testing.T) *hubEnv {
 			return false, nil
 		})
 	}
-	user, groups := bootstrap.ControllerUser(bootstrap.AccountFor(Name))
-	rc, err := clientcmd.BuildConfigFromFlags("", e.Hub.UserKubeconfig(user, groups...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.QPS, rc.Burst = 500, 1000
-	factory := e.Factory()
-	c, err := New(Config{Client: kubernetes.NewForConfigOrDie(rc), Informers: factory, RestConfig: rc, Logger: e.Log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Run(t, factory, c)
 	return &hubEnv{Env: e, dyn: dynamic.NewForConfigOrDie(e.Rest)}
 }
 
