@@ -188,8 +188,18 @@ func New(cfg Config) (*Controller, error) {
 func nodeView(n *corev1.Node) string {
 	b, _ := json.Marshal([]any{n.Labels, n.Annotations[fleetapi.AnnotationRelease], n.Annotations[fleetapi.AnnotationEdgeUpgrade],
 		n.Annotations[fleetapi.AnnotationAskedAt], n.Annotations[AnnotationFailed], n.Status.NodeInfo.KubeletVersion,
-		n.Status.NodeInfo.Architecture, Ready(n), upgradeCondition(n)})
+		n.Status.NodeInfo.Architecture, Ready(n), agentReport(n)})
 	return string(b)
+}
+
+// agentReport is what of node's AgentUpgrade condition a rollout reads:
+// all but its heartbeat.
+func agentReport(n *corev1.Node) string {
+	c := upgradeCondition(n)
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprint(c.Status, c.Reason, c.Message, c.LastTransitionTime.UTC())
 }
 
 // enqueueAll queues every rollout: few exist, and a node or a rollout
@@ -330,9 +340,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
+	cands := candidates(all)
 	var mine []*corev1.Node
 	for _, n := range nodeList {
-		if o := Owner(n, all); o != nil && o.UID == up.UID {
+		if o := owner(n, cands); o != nil && o.UID == up.UID {
 			mine = append(mine, n)
 		}
 	}

@@ -229,18 +229,37 @@ func openElsewhere(node *corev1.Node, self string, other func(string) *fleetapi.
 	return deadline, st == upgrading
 }
 
-// Owner returns which of ups owns node: the newest (by creation, then
+// candidate is a rollout that may own nodes, with its parsed selector.
+type candidate struct {
+	up  *fleetapi.EdgeUpgrade
+	sel labels.Selector
+}
+
+// candidates are the rollouts of ups that may own nodes: not being
+// deleted, with a valid selector.
+func candidates(ups []*fleetapi.EdgeUpgrade) []candidate {
+	var out []candidate
+	for _, up := range ups {
+		if up.DeletionTimestamp != nil {
+			continue
+		}
+		if sel, err := selector(up); err == nil {
+			out = append(out, candidate{up, sel})
+		}
+	}
+	return out
+}
+
+// owner returns which of cands owns node: the newest (by creation, then
 // name) whose selector selects it, or nil. A node belongs to one rollout
 // only, so that an older rollout never takes back a node a newer one
 // moved to another version.
-func Owner(node *corev1.Node, ups []*fleetapi.EdgeUpgrade) *fleetapi.EdgeUpgrade {
+func owner(node *corev1.Node, cands []candidate) *fleetapi.EdgeUpgrade {
 	var best *fleetapi.EdgeUpgrade
-	for _, up := range ups {
-		if up.DeletionTimestamp != nil || !Selects(up, node) {
-			continue
-		}
-		if best == nil || newer(up, best) {
-			best = up
+	set := labels.Set(node.Labels)
+	for _, c := range cands {
+		if c.sel.Matches(set) && (best == nil || newer(c.up, best)) {
+			best = c.up
 		}
 	}
 	return best
@@ -251,13 +270,6 @@ func newer(a, b *fleetapi.EdgeUpgrade) bool {
 		return b.CreationTimestamp.Before(&a.CreationTimestamp)
 	}
 	return a.Name > b.Name
-}
-
-// Selects reports whether up's nodeSelector selects node; an invalid
-// selector selects nothing.
-func Selects(up *fleetapi.EdgeUpgrade, node *corev1.Node) bool {
-	sel, err := selector(up)
-	return err == nil && sel.Matches(labels.Set(node.Labels))
 }
 
 func selector(up *fleetapi.EdgeUpgrade) (labels.Selector, error) {

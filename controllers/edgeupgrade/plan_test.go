@@ -188,11 +188,11 @@ func TestDecideGates(t *testing.T) {
 	newer.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
 	newer.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"site": "x"}}
 	n := fakeNode("a", "v1")
-	if o := Owner(n, []*fleetapi.EdgeUpgrade{older, newer}); o != older {
+	if o := owner(n, candidates([]*fleetapi.EdgeUpgrade{older, newer})); o != older {
 		t.Fatalf("owner of an unlabelled node: %v", o.Name)
 	}
 	n.Labels["site"] = "x"
-	if o := Owner(n, []*fleetapi.EdgeUpgrade{older, newer}); o != newer {
+	if o := owner(n, candidates([]*fleetapi.EdgeUpgrade{older, newer})); o != newer {
 		t.Fatalf("owner of a node both select: %v", o.Name)
 	}
 }
