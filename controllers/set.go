@@ -16,6 +16,7 @@ import (
 	"github.com/tether-edge/tether/controllers/daemonset"
 	"github.com/tether-edge/tether/controllers/deployment"
 	"github.com/tether-edge/tether/controllers/disruption"
+	"github.com/tether-edge/tether/controllers/edgeupgrade"
 	"github.com/tether-edge/tether/controllers/endpoints"
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
 	"github.com/tether-edge/tether/controllers/podgc"
@@ -104,6 +105,11 @@ var builtins = []builtin{
 	// The rules of aggregated ClusterRoles (admin, edit, view, ...).
 	{"clusterrole-aggregation", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, _ *Config) (runner, error) {
 		return clusterroleaggregation.New(clusterroleaggregation.Config{Client: k, Informers: inf, Logger: l})
+	}},
+	// tether's own: rollouts of agent versions (fleet.tether.io
+	// EdgeUpgrades) through the Node annotations agents read.
+	{edgeupgrade.Name, func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
+		return edgeupgrade.New(edgeupgrade.Config{Client: k, Informers: inf, Logger: l, RestConfig: c.clientConfig(edgeupgrade.Name), ResyncPeriod: c.ResyncPeriod})
 	}},
 }
 

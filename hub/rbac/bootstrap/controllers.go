@@ -145,6 +145,15 @@ func Controllers() []Controller {
 			rule("get list watch", "core", "nodes"),
 			rule("get list watch create update", "core", "secrets"),
 		)},
+		// tether's own: rollouts of agent versions. It asks a node by
+		// annotating its Node and nudges the agent through nodes/proxy
+		// (create: the POST of status/resend).
+		{"edgeupgrade", "edge-upgrade-controller", append(eventRules(),
+			rule("get list watch patch", "core", "nodes"),
+			rule("get create", "core", "nodes/proxy"),
+			rule("get list watch", "fleet.tether.io", "edgeupgrades releases"),
+			rule("update patch", "fleet.tether.io", "edgeupgrades/status"),
+		)},
 		{"clusterrole-aggregation", "clusterrole-aggregation-controller", append(eventRules(),
 			rule("escalate get list watch update patch", "rbac.authorization.k8s.io", "clusterroles"),
 		)},
