@@ -87,15 +87,18 @@ func startHub(t *testing.T) *hubEnv {
 	return &hubEnv{Env: e, dyn: dynamic.NewForConfigOrDie(e.Rest)}
 }
 
-// release creates the Release of version for amd64 edge agents.
+// release creates the Release of version for amd64 edge agents, labelled
+// as the hub labels the releases it imports (the hub refuses an
+// EdgeUpgrade of a version no Release is labelled with).
 func (e *hubEnv) release(t *testing.T, version string) {
 	t.Helper()
 	spec := fleetapi.ReleaseSpec{Version: version, Arch: "amd64", Build: fleetapi.BuildEdge,
 		Digest: "sha256:" + strings.Repeat("ab", 32), Size: 1 << 20, Signature: "not checked here", Signer: "not checked here"}
 	e.create(t, fleetapi.ReleasesResource, &fleetapi.Release{
-		TypeMeta:   metav1.TypeMeta{APIVersion: fleetapi.ReleaseKind.GroupVersion().String(), Kind: fleetapi.ReleaseKind.Kind},
-		ObjectMeta: metav1.ObjectMeta{Name: fleetapi.ReleaseName(version, spec.Build, spec.Arch)},
-		Spec:       spec,
+		TypeMeta: metav1.TypeMeta{APIVersion: fleetapi.ReleaseKind.GroupVersion().String(), Kind: fleetapi.ReleaseKind.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: fleetapi.ReleaseName(version, spec.Build, spec.Arch), Labels: map[string]string{
+			fleetapi.LabelVersion: version, fleetapi.LabelArch: spec.Arch, fleetapi.LabelBuild: spec.Build}},
+		Spec: spec,
 	})
 }
 
