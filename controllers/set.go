@@ -17,6 +17,7 @@ import (
 	"github.com/tether-edge/tether/controllers/deployment"
 	"github.com/tether-edge/tether/controllers/disruption"
 	"github.com/tether-edge/tether/controllers/endpoints"
+	"github.com/tether-edge/tether/controllers/imagestaging"
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
 	"github.com/tether-edge/tether/controllers/podgc"
 	"github.com/tether-edge/tether/controllers/replicaset"
@@ -104,6 +105,11 @@ var builtins = []builtin{
 	// The rules of aggregated ClusterRoles (admin, edit, view, ...).
 	{"clusterrole-aggregation", func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, _ *Config) (runner, error) {
 		return clusterroleaggregation.New(clusterroleaggregation.Config{Client: k, Informers: inf, Logger: l})
+	}},
+	// tether's own: fleet.tether.io ImageStagings' status, counted from
+	// the selected Nodes' status.images.
+	{imagestaging.Name, func(_ kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
+		return imagestaging.New(imagestaging.Config{Informers: inf, Logger: l, RestConfig: c.clientConfig(imagestaging.Name), ResyncPeriod: c.ResyncPeriod})
 	}},
 }
 

@@ -145,6 +145,13 @@ func Controllers() []Controller {
 			rule("get list watch", "core", "nodes"),
 			rule("get list watch create update", "core", "secrets"),
 		)},
+		// tether's own: ImageStagings' status from the selected Nodes'
+		// status.images.
+		{"imagestaging", "imagestaging-controller", append(eventRules(),
+			rule("get list watch", "fleet.tether.io", "imagestagings"),
+			rule("update patch", "fleet.tether.io", "imagestagings/status"),
+			rule("get list watch", "core", "nodes"),
+		)},
 		{"clusterrole-aggregation", "clusterrole-aggregation-controller", append(eventRules(),
 			rule("escalate get list watch update patch", "rbac.authorization.k8s.io", "clusterroles"),
 		)},
