@@ -27,6 +27,8 @@ type Resource[T Object, L runtime.Object] struct {
 	namespace string
 	newObject func() T
 	newList   func() L
+	// json asks for JSON only (custom resources have no protobuf).
+	json bool
 }
 
 func newResource[T Object, L runtime.Object](c *Client, rc *rest.RESTClient, resource, namespace string, newObject func() T, newList func() L) *Resource[T, L] {
@@ -35,9 +37,11 @@ func newResource[T Object, L runtime.Object](c *Client, rc *rest.RESTClient, res
 
 // request starts a request of verb on the resource, in its namespace.
 func (r *Resource[T, L]) request(verb string) *rest.Request {
-	return r.client.Verb(verb).
-		UseProtobufAsDefault().
-		NamespaceIfScoped(r.namespace, r.namespace != "").
+	req := r.client.Verb(verb)
+	if !r.json {
+		req = req.UseProtobufAsDefault()
+	}
+	return req.NamespaceIfScoped(r.namespace, r.namespace != "").
 		Resource(r.resource)
 }
 
