@@ -376,3 +376,17 @@ func (a *Agent) ImageShareStats() imageshare.Stats {
 	}
 	return a.share.share.Stats()
 }
+
+// collectImageShare adds the site image sharing's counters to /metrics.
+func (a *Agent) collectImageShare(out sampleWriter) {
+	if a.share == nil {
+		return
+	}
+	st := a.share.share.Stats()
+	out.counter("tether_edge_image_share_fetched_blobs_total", "Image blobs this node fetched, by source: its site's members or the registry.", float64(st.FromPeers), "source", "peer")
+	out.counter("tether_edge_image_share_fetched_blobs_total", "Image blobs this node fetched, by source: its site's members or the registry.", float64(st.FromRegistry), "source", "registry")
+	out.counter("tether_edge_image_share_fetched_bytes_total", "Bytes of image blobs this node fetched, by source.", float64(st.BytesFromPeers), "source", "peer")
+	out.counter("tether_edge_image_share_fetched_bytes_total", "Bytes of image blobs this node fetched, by source.", float64(st.BytesFromRegistry), "source", "registry")
+	out.counter("tether_edge_image_share_rejected_total", "Blobs from site members discarded because they did not match their digest.", float64(st.Rejected))
+	out.counter("tether_edge_image_share_served_bytes_total", "Bytes of image blobs served to site members.", float64(st.BytesServed))
+}

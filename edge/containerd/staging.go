@@ -211,5 +211,3 @@ func (r *Runtime) imageSize(ctx context.Context, img images.Image) int64 {
 	r.mu.Unlock()
 	return size
 }
-
-
