@@ -272,3 +272,35 @@ func TestShareOneDownloadAndCorruption(t *testing.T) {
 		t.Errorf("range: %s, %d bytes", resp.Status, len(b))
 	}
 }
+
+// TestOwnerDownFallsBackToRegistry: a member whose owner does not answer
+// takes the blob from the registry.
+func TestOwnerDownFallsBackToRegistry(t *testing.T) {
+	ctx := context.Background()
+	ca := newCA(t)
+	blob := make([]byte, 64<<10)
+	_, _ = rand.Read(blob)
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(blob), Size: int64(len(blob))}
+	reg := &countingRegistry{blobs: map[digest.Digest][]byte{desc.Digest: blob}}
+	ms := site(t, ca, reg, "n1", "n2")
+	order := Rank(desc.Digest.String(), []string{"n1", "n2"})
+	var owner, other *member
+	for _, m := range ms {
+		if m.name == order[0] {
+			owner = m
+		} else {
+			other = m
+		}
+	}
+	owner.srv.Close()
+	if err := other.pull(ctx, reg, desc); err != nil {
+		t.Fatal(err)
+	}
+	if s := other.share.Stats(); s.FromRegistry != 1 || s.FromPeers != 0 {
+		t.Errorf("stats %+v: want the blob from the registry", s)
+	}
+	// Manifests always come from the registry.
+	if Shareable(ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: desc.Digest}) {
+		t.Error("a manifest is shareable")
+	}
+}
