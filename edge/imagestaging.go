@@ -35,8 +35,9 @@ type ImageStager interface {
 	Images(ctx context.Context) ([]corev1.ContainerImage, error)
 	// StageImage pulls image unless the node holds it, at most
 	// bytesPerSecond (0: no cap), through the same path as pods' pulls,
-	// and keeps it from image garbage collection.
-	StageImage(ctx context.Context, image string, bytesPerSecond int64) error
+	// and keeps it from image garbage collection. It reports whether it
+	// pulled.
+	StageImage(ctx context.Context, image string, bytesPerSecond int64) (pulled bool, err error)
 	// SetStaged lets garbage collection have the staged images that are
 	// not among images.
 	SetStaged(ctx context.Context, images []string) error
@@ -225,7 +226,7 @@ func (s *imageStaging) stage(ctx context.Context) {
 		if at, ok := s.failed[w.image]; ok && now.Sub(at) < stagingRetry {
 			continue
 		}
-		err := s.stager.StageImage(ctx, w.image, w.limit)
+		pulled, err := s.stager.StageImage(ctx, w.image, w.limit)
 		if ctx.Err() != nil {
 			return
 		}
@@ -241,17 +242,20 @@ func (s *imageStaging) stage(ctx context.Context) {
 			s.failed[w.image] = now
 			continue
 		}
-		if _, was := s.failed[w.image]; was {
-			delete(s.failed, w.image)
-		}
-		changed = true
+		delete(s.failed, w.image)
+		changed = changed || pulled
 	}
 	if err := s.stager.SetStaged(ctx, keep); err != nil && ctx.Err() == nil {
 		s.a.log.Warn("mark staged images", "err", err)
 	}
 	if changed {
+		// The next status check lists the images again and writes
+		// them if they changed.
 		s.a.images.invalidate()
-		s.a.node.resendNow()
+		select {
+		case s.a.node.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -25,13 +25,14 @@ type fakeStager struct {
 }
 
 func (f *fakeStager) Images(context.Context) ([]corev1.ContainerImage, error) { return nil, nil }
-func (f *fakeStager) StageImage(_ context.Context, im string, limit int64) error {
+func (f *fakeStager) StageImage(_ context.Context, im string, limit int64) (bool, error) {
 	f.attempt++
 	if f.fail[im] {
-		return errors.New("refused")
+		return false, errors.New("refused")
 	}
+	_, had := f.staged[im]
 	f.staged[im] = limit
-	return nil
+	return !had, nil
 }
 func (f *fakeStager) SetStaged(_ context.Context, ims []string) error { f.kept = ims; return nil }
 

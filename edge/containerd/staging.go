@@ -82,29 +82,32 @@ func (s sharingResolver) Fetcher(ctx context.Context, ref string) (remotes.Fetch
 }
 
 // StageImage pulls image unless the node holds it, at most limit bytes
-// per second (0: no cap), unpacks it, and marks it staged.
-func (r *Runtime) StageImage(ctx context.Context, image string, limit int64) error {
+// per second (0: no cap), unpacks it, and marks it staged. It reports
+// whether it pulled.
+func (r *Runtime) StageImage(ctx context.Context, image string, limit int64) (bool, error) {
 	ref, err := normalizeImage(image)
 	if err != nil {
-		return err
+		return false, err
 	}
+	pulled := false
 	img, err := r.client.GetImage(ctx, ref)
 	switch {
 	case errdefs.IsNotFound(err):
 		began := time.Now()
 		if img, err = r.pull(ctx, nil, ref, limit); err != nil {
-			return err
+			return false, err
 		}
+		pulled = true
 		size, _ := img.Size(ctx)
 		r.log.Info("staged image", "image", ref, "bytes", size, "took", time.Since(began).Round(time.Millisecond))
 	case err != nil:
-		return fmt.Errorf("look up image %s: %w", ref, err)
+		return false, fmt.Errorf("look up image %s: %w", ref, err)
 	default:
 		if img, err = r.unpacked(ctx, img); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return r.mark(ctx, img.Metadata(), true)
+	return pulled, r.mark(ctx, img.Metadata(), true)
 }
 
 // mark sets or clears an image's staged label.
