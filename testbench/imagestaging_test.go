@@ -2,8 +2,10 @@ package testbench
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -14,7 +16,6 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/images"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -36,8 +37,8 @@ import (
 // It checks that every node of both sites holds the image and the
 // stagings say so (3/3); that p2p's uplink carried each blob once and the
 // other nodes got it from their peers; that a blob rotten on its owner's
-// disk is refused by a peer fetching it and fetched from another member;
-// and that a pod of the image starts on a p2p node without pulling. It
+// disk is refused by the peers fetching it from there, which fetch it
+// elsewhere; and that a pod of the image starts on a p2p node without pulling. It
 // reports WAN bytes and time per site, shared against each-pulls.
 func TestImageStaging(t *testing.T) {
 	requireContainerdNode(t)
@@ -79,13 +80,26 @@ func TestImageStaging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := &blobCounter{next: reg}
+	rotArchive := filepath.Join(dir, "rot.tar")
+	if err := testimages.WriteArchive(rotArchive, testimages.Image{Name: "docker.io/tether/rot:v1", Entrypoint: []string{"/payload"},
+		Layer: []testimages.File{{Path: "payload", Mode: 0o644, Data: randomBytes(t, 256<<10)}}}); err != nil {
+		t.Fatal(err)
+	}
+	rot, err := testimages.NewRegistry(rotArchive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v2/tether/rot/", rot)
+	mux.Handle("/", reg)
+	counter := &blobCounter{next: mux}
 	regAddr := l.Hub().Addr + ":5000"
 	ln, _ := listenIn(t, l, "hub", "tcp", regAddr)
 	srv := &http.Server{Handler: counter}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	ref := regAddr + "/tether/staged:v1"
+	rotRef := regAddr + "/tether/rot:v1"
 
 	// containerd reaches the registry over plain HTTP through hosts.toml.
 	hostsDir := filepath.Join(dir, "certs.d")
@@ -197,16 +211,16 @@ spec:
 		Target: "ratio<=0.8", Peer: "each_node_pulls", PeerValue: eachPulls.took.Seconds(), Mode: mode, Extra: extra})
 
 	if !t.Failed() {
-		t.Run("RottenBlob", func(t *testing.T) { rottenBlob(t, h, ctrNodes, p2p, ref, blobs, counter) })
+		t.Run("RottenBlob", func(t *testing.T) { rottenBlob(t, h, ctrNodes, p2p, rotRef, rot.BlobSizes("tether/rot:v1")) })
 		t.Run("PodWithoutPull", func(t *testing.T) { podWithoutPull(t, h, p2p[0], ref, reg) })
 	}
 }
 
-// rottenBlob rots the largest blob on its owner's disk, removes the image
-// from another p2p node and waits for that node to stage it again: the
-// owner's bytes are refused, another member's taken, the registry not
-// asked.
-func rottenBlob(t *testing.T, h *labHub, ctrNodes map[string]*ctrNode, p2p []string, ref string, blobs map[string]int64, counter *blobCounter) {
+// rottenBlob stages the small image rot to the owner of its layer only,
+// rots the layer on the owner's disk, then stages the image to the whole
+// site: the other nodes ask the owner first, refuse its bytes, and fetch
+// the layer elsewhere; each ends up with the layer whole.
+func rottenBlob(t *testing.T, h *labHub, ctrNodes map[string]*ctrNode, p2p []string, ref string, blobs map[string]int64) {
 	var layer string
 	for d, s := range blobs {
 		if layer == "" || s > blobs[layer] {
@@ -214,7 +228,21 @@ func rottenBlob(t *testing.T, h *labHub, ctrNodes map[string]*ctrNode, p2p []str
 		}
 	}
 	order := imageshare.Rank(layer, p2p)
-	owner, victim := ctrNodes[order[0]], ctrNodes[order[len(order)-1]]
+	owner := ctrNodes[order[0]]
+	staging := func(sel string) {
+		h.applyManifest(t, fmt.Sprintf(`apiVersion: fleet.tether.io/v1alpha1
+kind: ImageStaging
+metadata: {name: rot}
+spec:
+  images: [%q]
+  nodeSelector: {matchLabels: {%s}}
+`, ref, sel))
+	}
+	staging("kubernetes.io/hostname: " + owner.name)
+	eventually(t, 3*time.Minute, "rot staged on its layer's owner "+owner.name, func() (bool, string) {
+		st, err := stagingStatus(h, "rot")
+		return err == nil && st.Nodes == 1 && st.Staged == 1, fmt.Sprintf("%+v %v", st, err)
+	})
 	path := filepath.Join(owner.data, "containerd", "root", "io.containerd.content.v1.content", "blobs", "sha256", strings.TrimPrefix(layer, "sha256:"))
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -226,51 +254,44 @@ func rottenBlob(t *testing.T, h *labHub, ctrNodes map[string]*ctrNode, p2p []str
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := counter.blobBytes()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	staging("topology.kubernetes.io/zone: p2p")
+	eventually(t, 3*time.Minute, "rot staged on every p2p node", func() (bool, string) {
+		st, err := stagingStatus(h, "rot")
+		return err == nil && st.Nodes == int32(len(p2p)) && st.Staged == int32(len(p2p)), fmt.Sprintf("%+v %v", st, err)
+	})
+	var rejected float64
+	for _, name := range order[1:] {
+		out, _ := h.run("get", "--raw", "/api/v1/nodes/"+name+"/proxy/metrics")
+		rejected += metricValue(out, "tether_edge_image_share_rejected_total")
+		checkBlob(t, ctrNodes[name], layer, blobs[layer])
+	}
+	if rejected < 1 {
+		t.Errorf("no node refused the owner's rotten layer")
+	}
+}
+
+// checkBlob checks that n holds the blob d whole.
+func checkBlob(t *testing.T, n *ctrNode, d string, size int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := containerd.New(victim.sock, containerd.WithDefaultNamespace("tether"))
+	c, err := containerd.New(n.sock, containerd.WithDefaultNamespace("tether"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.ImageService().Delete(ctx, ref, images.SynchronousDelete()); err != nil {
-		t.Fatalf("remove the image from %s: %v", victim.name, err)
-	}
-	eventually(t, time.Minute, "the layer gone from "+victim.name, func() (bool, string) {
-		_, err := c.ContentStore().Info(ctx, digest.Digest(layer))
-		return err != nil, fmt.Sprint(err)
-	})
-	eventually(t, 2*time.Minute, victim.name+" staged the image again", func() (bool, string) {
-		_, err := c.GetImage(ctx, ref)
-		return err == nil, fmt.Sprint(err)
-	})
-	out, _ := h.run("get", "--raw", "/api/v1/nodes/"+victim.name+"/proxy/metrics")
-	if v := metricValue(out, "tether_edge_image_share_rejected_total"); v < 1 {
-		t.Errorf("%s rejected %v blobs, want the owner's rotten one", victim.name, v)
-	}
-	if got := counter.blobBytes() - before; got != 0 {
-		t.Errorf("the registry served %d blob bytes for the refetch, want 0: another member had it", got)
-	}
-	// What the victim holds now is whole.
-	ra, err := c.ContentStore().ReaderAt(ctx, imageDesc(layer, blobs[layer]))
+	ra, err := c.ContentStore().ReaderAt(ctx, imageDesc(d, size))
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("%s: %v", n.name, err)
+		return
 	}
 	defer ra.Close()
 	dg := digest.SHA256.Digester()
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < ra.Size(); {
-		n, err := ra.ReadAt(buf, off)
-		dg.Hash().Write(buf[:n])
-		off += int64(n)
-		if err != nil && off < ra.Size() {
-			t.Fatal(err)
-		}
+	if _, err := io.Copy(dg.Hash(), io.NewSectionReader(ra, 0, ra.Size())); err != nil {
+		t.Fatal(err)
 	}
-	if dg.Digest().String() != layer {
-		t.Errorf("%s holds a layer of digest %s, want %s", victim.name, dg.Digest(), layer)
+	if dg.Digest().String() != d {
+		t.Errorf("%s holds a blob of digest %s for %s", n.name, dg.Digest(), d)
 	}
 }
 
@@ -391,4 +412,12 @@ func moduleRootDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return filepath.Dir(wd)
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
