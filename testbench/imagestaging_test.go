@@ -113,8 +113,6 @@ func TestImageStaging(t *testing.T) {
 
 	ctrNodes := map[string]*ctrNode{}
 	var names []string
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	for _, s := range []string{"p2p", "each"} {
 		for _, host := range l.Nodes(s) {
 			args := []string{"--registry-config-dir", hostsDir, "--image-staging-interval", "5s"}
@@ -122,17 +120,9 @@ func TestImageStaging(t *testing.T) {
 				args = append(args, "--image-share-port", "0")
 			}
 			names = append(names, host.Name)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n := startCtrNode(t, l, h, host.Name, s, nil, args...)
-				mu.Lock()
-				ctrNodes[host.Name] = n
-				mu.Unlock()
-			}()
+			ctrNodes[host.Name] = startCtrNode(t, l, h, host.Name, s, nil, args...)
 		}
 	}
-	wg.Wait()
 	h.waitReady(3*time.Minute, names...)
 	var p2p []string
 	for _, host := range l.Nodes("p2p") {
@@ -213,6 +203,7 @@ spec:
 	if !t.Failed() {
 		t.Run("RottenBlob", func(t *testing.T) { rottenBlob(t, h, ctrNodes, p2p, rotRef, rot.BlobSizes("tether/rot:v1")) })
 		t.Run("PodWithoutPull", func(t *testing.T) { podWithoutPull(t, h, p2p[0], ref, reg) })
+		t.Run("FailureEvent", func(t *testing.T) { failureEvent(t, h, regAddr+"/tether/missing:v1") })
 	}
 }
 
@@ -324,6 +315,26 @@ spec:
 	}
 	if got := reg.Resolves("tether/staged:v1"); got != resolves {
 		t.Errorf("the registry was asked for the image %d more times", got-resolves)
+	}
+}
+
+// failureEvent stages an image the registry does not have and waits for
+// the agents' ImageStagingFailed Events on the staging.
+func failureEvent(t *testing.T, h *labHub, ref string) {
+	h.applyManifest(t, fmt.Sprintf(`apiVersion: fleet.tether.io/v1alpha1
+kind: ImageStaging
+metadata: {name: missing}
+spec:
+  images: [%q]
+  nodeSelector: {matchLabels: {topology.kubernetes.io/zone: p2p}}
+`, ref))
+	eventually(t, time.Minute, "an ImageStagingFailed event on staging missing", func() (bool, string) {
+		out, err := h.run("get", "events", "-A", "--field-selector", "involvedObject.name=missing,reason="+fleetapi.ReasonImageStagingFailed,
+			"-o", "jsonpath={range .items[*]}{.involvedObject.kind} {.type}: {.message}{\"\\n\"}{end}")
+		return err == nil && strings.Contains(out, "ImageStaging Warning: node p2p-"), out + fmt.Sprint(err)
+	})
+	if st, err := stagingStatus(h, "missing"); err != nil || st.Phase != fleetapi.StagingPending || st.Staged != 0 {
+		t.Errorf("status %+v (%v), want Pending with nothing staged", st, err)
 	}
 }
 
