@@ -91,9 +91,11 @@ func (r *Resource[T, L]) UpdateStatus(ctx context.Context, obj T, opts metav1.Up
 // pt.
 func (r *Resource[T, L]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
 	out := r.newObject()
-	err := r.client.Patch(pt).
-		UseProtobufAsDefault().
-		NamespaceIfScoped(r.namespace, r.namespace != "").
+	req := r.client.Patch(pt)
+	if !r.json {
+		req = req.UseProtobufAsDefault()
+	}
+	err := req.NamespaceIfScoped(r.namespace, r.namespace != "").
 		Resource(r.resource).
 		Name(name).
 		SubResource(subresources...).
