@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/tether-edge/tether/edge/localstate"
 	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
@@ -97,5 +101,50 @@ func TestNodeStatusImages(t *testing.T) {
 	}
 	if len(p) > 200 {
 		t.Errorf("patch of one new image is %d bytes: %s", len(p), p)
+	}
+}
+
+// TestImageStagingsKeptOffline: the stagings a node saw load from its
+// local state at the next start, before the hub answers.
+func TestImageStagingsKeptOffline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	spec := func(st *localstate.State) localstate.Spec {
+		return localstate.Spec{State: st, Kind: keptImageStagings, Watch: keptImageStagings}
+	}
+	st, err := localstate.Open(path, localstate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		return &fleetapi.ImageStagingList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}, Items: []fleetapi.ImageStaging{{
+			ObjectMeta: metav1.ObjectMeta{Name: "pos", UID: "u1", ResourceVersion: "5"},
+			Spec:       fleetapi.ImageStagingSpec{Images: []string{"r/app:v1"}}}}}, nil
+	}
+	idle := func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+		return watch.NewFake(), nil
+	}
+	_, ctrl := localstate.NewInformer(spec(st), list, idle, &fleetapi.ImageStaging{}, cache.ResourceEventHandlerFuncs{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ctrl.RunWithContext(ctx); close(done) }()
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		t.Fatal("not synced")
+	}
+	cancel()
+	<-done
+	st.Close()
+
+	st, err = localstate.Open(path, localstate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	offline := func(context.Context, metav1.ListOptions) (runtime.Object, error) { return nil, errors.New("hub unreachable") }
+	store, _ := localstate.NewInformer(spec(st), offline, func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+		return nil, errors.New("hub unreachable")
+	}, &fleetapi.ImageStaging{}, cache.ResourceEventHandlerFuncs{})
+	objs := store.List()
+	if len(objs) != 1 || objs[0].(*fleetapi.ImageStaging).Spec.Images[0] != "r/app:v1" {
+		t.Fatalf("loaded %v, want the staging pos", objs)
 	}
 }
