@@ -139,7 +139,9 @@ func TestImageStagingsKeptOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	offline := func(context.Context, metav1.ListOptions) (runtime.Object, error) { return nil, errors.New("hub unreachable") }
+	offline := func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		return nil, errors.New("hub unreachable")
+	}
 	store, _ := localstate.NewInformer(spec(st), offline, func(context.Context, metav1.ListOptions) (watch.Interface, error) {
 		return nil, errors.New("hub unreachable")
 	}, &fleetapi.ImageStaging{}, cache.ResourceEventHandlerFuncs{})
