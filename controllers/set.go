@@ -18,6 +18,7 @@ import (
 	"github.com/tether-edge/tether/controllers/disruption"
 	"github.com/tether-edge/tether/controllers/edgeupgrade"
 	"github.com/tether-edge/tether/controllers/endpoints"
+	"github.com/tether-edge/tether/controllers/imagestaging"
 	"github.com/tether-edge/tether/controllers/nodelifecycle"
 	"github.com/tether-edge/tether/controllers/podgc"
 	"github.com/tether-edge/tether/controllers/replicaset"
@@ -110,6 +111,11 @@ var builtins = []builtin{
 	// EdgeUpgrades) through the Node annotations agents read.
 	{edgeupgrade.Name, func(k kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
 		return edgeupgrade.New(edgeupgrade.Config{Client: k, Informers: inf, Logger: l, RestConfig: c.clientConfig(edgeupgrade.Name), ResyncPeriod: c.ResyncPeriod})
+	}},
+	// tether's own: fleet.tether.io ImageStagings' status, counted from
+	// the selected Nodes' status.images.
+	{imagestaging.Name, func(_ kubernetes.Interface, inf informers.SharedInformerFactory, _ int, l *slog.Logger, c *Config) (runner, error) {
+		return imagestaging.New(imagestaging.Config{Informers: inf, Logger: l, RestConfig: c.clientConfig(imagestaging.Name), ResyncPeriod: c.ResyncPeriod})
 	}},
 }
 

@@ -60,8 +60,14 @@ type Agent struct {
 	// reports (SetNodeCondition); nil: none.
 	extraCondition atomic.Pointer[corev1.NodeCondition]
 
-	eventsOnce    sync.Once
-	events        *eventRecorder // the kubelet's events; see recordEvent
+	eventsOnce sync.Once
+	events     *eventRecorder // the kubelet's events; see recordEvent
+	// images caches the node's image list for its status; staging and
+	// share are the ImageStagings it follows and its site's image
+	// sharing (imagestaging.go), nil when off.
+	images        nodeImages
+	staging       *imageStaging
+	share         *imageShare
 	eventsStopped atomic.Bool
 
 	started sync.Once
@@ -183,6 +189,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("start site gossip: %w", err)
 		}
 	}
+	if a.share, err = newImageShare(a); err != nil {
+		return err
+	}
+	if st, ok := a.cfg.Runtime.(ImageStager); ok {
+		a.staging = newImageStaging(a, st)
+	}
 	a.net = nn
 	close(a.ready)
 
@@ -277,6 +289,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.gossip != nil {
 		a.gossip.run(ctx, goRun)
+	}
+	if a.share != nil {
+		a.share.run(ctx, goRun)
+	}
+	if a.staging != nil {
+		a.staging.run(ctx, goRun)
 	}
 	if rm, ok := a.cfg.Runtime.(LocalVolumeRemover); ok {
 		goRun(func() { a.localVolumeLoop(ctx, rm) })

@@ -177,6 +177,15 @@ type Config struct {
 	// AnnotationGossipPort. Zero means DefaultGossipPort; negative turns
 	// the gossip off.
 	GossipPort int
+	// ImageSharePort is the TCP port on which a node with site gossip
+	// serves its image content to its site's members, and fetches theirs
+	// before the registry (edge/imageshare); the agent publishes it in
+	// its Node's AnnotationImageSharePort. Zero or negative: no sharing.
+	ImageSharePort int
+	// ImageStagingInterval is how often the agent checks that it holds
+	// the images of the ImageStagings that select its node, besides
+	// whenever they change. Zero means 1m.
+	ImageStagingInterval time.Duration
 	// GossipBind is the address the site gossip listens on. Empty: every
 	// address. The other members reach it at NodeIP.
 	GossipBind string
@@ -277,6 +286,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.GossipPort > 65535 {
 		return fmt.Errorf("gossip port %d out of range", c.GossipPort)
+	}
+	if c.ImageSharePort > 65535 {
+		return fmt.Errorf("image share port %d out of range", c.ImageSharePort)
+	}
+	if c.ImageStagingInterval <= 0 {
+		c.ImageStagingInterval = time.Minute
 	}
 	if c.GossipBind != "" {
 		if _, err := netip.ParseAddr(c.GossipBind); err != nil {

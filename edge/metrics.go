@@ -77,6 +77,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	out.counter("tether_edge_usage_push_failures_total", "Usage samples that could not be encoded or pushed.", float64(a.metrics.usagePushFailures.Load()))
 	out.counter("tether_edge_usage_read_failures_total", "Readings of the runtime's usage that failed.", float64(a.metrics.usageReadFailures.Load()))
 	out.gauge("tether_edge_certificate_expiry_timestamp_seconds", "When the node certificate expires (Unix time).", float64(s.CertificateExpiry.Unix()))
+	a.collectImageShare(out)
 	a.netpol.collect(out)
 	a.collectDataplane(out)
 }

@@ -71,7 +71,8 @@ type nodeInput struct {
 	host     hostFacts
 	version  string // the agent's
 	now      time.Time
-	extra    *corev1.NodeCondition // Agent.SetNodeCondition's
+	extra    *corev1.NodeCondition   // Agent.SetNodeCondition's
+	images   []corev1.ContainerImage // the runtime's, when it says (ImageStager)
 }
 
 // KubeletVersion is what an agent of the given version reports as its
@@ -138,6 +139,7 @@ func buildNodeStatus(in nodeInput, old *corev1.NodeStatus) corev1.NodeStatus {
 			KubeletVersion:  KubeletVersion(in.version),
 		},
 	}
+	st.Images = in.images
 	if in.info.Name != "" {
 		st.NodeInfo.ContainerRuntimeVersion = in.info.Name + "://" + in.info.Version
 	}
@@ -191,8 +193,8 @@ func sameNodeStatus(a, b corev1.NodeStatus) bool {
 		for i := range s.Conditions {
 			s.Conditions[i].LastHeartbeatTime = metav1.Time{}
 		}
-		// Fields other writers own (images, volumes) do not count.
-		s.Images, s.VolumesInUse, s.VolumesAttached = nil, nil, nil
+		// Fields other writers own (volumes) do not count.
+		s.VolumesInUse, s.VolumesAttached = nil, nil
 		return s
 	}
 	return apiequality.Semantic.DeepEqual(strip(a), strip(b))

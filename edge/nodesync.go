@@ -84,7 +84,7 @@ func (s *nodeSync) input(ctx context.Context) nodeInput {
 	return nodeInput{
 		name: s.a.name, ip: s.a.nodeIP, zone: s.a.cfg.Zone, labels: s.a.cfg.Labels,
 		info: info, infoErr: err, capacity: s.a.cfg.Capacity, host: s.host, version: s.a.cfg.Version, now: time.Now(),
-		extra: s.a.extraCondition.Load(),
+		extra: s.a.extraCondition.Load(), images: s.a.images.get(ctx, s.a.cfg.Runtime),
 	}
 }
 

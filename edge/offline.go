@@ -209,7 +209,7 @@ func (l *localState) collectRefs(objs []any) {
 	}
 	for w := range watches {
 		if w == keptPods || w == keptServices || w == keptSlices || w == keptClasses || used[w] || siteWatch(w) ||
-			w == keptIngresses || w == keptIngressClasses || isIngressSecretWatch(w) || netpolWatch(w) {
+			w == keptIngresses || w == keptIngressClasses || isIngressSecretWatch(w) || netpolWatch(w) || w == keptImageStagings {
 			continue
 		}
 		drop[w] = ""

@@ -265,7 +265,11 @@ func (a *Agent) nodeAnnotations() map[string]string {
 	if a.gossip == nil {
 		return nil
 	}
-	return map[string]string{AnnotationGossipPort: strconv.Itoa(a.cfg.GossipPort)}
+	m := map[string]string{AnnotationGossipPort: strconv.Itoa(a.cfg.GossipPort)}
+	if a.cfg.ImageSharePort > 0 {
+		m[AnnotationImageSharePort] = strconv.Itoa(a.cfg.ImageSharePort)
+	}
+	return m
 }
 
 // poke wakes the loop: the tunnel went up or down. Nil-safe.

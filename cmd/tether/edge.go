@@ -207,6 +207,8 @@ the class's handler names one of --runtime-handler NAME=TYPE[:BINARY]
 	f.StringVar(&cfg.Zone, "site", "", "the node's site (same as --zone): the nodes of a site gossip their membership on the site's LAN, encrypted with the site key the hub gives them")
 	f.IntVar(&cfg.GossipPort, "gossip-port", edge.DefaultGossipPort, "UDP and TCP port of the site gossip, published in the Node's "+edge.AnnotationGossipPort+" annotation; -1: no gossip")
 	f.StringVar(&cfg.GossipBind, "gossip-bind", "", "address the site gossip listens on (default: every address; the other nodes reach it at --node-ip)")
+	f.IntVar(&cfg.ImageSharePort, "image-share-port", edge.DefaultImageSharePort, "TCP port on which a node with site gossip serves its image blobs to its site's nodes (mutual TLS with node certificates), published in the Node's "+edge.AnnotationImageSharePort+" annotation; 0: no sharing")
+	f.DurationVar(&cfg.ImageStagingInterval, "image-staging-interval", time.Minute, "how often the agent checks that it holds the images of the ImageStagings that select its node")
 	f.BoolVar(&ingressOn, "ingress", false, "run the built-in ingress controller: serve the Ingresses whose IngressClass names the controller "+ingress.ControllerName+" on this node's ports 80 and 443 (see docs/ingress.md); the Node is labelled "+ingress.NodeLabel+"=true")
 	f.StringVar(&ingressCfg.HTTPAddr, "ingress-http-addr", ":80", "address the ingress controller serves HTTP on")
 	f.StringVar(&ingressCfg.HTTPSAddr, "ingress-https-addr", ":443", "address the ingress controller serves HTTPS on")

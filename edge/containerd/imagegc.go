@@ -54,7 +54,7 @@ func (r *Runtime) imageGCLoop(ctx context.Context) {
 
 // collectImages removes images no container uses, least recently used
 // first, while the disk is fuller than the low threshold; it does nothing
-// below the high threshold. Pinned images are kept.
+// below the high threshold. Pinned images and staged ones are kept.
 func (r *Runtime) collectImages(ctx context.Context) ([]string, error) {
 	usage, err := diskUsage(r.cfg.ImageGCPath)
 	if err != nil {
@@ -86,7 +86,7 @@ func (r *Runtime) collectImages(ctx context.Context) ([]string, error) {
 	}
 	var candidates []images.Image
 	for _, img := range list {
-		if !inUse[img.Name] && img.Labels[labelPinned] == "" {
+		if !inUse[img.Name] && img.Labels[labelPinned] == "" && img.Labels[labelStaged] == "" {
 			candidates = append(candidates, img)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/errdefs"
@@ -146,7 +147,7 @@ func (r *Runtime) ensureImage(ctx context.Context, p *pod, cs *ctr, pod *corev1.
 	}
 	r.event(p, cs, false, "Pulling", "Pulling image %q", c.Image)
 	began := time.Now()
-	pulled, perr := r.pull(ctx, pod, ref)
+	pulled, perr := r.pull(ctx, pod, ref, 0)
 	if perr != nil {
 		r.event(p, cs, true, "Failed", "Failed to pull image %q: %v", c.Image, perr)
 		if img != nil {
@@ -175,12 +176,27 @@ func (r *Runtime) unpacked(ctx context.Context, img containerd.Image) (container
 	return img, nil
 }
 
-// pull fetches ref from its registry with the pod's pull secrets.
-func (r *Runtime) pull(ctx context.Context, pod *corev1.Pod, ref string) (containerd.Image, error) {
+// pull fetches ref from its registry with the pod's pull secrets (none
+// without a pod), blobs from the site's members first when the node
+// shares content, at most limit bytes per second (0: no cap).
+func (r *Runtime) pull(ctx context.Context, pod *corev1.Pod, ref string, limit int64) (containerd.Image, error) {
 	// Ending the context ends the content streams the pull leaves open.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	creds := r.pullCredentials(pod)
+	var creds map[string]credential
+	if pod != nil {
+		creds = r.pullCredentials(pod)
+	}
+	img, err := r.client.Pull(ctx, ref, containerd.WithResolver(r.sharing(r.resolver(ctx, creds), limit)), containerd.WithPullUnpack,
+		containerd.WithPlatformMatcher(platformMatcher()), containerd.WithPullSnapshotter(r.cfg.Snapshotter))
+	if err != nil {
+		return nil, fmt.Errorf("%w: pull %s: %v", errImagePull, ref, err)
+	}
+	return img, nil
+}
+
+// resolver reaches registries with creds, by host.
+func (r *Runtime) resolver(ctx context.Context, creds map[string]credential) remotes.Resolver {
 	// Registry hosts are configured as containerd's CRI does: an optional
 	// <dir>/<host>/hosts.toml (mirrors, plain HTTP, CA and client
 	// certificates); without one, HTTPS, except that a registry on a
@@ -189,7 +205,7 @@ func (r *Runtime) pull(ctx context.Context, pod *corev1.Pod, ref string) (contai
 	if hostDir == "" {
 		hostDir = "/etc/containerd/certs.d"
 	}
-	resolver := docker.NewResolver(docker.ResolverOptions{
+	return docker.NewResolver(docker.ResolverOptions{
 		Hosts: config.ConfigureHosts(ctx, config.HostOptions{
 			HostDir: config.HostDirFromRoot(hostDir),
 			Credentials: func(host string) (string, string, error) {
@@ -205,12 +221,6 @@ func (r *Runtime) pull(ctx context.Context, pod *corev1.Pod, ref string) (contai
 			},
 		}),
 	})
-	img, err := r.client.Pull(ctx, ref, containerd.WithResolver(resolver), containerd.WithPullUnpack,
-		containerd.WithPlatformMatcher(platformMatcher()), containerd.WithPullSnapshotter(r.cfg.Snapshotter))
-	if err != nil {
-		return nil, fmt.Errorf("%w: pull %s: %v", errImagePull, ref, err)
-	}
-	return img, nil
 }
 
 type credential struct{ user, pass string }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-edge/tether/edge"
+	"github.com/tether-edge/tether/edge/imageshare"
 )
 
 // Name is the runtime's name in the node's containerRuntimeVersion.
@@ -141,6 +142,12 @@ type Runtime struct {
 	// image garbage collection; stopGC ends its loop.
 	imageUsed map[string]time.Time
 	stopGC    context.CancelFunc
+	// imageSizes caches the size of images by target digest, for the
+	// node's status.images (staging.go).
+	imageSizes map[string]int64
+	// share, when set, makes pulls fetch blobs from the site's members
+	// first (staging.go).
+	share atomic.Pointer[imageshare.Sharer]
 }
 
 var _ edge.Runtime = (*Runtime)(nil)
@@ -202,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		logsDir:   filepath.Join(cfg.DataDir, "logs"),
 		fifoDir:   filepath.Join(cfg.DataDir, "fifo"),
 		pods:      map[types.UID]*pod{},
-		imageUsed: map[string]time.Time{},
+		imageUsed: map[string]time.Time{}, imageSizes: map[string]int64{},
 	}
 	for _, d := range []string{r.podsDir, r.logsDir, r.fifoDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {

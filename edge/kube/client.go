@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+
+	"github.com/tether-edge/tether/internal/fleetapi"
 )
 
 // Client talks to the hub's API for the agent. Its methods are safe for
@@ -26,6 +28,7 @@ type Client struct {
 	discovery  *rest.RESTClient // /apis/discovery.k8s.io/v1
 	networking *rest.RESTClient // /apis/networking.k8s.io/v1
 	node       *rest.RESTClient // /apis/node.k8s.io/v1
+	fleet      *rest.RESTClient // /apis/fleet.tether.io/v1alpha1 (JSON only)
 }
 
 // New returns a client whose requests follow cfg: host, dialer, user
@@ -46,6 +49,10 @@ func New(cfg *rest.Config) (*Client, error) {
 		c := rest.CopyConfig(cfg)
 		c.APIPath = apiPath
 		c.GroupVersion = &gv
+		if gv.Group == fleetapi.Group {
+			// Custom resources: JSON only.
+			c.ContentType, c.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
+		}
 		c.NegotiatedSerializer = codecs
 		if c.UserAgent == "" {
 			c.UserAgent = rest.DefaultKubernetesUserAgent()
@@ -66,6 +73,7 @@ func New(cfg *rest.Config) (*Client, error) {
 		{&c.discovery, "/apis", discoveryv1.SchemeGroupVersion},
 		{&c.networking, "/apis", networkingv1.SchemeGroupVersion},
 		{&c.node, "/apis", nodev1.SchemeGroupVersion},
+		{&c.fleet, "/apis", schema.GroupVersion{Group: fleetapi.Group, Version: fleetapi.Version}},
 	} {
 		if *g.rc, err = group(g.apiPath, g.gv); err != nil {
 			return nil, err
@@ -85,6 +93,7 @@ func newScheme() (*runtime.Scheme, error) {
 		networkingv1.AddToScheme,
 		nodev1.AddToScheme,
 		authenticationv1.AddToScheme,
+		fleetapi.AddImageStagingToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, err
@@ -188,4 +197,14 @@ func (c *Client) NetworkPolicies(namespace string) *Resource[*networkingv1.Netwo
 // RuntimeClasses is the client of the RuntimeClasses.
 func (c *Client) RuntimeClasses() *Resource[*nodev1.RuntimeClass, *nodev1.RuntimeClassList] {
 	return newResource(c, c.node, "runtimeclasses", "", func() *nodev1.RuntimeClass { return &nodev1.RuntimeClass{} }, func() *nodev1.RuntimeClassList { return &nodev1.RuntimeClassList{} })
+}
+
+// fleet.tether.io/v1alpha1
+
+// ImageStagings is the client of the ImageStagings (custom resources:
+// JSON only).
+func (c *Client) ImageStagings() *Resource[*fleetapi.ImageStaging, *fleetapi.ImageStagingList] {
+	r := newResource(c, c.fleet, "imagestagings", "", func() *fleetapi.ImageStaging { return &fleetapi.ImageStaging{} }, func() *fleetapi.ImageStagingList { return &fleetapi.ImageStagingList{} })
+	r.json = true
+	return r
 }

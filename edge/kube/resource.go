@@ -27,6 +27,8 @@ type Resource[T Object, L runtime.Object] struct {
 	namespace string
 	newObject func() T
 	newList   func() L
+	// json asks for JSON only (custom resources have no protobuf).
+	json bool
 }
 
 func newResource[T Object, L runtime.Object](c *Client, rc *rest.RESTClient, resource, namespace string, newObject func() T, newList func() L) *Resource[T, L] {
@@ -35,9 +37,11 @@ func newResource[T Object, L runtime.Object](c *Client, rc *rest.RESTClient, res
 
 // request starts a request of verb on the resource, in its namespace.
 func (r *Resource[T, L]) request(verb string) *rest.Request {
-	return r.client.Verb(verb).
-		UseProtobufAsDefault().
-		NamespaceIfScoped(r.namespace, r.namespace != "").
+	req := r.client.Verb(verb)
+	if !r.json {
+		req = req.UseProtobufAsDefault()
+	}
+	return req.NamespaceIfScoped(r.namespace, r.namespace != "").
 		Resource(r.resource)
 }
 
@@ -87,9 +91,11 @@ func (r *Resource[T, L]) UpdateStatus(ctx context.Context, obj T, opts metav1.Up
 // pt.
 func (r *Resource[T, L]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
 	out := r.newObject()
-	err := r.client.Patch(pt).
-		UseProtobufAsDefault().
-		NamespaceIfScoped(r.namespace, r.namespace != "").
+	req := r.client.Patch(pt)
+	if !r.json {
+		req = req.UseProtobufAsDefault()
+	}
+	err := req.NamespaceIfScoped(r.namespace, r.namespace != "").
 		Resource(r.resource).
 		Name(name).
 		SubResource(subresources...).

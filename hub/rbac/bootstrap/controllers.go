@@ -154,6 +154,13 @@ func Controllers() []Controller {
 			rule("get list watch", "fleet.tether.io", "edgeupgrades releases"),
 			rule("update patch", "fleet.tether.io", "edgeupgrades/status"),
 		)},
+		// tether's own: ImageStagings' status from the selected Nodes'
+		// status.images.
+		{"imagestaging", "imagestaging-controller", append(eventRules(),
+			rule("get list watch", "fleet.tether.io", "imagestagings"),
+			rule("update patch", "fleet.tether.io", "imagestagings/status"),
+			rule("get list watch", "core", "nodes"),
+		)},
 		{"clusterrole-aggregation", "clusterrole-aggregation-controller", append(eventRules(),
 			rule("escalate get list watch update patch", "rbac.authorization.k8s.io", "clusterroles"),
 		)},

@@ -143,6 +143,7 @@ func ClusterRoles() []rbacv1.ClusterRole {
 	for _, c := range Controllers() {
 		roles = append(roles, clusterRole(ControllerRolePrefix+c.Account, nil, c.Rules...))
 	}
+	roles = append(roles, nodeFleetRoles()...)
 	aggregate(roles)
 	return roles
 }
@@ -233,6 +234,7 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		n := ControllerRolePrefix + c.Account
 		bs = append(bs, clusterRoleBinding(n, n, serviceAccount(SystemNamespace, c.Account)))
 	}
+	bs = append(bs, nodeFleetBindings()...)
 	return bs
 }
 

@@ -17,8 +17,8 @@ func TestDefinitionsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 2 {
-		t.Fatalf("%d definitions, want 2", len(all))
+	if len(all) != 3 {
+		t.Fatalf("%d definitions, want 3", len(all))
 	}
 	scheme := runtime.NewScheme()
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
