@@ -83,8 +83,8 @@ func setReady(t *testing.T, c kubernetes.Interface, name string, status corev1.C
 }
 
 // TestFleetPageInChromium opens the fleet page through kubectl proxy in
-// headless Chromium: it shows both sites with their nodes and pods and an
-// agent rollout under way, takes a
+// headless Chromium: it shows both sites with their nodes and pods, an
+// agent rollout under way and an image staging, takes a
 // screenshot, and marks a site dark when the hub's node lifecycle does,
 // without a reload. A user who may not list nodes gets upstream's 403.
 func TestFleetPageInChromium(t *testing.T) {
@@ -128,6 +128,7 @@ func TestFleetPageInChromium(t *testing.T) {
 	// A rollout under way, with the status its controller would write,
 	// and alpha-2's agent downloading.
 	startRollout(t, cfg)
+	startStaging(t, cfg)
 	n, err := c.CoreV1().Nodes().Get(t.Context(), "alpha-2", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +174,7 @@ func TestFleetPageInChromium(t *testing.T) {
 		chromedp.WaitVisible(`section[data-site="alpha"][data-link="connected"]`),
 		chromedp.WaitVisible(`section[data-site="beta"][data-link="connected"]`),
 		chromedp.WaitVisible(`tr[data-rollout="to-v2"][data-phase="Progressing"]`),
+		chromedp.WaitVisible(`tr[data-staging="shop-apps"][data-phase="Pending"]`),
 	); err != nil {
 		t.Fatalf("open the fleet page: %v", err)
 	}
@@ -185,7 +187,7 @@ func TestFleetPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"2 sites, 3 nodes, 4 pods", "alpha-1", "alpha-2", "beta-1", "s ago", "never",
-		"Agent rollouts", "to-v2", "Progressing", "1/3", "beta-1: RolledBack: not healthy", "Downloading: v2-edge-amd64: downloading the delta"} {
+		"Agent rollouts", "to-v2", "Progressing", "1/3", "Image staging", "shop-apps", "registry.example/app:2", "2/3", "beta-1: RolledBack: not healthy", "Downloading: v2-edge-amd64: downloading the delta"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the page lacks %q:\n%s", want, text)
 		}
@@ -247,6 +249,24 @@ func startRollout(t *testing.T, cfg *rest.Config) {
 		"failures": []any{map[string]any{"node": "beta-1", "release": "v2-edge-amd64", "reason": fleetapi.ReasonRolledBack,
 			"message": "not healthy", "time": time.Now().UTC().Format(time.RFC3339)}}}
 	if _, err := dc.Resource(fleetapi.EdgeUpgradesResource).UpdateStatus(t.Context(), up, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startStaging creates an ImageStaging and writes the status its
+// controller (not running here) would: two nodes of three hold it.
+func startStaging(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	dc := dynamic.NewForConfigOrDie(cfg)
+	st := &unstructured.Unstructured{Object: map[string]any{"apiVersion": fleetapi.Group + "/" + fleetapi.Version, "kind": "ImageStaging",
+		"metadata": map[string]any{"name": "shop-apps"}, "spec": map[string]any{"images": []any{"registry.example/app:2"}}}}
+	st, err := dc.Resource(fleetapi.ImageStagingsResource).Create(t.Context(), st, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Object["status"] = map[string]any{"phase": fleetapi.StagingPending, "nodes": int64(3), "staged": int64(2),
+		"images": []any{map[string]any{"image": "registry.example/app:2", "nodes": int64(2)}}}
+	if _, err := dc.Resource(fleetapi.ImageStagingsResource).UpdateStatus(t.Context(), st, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

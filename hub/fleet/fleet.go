@@ -1,7 +1,8 @@
 // Package fleet serves the hub's fleet page: the sites, their nodes and
 // how the hub hears them (connected, partitioned, dark, dead; when each
 // node was last heard), the pods on each, and the agent upgrades rolling
-// out (EdgeUpgrades, and each node's upgrade under way), for the person who looks
+// out (EdgeUpgrades, and each node's upgrade under way) and the images
+// being staged to sites (ImageStagings), for the person who looks
 // at the fleet first in the morning. It is read-only, answers GET at
 // /fleet/ on the API port for users allowed to list nodes (opened through
 // `kubectl proxy` as any API path), and is plain server-rendered HTML
@@ -45,6 +46,7 @@ type Page struct {
 	pods    cache.Indexer
 	leases  cache.Indexer
 	ups     cache.Indexer // EdgeUpgrades
+	stages  cache.Indexer // ImageStagings
 	started chan struct{} // closed once the informers have synced
 }
 
@@ -91,13 +93,15 @@ func (p *Page) start() error {
 		leases := lf.Coordination().V1().Leases().Informer()
 		df := dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
 		ups := df.ForResource(fleetapi.EdgeUpgradesResource).Informer()
-		p.nodes, p.pods, p.leases, p.ups = nodes.GetIndexer(), pods.GetIndexer(), leases.GetIndexer(), ups.GetIndexer()
+		stages := df.ForResource(fleetapi.ImageStagingsResource).Informer()
+		p.nodes, p.pods, p.leases = nodes.GetIndexer(), pods.GetIndexer(), leases.GetIndexer()
+		p.ups, p.stages = ups.GetIndexer(), stages.GetIndexer()
 		f.Start(p.ctx.Done())
 		lf.Start(p.ctx.Done())
 		df.Start(p.ctx.Done())
 		go func() {
 			defer close(p.started)
-			if !cache.WaitForCacheSync(p.ctx.Done(), nodes.HasSynced, pods.HasSynced, leases.HasSynced, ups.HasSynced) {
+			if !cache.WaitForCacheSync(p.ctx.Done(), nodes.HasSynced, pods.HasSynced, leases.HasSynced, ups.HasSynced, stages.HasSynced) {
 				p.err = p.ctx.Err()
 			}
 		}()
@@ -120,6 +124,13 @@ func (p *Page) view() View {
 		}
 	}
 	v.Rollouts = Rollouts(ups)
+	var ss []*fleetapi.ImageStaging
+	for _, o := range p.stages.List() {
+		if s, ok := imageStagingOf(o); ok {
+			ss = append(ss, s)
+		}
+	}
+	v.Stagings = Stagings(ss)
 	return v
 }
 

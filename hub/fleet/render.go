@@ -46,7 +46,18 @@ const bodyHTML = `{{define "body"}}<header>
 </table>
 </section>
 {{end}}
-{{range .Sites}}<section class="site" data-site="{{.Name}}" data-link="{{.Link}}">
+{{if .Stagings}}<section class="stagings">
+<h2>Image staging</h2>
+<table>
+<thead><tr><th>Staging</th><th>Images</th><th>Phase</th><th>Nodes holding them</th></tr></thead>
+<tbody>
+{{range .Stagings}}<tr data-staging="{{.Name}}" data-phase="{{.Phase}}">
+<td>{{.Name}}</td><td>{{.Images}}</td><td><span class="phase {{.Phase}}">{{.Phase}}</span></td><td>{{.Staged}}/{{.Nodes}}</td>
+</tr>
+{{end}}</tbody>
+</table>
+</section>
+{{end}}{{range .Sites}}<section class="site" data-site="{{.Name}}" data-link="{{.Link}}">
 <h2>{{.Name}} <span class="link {{.Link}}">{{.Link | linkText}}</span></h2>
 <p class="counts">{{count (len .Nodes) "node"}}{{range $l, $n := .Counts}} · {{$n}} {{$l}}{{end}} · {{count .Pods "pod"}}
 {{- if gt (len .Agents) 1}} · <span class="agents">agents{{range $v, $n := .Agents}} {{$v}} ×{{$n}}{{end}}</span>{{end}}</p>
@@ -102,7 +113,7 @@ th, td { text-align: left; padding: .25rem .6rem; border-bottom: 1px solid #d0d7
 .phase { padding: .05rem .4rem; border-radius: .3rem; font-size: .8rem; }
 .phase.Paused { background: #ffebe9; color: #a40e26; }
 .phase.Progressing { background: #ddf4ff; color: #0550ae; }
-.phase.Complete { background: #dafbe1; color: #116329; }
+.phase.Complete, .phase.Staged { background: #dafbe1; color: #116329; }
 main[data-stale]::before { content: "not refreshed: " attr(data-stale); display: block; color: #a40e26; }
 `
 

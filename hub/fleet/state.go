@@ -85,6 +85,8 @@ type View struct {
 	Pods  int
 	// Rollouts are the agent upgrades rolling out (see Rollouts).
 	Rollouts []Rollout
+	// Stagings are the images staged to sites (see Stagings).
+	Stagings []Staging
 }
 
 // Summarize builds the view of nodes, the pods bound to them and their

@@ -188,3 +188,26 @@ func TestRolloutsOrder(t *testing.T) {
 		t.Errorf("rollouts shown: %s\nwant %s", got, want)
 	}
 }
+
+func TestStagingsOrder(t *testing.T) {
+	at := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+	st := func(name, phase string, age time.Duration) *fleetapi.ImageStaging {
+		s := &fleetapi.ImageStaging{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(at.Add(-age))}}
+		s.Spec.Images = []string{"a:1", "b:2"}
+		s.Status.Phase = phase
+		return s
+	}
+	ss := []*fleetapi.ImageStaging{st("staged-old", fleetapi.StagingStaged, 5*time.Hour), st("pending", fleetapi.StagingPending, time.Hour),
+		st("waiting", fleetapi.StagingWaiting, 3*time.Hour), st("staged-new", fleetapi.StagingStaged, time.Minute), st("unread", "", 2*time.Hour)}
+	var names []string
+	for _, s := range Stagings(ss) {
+		names = append(names, s.Name+"="+s.Phase)
+	}
+	want := "pending=Pending unread=Pending waiting=Waiting staged-new=Staged staged-old=Staged"
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("stagings shown: %s\nwant %s", got, want)
+	}
+	if got := Stagings(ss)[0].Images; got != "a:1, b:2" {
+		t.Errorf("images shown as %q", got)
+	}
+}
