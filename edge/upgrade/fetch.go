@@ -176,7 +176,9 @@ func (d *Download) resumable(ctx context.Context, path, part string, delta bool,
 		lim = rate.NewLimiter(rate.Limit(d.Limit), int(min(d.Limit, 64<<10)))
 	}
 	wait := d.retry()
+	fruitless := 0 // attempts in a row that brought nothing
 	for {
+		before := f.Transferred
 		done, err := d.attempt(ctx, path, part, delta, lim, f)
 		if done || ctx.Err() != nil {
 			return err
@@ -187,6 +189,13 @@ func (d *Download) resumable(ctx context.Context, path, part string, delta bool,
 		}
 		if errors.Is(err, errNoDelta) {
 			return err
+		}
+		if f.Transferred > before {
+			fruitless = 0
+		} else if fruitless++; delta && fruitless >= 3 {
+			// A hub that keeps failing to give the delta (it could not
+			// compute it, say) still has the executable.
+			return fmt.Errorf("the hub did not give the delta in %d attempts: %w", fruitless, err)
 		}
 		d.Log.Info("upgrade download cut; resuming", "err", err, "in", wait)
 		if err := sleep(ctx, wait); err != nil {

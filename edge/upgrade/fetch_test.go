@@ -201,3 +201,32 @@ func TestDownloadMissingIsPermanent(t *testing.T) {
 		t.Errorf("a release the hub lacks: %v", err)
 	}
 }
+
+func TestDownloadFallsBackWhenTheDeltaFails(t *testing.T) {
+	exe := randomBytes(128 << 10)
+	var mu sync.Mutex
+	deltaAsks := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("from") != "" {
+			mu.Lock()
+			deltaAsks++
+			mu.Unlock()
+			http.Error(w, "could not compute the delta", http.StatusInternalServerError)
+			return
+		}
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(exe))
+	}))
+	defer srv.Close()
+	from := filepath.Join(t.TempDir(), "tether")
+	old := randomBytes(1 << 10)
+	os.WriteFile(from, old, 0o755)
+	d := newDownload(t, srv, exe)
+	d.From, d.FromDigest = from, digest(old)
+	f, err := d.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(f.Path); !bytes.Equal(got, exe) || f.Delta || deltaAsks != 3 {
+		t.Errorf("delta asked %d times; fetched %+v", deltaAsks, f)
+	}
+}
