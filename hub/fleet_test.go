@@ -381,24 +381,7 @@ func logTime(line string) (time.Time, bool) {
 // startFleetEdge runs a sim edge joined through h.
 func startFleetEdge(t *testing.T, h *hubtest.Hub, token, name, dir string) {
 	t.Helper()
-	cmd := exec.Command(h.Bin, "edge", "--hub", "https://"+h.Addr, "--token", token, "--data-dir", dir, "--name", name,
-		"--runtime", "sim", "--sim-start-delay", "100ms", "--watch-services=false", "--metrics-period", "0")
-	logf, err := os.Create(dir + ".log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s log:\n%s", name, b)
-		}
-	})
+	startSimAgent(t, h.Bin, h, token, name, dir, "--sim-start-delay", "100ms")
 }
 
 func waitFleet(t *testing.T, what string, timeout time.Duration, ok func() bool) {

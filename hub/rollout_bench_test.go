@@ -54,10 +54,8 @@ func TestRolloutOfSimAgents(t *testing.T) {
 		t.Fatalf("tether token create: %v", err)
 	}
 	token := strings.TrimSpace(string(out))
-	var names []string
 	for i := range nodes {
 		name := fmt.Sprintf("sim-%02d", i)
-		names = append(names, name)
 		home := filepath.Join(dir, name)
 		if err := os.MkdirAll(home, 0o755); err != nil {
 			t.Fatal(err)
@@ -70,7 +68,7 @@ func TestRolloutOfSimAgents(t *testing.T) {
 		}
 		startSimAgent(t, installed, h, token, name, filepath.Join(home, "data"))
 	}
-	waitNodesReady(t, h, names, 3*time.Minute)
+	waitFleet(t, fmt.Sprintf("%d nodes ready", nodes), 3*time.Minute, func() bool { return readyNodes(h) == nodes })
 
 	began := time.Now()
 	manifest := filepath.Join(dir, "rollout.yaml")
@@ -100,11 +98,12 @@ func TestRolloutOfSimAgents(t *testing.T) {
 }
 
 // startSimAgent runs a sim agent from the executable bin, joined through
-// h, stopped when the test ends.
-func startSimAgent(t *testing.T, bin string, h *hubtest.Hub, token, name, dir string) {
+// h, with extra flags, stopped when the test ends.
+func startSimAgent(t *testing.T, bin string, h *hubtest.Hub, token, name, dir string, extra ...string) {
 	t.Helper()
-	cmd := exec.Command(bin, "edge", "--hub", "https://"+h.Addr, "--token", token, "--data-dir", dir, "--name", name,
-		"--runtime", "sim", "--watch-services=false", "--metrics-period", "0")
+	args := append([]string{"edge", "--hub", "https://" + h.Addr, "--token", token, "--data-dir", dir, "--name", name,
+		"--runtime", "sim", "--watch-services=false", "--metrics-period", "0"}, extra...)
+	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(dir + ".log")
 	if err != nil {
 		t.Fatal(err)
@@ -129,26 +128,4 @@ func startSimAgent(t *testing.T, bin string, h *hubtest.Hub, token, name, dir st
 			t.Logf("%s's log:\n%s", name, b)
 		}
 	})
-}
-
-// waitNodesReady waits for every node of names to be Ready.
-func waitNodesReady(t *testing.T, h *hubtest.Hub, names []string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		out, _ := h.Run("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
-		ready := 0
-		for _, n := range names {
-			if strings.Contains(out, n+"=True\n") {
-				ready++
-			}
-		}
-		if ready == len(names) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d nodes ready:\n%s", ready, len(names), out)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }
