@@ -117,22 +117,25 @@ type Site struct {
 	droppedKey       atomic.Uint64
 	droppedNonMember atomic.Uint64
 
-	mu        sync.Mutex
-	ml        *memberlist.Memberlist
-	keys      [][]byte // latest keys
-	keysSet   chan struct{}
-	peers     []string
-	peerSet   map[string]bool
-	connected bool
-	leaving   bool
-	view      sitedigest.Digest
-	metas     map[string]meta   // last meta of each member
-	addrs     map[string]string // last host:port of each member
-	changed   chan struct{}
-	grace     *time.Timer
-	poke      chan struct{}
-	joinNow   chan struct{}
-	killed    chan struct{}
+	mu      sync.Mutex
+	ml      *memberlist.Memberlist
+	table   *nodeTable // ml's node table, read by refresh alone
+	keys    [][]byte   // latest keys
+	keysSet chan struct{}
+	peers   []string
+	peerSet map[string]bool
+	// peersChanged is set when SetPeers changes the peers, for refresh.
+	peersChanged bool
+	connected    bool
+	leaving      bool
+	view         sitedigest.Digest
+	metas        map[string]meta   // last meta of each member
+	addrs        map[string]string // last host:port of each member
+	changed      chan struct{}
+	grace        *time.Timer
+	poke         chan struct{}
+	joinNow      chan struct{}
+	killed       chan struct{}
 }
 
 // New validates cfg and returns a Site; Run starts it.
@@ -272,8 +275,13 @@ func (s *Site) start() (*memberlist.Memberlist, error) {
 		_ = c.Transport.Shutdown()
 		return nil, fmt.Errorf("start site gossip: %w", err)
 	}
+	table, err := newNodeTable(ml)
+	if err != nil {
+		_ = ml.Shutdown()
+		return nil, fmt.Errorf("start site gossip: %w", err)
+	}
 	s.mu.Lock()
-	s.ml = ml
+	s.ml, s.table = ml, table
 	keysNow := s.keys
 	s.mu.Unlock()
 	close(s.started)
@@ -380,7 +388,9 @@ func (s *Site) SetPeers(peers []string) {
 	}
 	slices.Sort(list)
 	s.mu.Lock()
-	s.peers, s.peerSet = list, set
+	if !slices.Equal(list, s.peers) || s.peerSet == nil {
+		s.peers, s.peerSet, s.peersChanged = list, set, true
+	}
 	s.mu.Unlock()
 	select {
 	case s.joinNow <- struct{}{}:

@@ -317,16 +317,26 @@ func TestKeyRotationKeepsTheCluster(t *testing.T) {
 	}
 }
 
-func TestNodeTableLayout(t *testing.T) {
-	t.Parallel()
+func TestNodeTableLayout(t *testing.T) { // not parallel: AllocsPerRun
 	c := newCluster(t, 60)
 	s := c.member(0, c.keys, nil)
 	if _, err := s.Addr(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := readNodes(s.ml)
+	table, err := newNodeTable(s.ml)
 	if err != nil {
 		t.Fatal(err)
+	}
+	nodes, changed := table.read()
+	if !changed {
+		t.Error("first read of the node table: no change reported")
+	}
+	if again, changed := table.read(); changed || len(again) != len(nodes) {
+		t.Errorf("second read of an unchanged table: changed %v, %d nodes", changed, len(again))
+	}
+	// The site polls the table four times a second on every node.
+	if allocs := testing.AllocsPerRun(100, func() { table.read() }); allocs != 0 {
+		t.Errorf("a read of an unchanged table allocates %.0f times, want 0", allocs)
 	}
 	if len(nodes) != 1 || nodes[0].name != "node-0" || nodes[0].addr != c.addr(0) || nodes[0].incarnation == 0 {
 		t.Errorf("node table = %+v", nodes)
@@ -350,7 +360,11 @@ func TestForgottenDeadMemberStaysDead(t *testing.T) {
 		a.mu.Lock()
 		ml := a.ml
 		a.mu.Unlock()
-		nodes, _ := readNodes(ml)
+		table, err := newNodeTable(ml)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, _ := table.read()
 		return len(nodes) == 1
 	})
 	time.Sleep(300 * time.Millisecond)

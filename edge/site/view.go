@@ -88,20 +88,35 @@ func (d delegate) NotifyAlive(n *memberlist.Node) error {
 // nodeState is one entry of memberlist's node table.
 type nodeState struct {
 	name        string
-	addr        string
+	ip          []byte
+	port        uint16
+	addr        string // ip and port as host:port
 	meta        []byte
 	incarnation uint32
 	state       memberlist.NodeStateType
 }
 
-// readNodes returns memberlist's node table: every node it knows with its
+// nodeTable reads memberlist's node table: every node it knows with its
 // state and incarnation. memberlist's API gives only the alive and
 // suspect nodes without their state or incarnation (Members), and no
 // event for suspicion, so the table is read under memberlist's own lock
-// by reflection. TestNodeTableLayout fails if a memberlist release
-// changes the fields read here; readNodes then reports an error rather
+// by reflection. The layout is checked once, when the table is made for
+// a memberlist; TestNodeTableLayout fails if a memberlist release changes
+// the fields read here, and newNodeTable then reports an error rather
 // than guess.
-func readNodes(ml *memberlist.Memberlist) ([]nodeState, error) {
+//
+// The site polls the table several times a second on every node, so a
+// read that finds the table as it was last time allocates nothing and
+// reports no change.
+type nodeTable struct {
+	lock  *sync.RWMutex // memberlist's own
+	nodes reflect.Value // the []*nodeState slice field
+	// Field index paths in memberlist's nodeState (which embeds Node).
+	name, addr, port, meta, incarnation, state []int
+	last                                       []nodeState
+}
+
+func newNodeTable(ml *memberlist.Memberlist) (*nodeTable, error) {
 	v := reflect.ValueOf(ml).Elem()
 	lockF, nodesF := v.FieldByName("nodeLock"), v.FieldByName("nodes")
 	if !lockF.IsValid() || lockF.Type() != reflect.TypeFor[sync.RWMutex]() ||
@@ -109,35 +124,78 @@ func readNodes(ml *memberlist.Memberlist) ([]nodeState, error) {
 		nodesF.Type().Elem().Kind() != reflect.Pointer {
 		return nil, fmt.Errorf("read memberlist node table: unknown layout of %s", v.Type())
 	}
+	t := &nodeTable{lock: (*sync.RWMutex)(unsafe.Pointer(lockF.UnsafeAddr())), nodes: nodesF}
 	et := nodesF.Type().Elem().Elem()
-	for name, kind := range map[string]reflect.Kind{"Name": reflect.String, "Addr": reflect.Slice,
-		"Port": reflect.Uint16, "Meta": reflect.Slice, "Incarnation": reflect.Uint32, "State": reflect.Int} {
-		if f, ok := et.FieldByName(name); !ok || f.Type.Kind() != kind {
+	for name, f := range map[string]struct {
+		kind  reflect.Kind
+		index *[]int
+	}{"Name": {reflect.String, &t.name}, "Addr": {reflect.Slice, &t.addr}, "Port": {reflect.Uint16, &t.port},
+		"Meta": {reflect.Slice, &t.meta}, "Incarnation": {reflect.Uint32, &t.incarnation}, "State": {reflect.Int, &t.state}} {
+		sf, ok := et.FieldByName(name)
+		if !ok || sf.Type.Kind() != f.kind || !direct(et, sf.Index) {
 			return nil, fmt.Errorf("read memberlist node table: unknown layout of %s", et)
 		}
+		*f.index = sf.Index
 	}
-	if f, _ := et.FieldByName("State"); len(f.Index) != 1 {
-		return nil, fmt.Errorf("read memberlist node table: unknown layout of %s", et)
+	return t, nil
+}
+
+// direct reports whether the field at index path in struct type t is
+// reached without following a pointer, so that reading it allocates
+// nothing and cannot meet a nil embedded pointer.
+func direct(t reflect.Type, path []int) bool {
+	for _, i := range path[:len(path)-1] {
+		t = t.Field(i).Type
+		if t.Kind() != reflect.Struct {
+			return false
+		}
 	}
-	// The lock is memberlist's own RWMutex, taken for reading as
-	// Members() does.
-	mu := (*sync.RWMutex)(unsafe.Pointer(lockF.UnsafeAddr()))
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make([]nodeState, 0, nodesF.Len())
-	for i := range nodesF.Len() {
-		e := nodesF.Index(i).Elem()
-		ip := net.IP(bytes.Clone(e.FieldByName("Addr").Bytes()))
-		m := bytes.Clone(e.FieldByName("Meta").Bytes())
+	return true
+}
+
+// read returns the table, and whether it changed since the last read.
+// Not safe for concurrent use; the returned slice is the table's until
+// the next read.
+func (t *nodeTable) read() ([]nodeState, bool) {
+	t.lock.RLock()
+	defer t.lock.RUnlock()
+	n := t.nodes.Len()
+	if n == len(t.last) {
+		same := true
+		for i := 0; i < n && same; i++ {
+			same = t.equal(t.nodes.Index(i).Elem(), &t.last[i])
+		}
+		if same {
+			return t.last, false
+		}
+	}
+	out := make([]nodeState, 0, n)
+	for i := range n {
+		e := t.nodes.Index(i).Elem()
+		ip := bytes.Clone(e.FieldByIndex(t.addr).Bytes())
+		port := uint16(e.FieldByIndex(t.port).Uint())
 		out = append(out, nodeState{
-			name:        e.FieldByName("Name").String(),
-			addr:        net.JoinHostPort(ip.String(), strconv.FormatUint(e.FieldByName("Port").Uint(), 10)),
-			meta:        m,
-			incarnation: uint32(e.FieldByName("Incarnation").Uint()),
-			state:       memberlist.NodeStateType(e.FieldByName("State").Int()),
+			name:        e.FieldByIndex(t.name).String(),
+			ip:          ip,
+			port:        port,
+			addr:        net.JoinHostPort(net.IP(ip).String(), strconv.FormatUint(uint64(port), 10)),
+			meta:        bytes.Clone(e.FieldByIndex(t.meta).Bytes()),
+			incarnation: uint32(e.FieldByIndex(t.incarnation).Uint()),
+			state:       memberlist.NodeStateType(e.FieldByIndex(t.state).Int()),
 		})
 	}
-	return out, nil
+	t.last = out
+	return out, true
+}
+
+// equal reports whether memberlist's entry e holds what n recorded.
+func (t *nodeTable) equal(e reflect.Value, n *nodeState) bool {
+	return e.FieldByIndex(t.name).String() == n.name &&
+		uint32(e.FieldByIndex(t.incarnation).Uint()) == n.incarnation &&
+		memberlist.NodeStateType(e.FieldByIndex(t.state).Int()) == n.state &&
+		uint16(e.FieldByIndex(t.port).Uint()) == n.port &&
+		bytes.Equal(e.FieldByIndex(t.addr).Bytes(), n.ip) &&
+		bytes.Equal(e.FieldByIndex(t.meta).Bytes(), n.meta)
 }
 
 func digestState(t memberlist.NodeStateType) sitedigest.State {
@@ -158,18 +216,20 @@ func digestState(t memberlist.NodeStateType) sitedigest.State {
 // is a peer's, so a dead node does not turn into an unknown one.
 func (s *Site) refresh() {
 	s.mu.Lock()
-	ml := s.ml
+	table := s.table
 	s.mu.Unlock()
-	if ml == nil {
+	if table == nil {
 		return
 	}
-	nodes, err := readNodes(ml)
-	if err != nil {
-		s.log.Error("read site view", "err", err)
-		return
-	}
+	nodes, changed := table.read()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The view follows from the table and the peer set alone: with
+	// neither changed it is what it was.
+	if !changed && !s.peersChanged {
+		return
+	}
+	s.peersChanged = false
 	d := sitedigest.Digest{Site: s.cfg.Site}
 	metas := make(map[string]meta, len(nodes))
 	seen := make(map[string]bool, len(nodes))
