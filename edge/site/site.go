@@ -30,6 +30,11 @@
 // starts, Config.Generation), so that it grows across restarts. Each member gossips in its node meta whether its tunnel to
 // the hub is up (SetConnected); the alive connected member with the lowest
 // name is the site's Sender, the one that reports the view to the hub.
+//
+// Packets and streams travel over the site's own memberlist Transport
+// (transport.go) rather than memberlist's NetTransport, which allocates
+// a 64 KiB buffer for every packet it reads; see transport for what that
+// cost an idle agent.
 package site
 
 import (
@@ -243,11 +248,7 @@ func (s *Site) start() (*memberlist.Memberlist, error) {
 		return nil, fmt.Errorf("create site keyring: %w", err)
 	}
 	mlLog := log.New(slogWriter{s.log}, "", 0)
-	inner, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{bindAddr(s.cfg.BindAddr)},
-		BindPort:  s.cfg.BindPort,
-		Logger:    mlLog,
-	})
+	inner, err := newTransport(bindAddr(s.cfg.BindAddr), s.cfg.BindPort, mlLog)
 	if err != nil {
 		return nil, fmt.Errorf("open site gossip port: %w", err)
 	}
@@ -257,7 +258,7 @@ func (s *Site) start() (*memberlist.Memberlist, error) {
 	}
 	c.Name = s.cfg.Node
 	c.BindAddr = bindAddr(s.cfg.BindAddr)
-	c.BindPort = inner.GetAutoBindPort()
+	c.BindPort = inner.port()
 	c.AdvertisePort = c.BindPort
 	if s.cfg.AdvertiseAddr != "" {
 		c.AdvertiseAddr = s.cfg.AdvertiseAddr
