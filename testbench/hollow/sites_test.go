@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,6 +106,10 @@ type restFigures struct {
 	// Leases, at a fixed rate whatever the fleet.
 	electionWritesPerMin float64
 	hubCPUSecPerMin      float64
+	// fleetCPUmsPerMinNode is what the hollow agents cost this process
+	// per node: the simulation's own cost, which bounds the fleet size
+	// one machine can hold, not a hub figure.
+	fleetCPUmsPerMinNode float64
 	uplinkBitPerSecNode  float64 // tunnel wire bytes, edge to hub
 	downBitPerSecNode    float64
 	wanBytesPerMinNode   float64 // both directions
@@ -154,7 +159,8 @@ func TestSiteLiveness(t *testing.T) {
 			fmt.Sprintf("election_writes_per_min=%.0f", sites.electionWritesPerMin)}},
 		peer.storeWritesPerMin)
 	report(benchfmt.Figure{Name: "site_liveness_site_changes_per_min", Value: changesPerMin, Unit: "digests/min"}, -1)
-	report(benchfmt.Figure{Name: "site_liveness_hub_cpu", Value: sites.hubCPUSecPerMin, Unit: "cpu-s/min"}, peer.hubCPUSecPerMin)
+	report(benchfmt.Figure{Name: "site_liveness_hub_cpu", Value: sites.hubCPUSecPerMin, Unit: "cpu-s/min",
+		Extra: []string{fmt.Sprintf("fleet_cpu_ms_min_per_node=%.0f", sites.fleetCPUmsPerMinNode)}}, peer.hubCPUSecPerMin)
 	report(benchfmt.Figure{Name: "site_liveness_wan_uplink_per_node", Value: sites.uplinkBitPerSecNode, Unit: "bit/s", Target: "<=100",
 		Extra: []string{fmt.Sprintf("downlink_bit_s=%.1f", sites.downBitPerSecNode), fmt.Sprintf("wan_bytes_per_node_min=%.0f", sites.wanBytesPerMinNode)}},
 		peer.uplinkBitPerSecNode)
@@ -227,11 +233,11 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 	// agent's StatusCheckInterval, 10s).
 	time.Sleep(13 * time.Second)
 
-	rev0, cpu0, st0, gb0 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes()
+	rev0, cpu0, st0, gb0, fleet0 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes(), fleetCPU(t)
 	dig0 := hubCounter(t, client, `tether_site_digests_total{result="accepted"}`)
 	elections := watchElections(t, client, rev0)
 	time.Sleep(size.window)
-	rev1, cpu1, st1, gb1 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes()
+	rev1, cpu1, st1, gb1, fleet1 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes(), fleetCPU(t)
 	dig1 := hubCounter(t, client, `tether_site_digests_total{result="accepted"}`)
 	electionWrites := elections(rev1)
 	if st1.Connected != size.nodes {
@@ -250,6 +256,7 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 		storeWritesPerMin:    float64(rev1-rev0-electionWrites) * perMin,
 		electionWritesPerMin: float64(electionWrites) * perMin,
 		hubCPUSecPerMin:      (cpu1 - cpu0).Seconds() * perMin,
+		fleetCPUmsPerMinNode: (fleet1 - fleet0).Seconds() * 1000 * perMin / n,
 		uplinkBitPerSecNode:  float64(st1.BytesSent-st0.BytesSent) * 8 / size.window.Seconds() / n,
 		downBitPerSecNode:    float64(st1.BytesReceived-st0.BytesReceived) * 8 / size.window.Seconds() / n,
 		wanBytesPerMinNode:   float64(st1.BytesSent-st0.BytesSent+st1.BytesReceived-st0.BytesReceived) * perMin / n,
@@ -257,9 +264,9 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 		digestsAccepted:      int(dig1 - dig0),
 		agentWrites:          st1.Writes - st0.Writes,
 	}
-	t.Logf("%s, %d nodes in %d sites, at rest over %v: %d store writes (%.1f/min for liveness, %d of the leader elections left out; %d by the agents' API requests), %d site digests accepted, hub CPU %.2fs/min, WAN per node %.1f bit/s up, %.1f bit/s down, gossip %.0f B/min per node; load average %s",
+	t.Logf("%s, %d nodes in %d sites, at rest over %v: %d store writes (%.1f/min for liveness, %d of the leader elections left out; %d by the agents' API requests), %d site digests accepted, hub CPU %.2fs/min, fleet CPU %.0f ms/min per node, WAN per node %.1f bit/s up, %.1f bit/s down, gossip %.0f B/min per node; load average %s",
 		what, size.nodes, size.sites, size.window, rev1-rev0, r.storeWritesPerMin, electionWrites, r.agentWrites, r.digestsAccepted,
-		r.hubCPUSecPerMin, r.uplinkBitPerSecNode, r.downBitPerSecNode, r.gossipBytesPerMin, loadAverage())
+		r.hubCPUSecPerMin, r.fleetCPUmsPerMinNode, r.uplinkBitPerSecNode, r.downBitPerSecNode, r.gossipBytesPerMin, loadAverage())
 	return r
 }
 
@@ -362,6 +369,17 @@ func hubCPU(t *testing.T, h *hubtest.Hub) time.Duration {
 		t.Fatalf("hub CPU: %v", err)
 	}
 	return d
+}
+
+// fleetCPU returns the CPU time this process (the hollow fleet) used so
+// far, user and system.
+func fleetCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatalf("fleet CPU: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // hubCounter reads one sample (name with its labels, as printed) from the
