@@ -21,7 +21,10 @@
 //     state, with the watch's new resourceVersion, in one transaction before
 //     the store and the handlers see it. A crash in between is harmless:
 //     the next start acts on what was written. Bookmarks only move the
-//     stored resourceVersion, lazily.
+//     stored resourceVersion, lazily, and so do updates that the Spec's
+//     Changed says changed nothing that must outlive a restart (a site
+//     peer's Node whose conditions moved, say): on a node's flash storage
+//     such updates would each cost a synchronous write.
 //   - resume — the watch starts from the stored resourceVersion, so a
 //     reconnect, a hub restart or an agent restart lists nothing while the
 //     hub's change log still covers the gap.

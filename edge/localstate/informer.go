@@ -38,6 +38,14 @@ type Spec struct {
 	OnTombstone func(obj any)
 	// OnLoad is called at construction with the live objects loaded.
 	OnLoad func(objs []any)
+	// Changed, when set, says whether an update of an object changed what
+	// must outlive a restart. An update it says no to reaches the store
+	// and the handlers at once but is not written: the watch's new
+	// resourceVersion goes with the next write (lazily), so the local
+	// state keeps the older copy until an update that counts, and a
+	// restart resumes the watch past the updates in between. Nil means
+	// every update is written.
+	Changed func(old, cur runtime.Object) bool
 }
 
 // ListFunc lists the watched objects on the hub.
@@ -253,7 +261,8 @@ func (i *informer) relist(ctx context.Context) error {
 		return fmt.Errorf("list: %w", err)
 	}
 	type change struct {
-		old, cur protoObject // old nil: added; cur nil: deleted
+		old, cur  protoObject // old nil: added; cur nil: deleted
+		unwritten bool        // an update Spec.Changed let pass unwritten
 	}
 	var ops []state.Op
 	var changes []change
@@ -271,6 +280,10 @@ func (i *informer) relist(ctx context.Context) error {
 			old = o.(protoObject)
 		}
 		if old != nil && old.GetUID() == obj.GetUID() && old.GetResourceVersion() == obj.GetResourceVersion() {
+			continue
+		}
+		if old != nil && old.GetUID() == obj.GetUID() && i.spec.Changed != nil && !i.spec.Changed(old, obj) {
+			changes = append(changes, change{old: old, cur: obj, unwritten: true})
 			continue
 		}
 		if old != nil && old.GetUID() != obj.GetUID() {
@@ -317,7 +330,9 @@ func (i *informer) relist(ctx context.Context) error {
 			_ = i.store.Add(c.cur)
 			i.h.OnAdd(c.cur, false)
 		default:
-			i.spec.State.persisted(i.spec.Kind, watch.Modified, c.cur)
+			if !c.unwritten {
+				i.spec.State.persisted(i.spec.Kind, watch.Modified, c.cur)
+			}
 			_ = i.store.Update(c.cur)
 			i.h.OnUpdate(c.old, c.cur)
 		}
@@ -413,6 +428,15 @@ func (i *informer) apply(ev watch.Event) error {
 	var ops []state.Op
 	switch ev.Type {
 	case watch.Added, watch.Modified:
+		if old != nil && old.GetUID() == obj.GetUID() && i.spec.Changed != nil && !i.spec.Changed(old, obj) {
+			// Nothing that must outlive a restart: the local state keeps
+			// the older copy, and only the version moves.
+			db.SetLazy(i.spec.Watch, rv)
+			i.rv.Store(&rv)
+			_ = i.store.Update(obj)
+			i.h.OnUpdate(old, obj)
+			return nil
+		}
 		if old != nil && old.GetUID() != obj.GetUID() {
 			op, err := i.removeOp(old)
 			if err != nil {

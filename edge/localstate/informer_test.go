@@ -381,3 +381,68 @@ func TestForget(t *testing.T) {
 		t.Errorf("other watch at %q, want 6", rv)
 	}
 }
+
+// TestInformerWritesOnlyWhatChanged: with Spec.Changed, an update that
+// changes nothing it counts reaches the handlers but leaves the local
+// state's copy, and a restart resumes past it with the older copy.
+func TestInformerWritesOnlyWhatChanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withData := func(name, rv, v string) *corev1.ConfigMap {
+		cm := configMap(name, rv)
+		cm.Data = map[string]string{"k": v}
+		return cm
+	}
+	seed(t, s, "configmaps", "configmaps", "10", withData("a", "7", "one"))
+	changed := func(old, cur runtime.Object) bool {
+		return old.(*corev1.ConfigMap).Data["k"] != cur.(*corev1.ConfigMap).Data["k"]
+	}
+	spec := Spec{State: s, Kind: "configmaps", Watch: "configmaps", Changed: changed}
+	hub := newFakeHub()
+	rec := &recorder{}
+	store, c := NewInformer(spec, hub.listFunc, hub.watchFunc, &corev1.ConfigMap{}, rec.handler())
+	relabelled := withData("a", "11", "one")
+	relabelled.Labels = map[string]string{"seen": "yes"}
+	hub.events(watch.Event{Type: watch.Modified, Object: relabelled})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.RunWithContext(ctx); close(done) }()
+	rec.waitFor(t, 2)
+	if o, _, _ := store.GetByKey("default/a"); o.(*corev1.ConfigMap).ResourceVersion != "11" {
+		t.Errorf("store holds a@%s, want the update a@11", o.(*corev1.ConfigMap).ResourceVersion)
+	}
+	if got, want := stored(t, s, "configmaps"), []string{"a@7"}; !slices.Equal(got, want) {
+		t.Errorf("after an update that changed nothing counted the local state holds %v, want %v", got, want)
+	}
+	cancel()
+	<-done
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The restart starts from the older copy and resumes after the update.
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if rv := watchRV(t, s, "configmaps"); rv != "11" {
+		t.Errorf("stored resourceVersion %q after the restart, want 11", rv)
+	}
+	spec.State = s
+	hub = newFakeHub()
+	rec = &recorder{}
+	_, c = NewInformer(spec, hub.listFunc, hub.watchFunc, &corev1.ConfigMap{}, rec.handler())
+	hub.events(watch.Event{Type: watch.Modified, Object: withData("a", "12", "two")})
+	run(t, c)
+	rec.waitFor(t, 2)
+	if got, want := stored(t, s, "configmaps"), []string{"a@12"}; !slices.Equal(got, want) {
+		t.Errorf("after an update that counts the local state holds %v, want %v", got, want)
+	}
+	if _, rvs := hub.counts(); len(rvs) != 1 || rvs[0] != "11" {
+		t.Errorf("watches from %q; want one from 11", rvs)
+	}
+}
