@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -92,7 +93,7 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 	sel := labels.SelectorFromSet(labels.Set{LabelZone: a.cfg.Zone}).String()
 	nlw := labelListWatch(sel, nodes.List, nodes.Watch)
 	if a.local != nil {
-		nlw.keep = &localstate.Spec{State: a.local.State, Kind: keptSiteNodes, Watch: keptSiteNodes}
+		nlw.keep = &localstate.Spec{State: a.local.State, Kind: keptSiteNodes, Watch: keptSiteNodes, Changed: siteNodeChanged}
 	}
 	var nc, kc cache.Controller
 	g.nodes, nc = newInformer(nlw, &corev1.Node{}, h)
@@ -108,6 +109,18 @@ func newSiteGossip(a *Agent) (*siteGossip, error) {
 	// What the local state had: the site can form before the hub answers.
 	g.sync()
 	return g, nil
+}
+
+// siteNodeChanged says whether a site Node's update changed what the site
+// reads from it after a restart: its labels and annotations (zone, gossip
+// and image share ports) and its addresses. Status updates, which every
+// member's Node gets at each change of its conditions, are left unwritten:
+// a site of twenty would otherwise cost each member twenty synchronous
+// writes whenever the site's nodes change state together.
+func siteNodeChanged(old, cur runtime.Object) bool {
+	o, c := old.(*corev1.Node), cur.(*corev1.Node)
+	return !maps.Equal(o.Labels, c.Labels) || !maps.Equal(o.Annotations, c.Annotations) ||
+		!slices.Equal(o.Status.Addresses, c.Status.Addresses)
 }
 
 // advertiseAddr is the address the other members reach this one at: the
