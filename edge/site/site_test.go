@@ -24,13 +24,29 @@ type cluster struct {
 
 func newCluster(t *testing.T, base int) *cluster {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return &cluster{t: t, base: base, port: freeGossipPort(t), keys: [][]byte{key(1)}}
+}
+
+// freeGossipPort returns a port free now for TCP and for UDP on every
+// address: members bind both on it, and a port picked for TCP alone was
+// once held for UDP by another test's socket.
+func freeGossipPort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.ListenTCP("tcp", &net.TCPAddr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenUDP("udp", &net.UDPAddr{Port: port})
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return &cluster{t: t, base: base, port: port, keys: [][]byte{key(1)}}
+	t.Fatal("no port free for both TCP and UDP")
+	return 0
 }
 
 func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }

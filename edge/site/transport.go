@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
@@ -46,15 +47,23 @@ func newTransport(addr string, port int, logger *log.Logger) (*transport, error)
 	if ip == nil {
 		return nil, fmt.Errorf("site gossip bind address %q is not an IP", addr)
 	}
-	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port})
-	if err != nil {
-		return nil, fmt.Errorf("listen for site gossip streams: %w", err)
+	// A port the kernel chose for TCP may be held for UDP: with port 0
+	// another is tried, a few times, as memberlist's own transport does.
+	tries := 1
+	if port == 0 {
+		tries = 10
 	}
-	port = tcp.Addr().(*net.TCPAddr).Port
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: port})
-	if err != nil {
-		_ = tcp.Close()
-		return nil, fmt.Errorf("listen for site gossip packets: %w", err)
+	var tcp *net.TCPListener
+	var udp *net.UDPConn
+	for try := 1; ; try++ {
+		var err error
+		tcp, udp, err = listenPair(ip, port)
+		if err == nil {
+			break
+		}
+		if try == tries || !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, err
+		}
 	}
 	for size := udpReadBuffer; size > 0; size /= 2 {
 		if udp.SetReadBuffer(size) == nil {
@@ -67,6 +76,22 @@ func newTransport(addr string, port int, logger *log.Logger) (*transport, error)
 	go t.readPackets()
 	go t.acceptStreams()
 	return t, nil
+}
+
+// listenPair listens for TCP on ip and port, and for UDP on the same
+// port.
+func listenPair(ip net.IP, port int) (*net.TCPListener, *net.UDPConn, error) {
+	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen for site gossip streams: %w", err)
+	}
+	port = tcp.Addr().(*net.TCPAddr).Port
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: port})
+	if err != nil {
+		_ = tcp.Close()
+		return nil, nil, fmt.Errorf("listen for site gossip packets: %w", err)
+	}
+	return tcp, udp, nil
 }
 
 // port is the port listened on.
