@@ -120,6 +120,7 @@ func containsKey(keys [][]byte, k []byte) bool {
 type gate struct {
 	memberlist.Transport
 	keyring *memberlist.Keyring
+	ciphers atomic.Pointer[keyCiphers]
 	dropped *atomic.Uint64
 	packets chan *memberlist.Packet
 	streams chan net.Conn
@@ -184,12 +185,14 @@ func (g *gate) Shutdown() error {
 }
 
 func (g *gate) pumpPackets() {
+	// The opened plaintext is not kept: one buffer serves every packet.
+	scratch := make([]byte, 0, maxPacket)
 	for {
 		select {
 		case <-g.done:
 			return
 		case p := <-g.Transport.PacketCh():
-			if !opens(g.keyring.GetKeys(), p.Buf, nil) {
+			if !opens(g.aeads(), p.Buf, nil, scratch) {
 				g.dropped.Add(1)
 				continue
 			}
@@ -243,7 +246,7 @@ func (g *gate) checkStream(c net.Conn) {
 		_ = c.Close()
 		return
 	}
-	if !opens(g.keyring.GetKeys(), body, head) {
+	if !opens(g.aeads(), body, head, nil) {
 		g.dropped.Add(1)
 		_ = c.Close()
 		return
@@ -257,12 +260,20 @@ func (g *gate) checkStream(c net.Conn) {
 	}
 }
 
-// opens reports whether one of keys opens the encrypted payload msg with
-// the additional data ad.
-func opens(keys [][]byte, msg, ad []byte) bool {
-	if len(msg) < minEncryptedBytes || msg[0] > 1 {
-		return false
+// keyCiphers are the AES-GCM ciphers of a set of keys.
+type keyCiphers struct {
+	keys  [][]byte
+	aeads []cipher.AEAD
+}
+
+// aeads returns the ciphers of the keyring's keys, made again only when
+// the keys change: a key schedule per packet cost more than opening it.
+func (g *gate) aeads() []cipher.AEAD {
+	keys := g.keyring.GetKeys()
+	if c := g.ciphers.Load(); c != nil && slices.EqualFunc(c.keys, keys, bytes.Equal) {
+		return c.aeads
 	}
+	c := &keyCiphers{keys: keys}
 	for _, k := range keys {
 		block, err := aes.NewCipher(k)
 		if err != nil {
@@ -272,7 +283,21 @@ func opens(keys [][]byte, msg, ad []byte) bool {
 		if err != nil {
 			continue
 		}
-		if _, err := gcm.Open(nil, msg[1:1+nonceSize], msg[1+nonceSize:], ad); err == nil {
+		c.aeads = append(c.aeads, gcm)
+	}
+	g.ciphers.Store(c)
+	return c.aeads
+}
+
+// opens reports whether one of aeads opens the encrypted payload msg with
+// the additional data ad; the plaintext goes to scratch's storage when it
+// fits.
+func opens(aeads []cipher.AEAD, msg, ad, scratch []byte) bool {
+	if len(msg) < minEncryptedBytes || msg[0] > 1 {
+		return false
+	}
+	for _, a := range aeads {
+		if _, err := a.Open(scratch[:0], msg[1:1+nonceSize], msg[1+nonceSize:], ad); err == nil {
 			return true
 		}
 	}
