@@ -110,12 +110,16 @@ type restFigures struct {
 	// per node: the simulation's own cost, which bounds the fleet size
 	// one machine can hold, not a hub figure.
 	fleetCPUmsPerMinNode float64
-	uplinkBitPerSecNode  float64 // tunnel wire bytes, edge to hub
-	downBitPerSecNode    float64
-	wanBytesPerMinNode   float64 // both directions
-	gossipBytesPerMin    float64 // per node, sent, both protocols
-	digestsAccepted      int     // site state changes the hub took in the window
-	agentWrites          int64   // API writes of the agents in the window
+	// fleetSchedP99 is the 99th percentile of how long the fleet's
+	// goroutines waited for a thread in the window: far above a
+	// millisecond, the machine did not keep up with the fleet.
+	fleetSchedP99       time.Duration
+	uplinkBitPerSecNode float64 // tunnel wire bytes, edge to hub
+	downBitPerSecNode   float64
+	wanBytesPerMinNode  float64 // both directions
+	gossipBytesPerMin   float64 // per node, sent, both protocols
+	digestsAccepted     int     // site state changes the hub took in the window
+	agentWrites         int64   // API writes of the agents in the window
 }
 
 // TestSiteLiveness measures what node liveness costs a hub at rest with
@@ -160,7 +164,8 @@ func TestSiteLiveness(t *testing.T) {
 		peer.storeWritesPerMin)
 	report(benchfmt.Figure{Name: "site_liveness_site_changes_per_min", Value: changesPerMin, Unit: "digests/min"}, -1)
 	report(benchfmt.Figure{Name: "site_liveness_hub_cpu", Value: sites.hubCPUSecPerMin, Unit: "cpu-s/min",
-		Extra: []string{fmt.Sprintf("fleet_cpu_ms_min_per_node=%.0f", sites.fleetCPUmsPerMinNode)}}, peer.hubCPUSecPerMin)
+		Extra: []string{fmt.Sprintf("fleet_cpu_ms_min_per_node=%.0f", sites.fleetCPUmsPerMinNode),
+			fmt.Sprintf("fleet_sched_p99_ms=%.1f", float64(sites.fleetSchedP99)/float64(time.Millisecond))}}, peer.hubCPUSecPerMin)
 	report(benchfmt.Figure{Name: "site_liveness_wan_uplink_per_node", Value: sites.uplinkBitPerSecNode, Unit: "bit/s", Target: "<=100",
 		Extra: []string{fmt.Sprintf("downlink_bit_s=%.1f", sites.downBitPerSecNode), fmt.Sprintf("wan_bytes_per_node_min=%.0f", sites.wanBytesPerMinNode)}},
 		peer.uplinkBitPerSecNode)
@@ -208,6 +213,8 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 	}()
 
 	w := &waiter{t: t, start: started}
+	stopLog := logFleetEvery(t, what, 30*time.Second, f)
+	defer stopLog()
 	w.progress(what+": nodes Ready", "every node Ready", window+time.Minute, 30*time.Second, func() (int, int, string) {
 		if s := f.Stats(); s.Failed > 0 {
 			t.Fatalf("%d agents failed: %s", s.Failed, s)
@@ -232,11 +239,14 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 	// writes at its first status check after its tunnel connects (the
 	// agent's StatusCheckInterval, 10s).
 	time.Sleep(13 * time.Second)
+	stopLog()
 
 	rev0, cpu0, st0, gb0, fleet0 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes(), fleetCPU(t)
 	dig0 := hubCounter(t, client, `tether_site_digests_total{result="accepted"}`)
 	elections := watchElections(t, client, rev0)
+	sched := newSchedLatency()
 	time.Sleep(size.window)
+	schedP99 := sched.since().quantile(0.99)
 	rev1, cpu1, st1, gb1, fleet1 := storeRevision(t, client), hubCPU(t, h), f.Stats(), meter.bytes(), fleetCPU(t)
 	dig1 := hubCounter(t, client, `tether_site_digests_total{result="accepted"}`)
 	electionWrites := elections(rev1)
@@ -257,6 +267,7 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 		electionWritesPerMin: float64(electionWrites) * perMin,
 		hubCPUSecPerMin:      (cpu1 - cpu0).Seconds() * perMin,
 		fleetCPUmsPerMinNode: (fleet1 - fleet0).Seconds() * 1000 * perMin / n,
+		fleetSchedP99:        schedP99,
 		uplinkBitPerSecNode:  float64(st1.BytesSent-st0.BytesSent) * 8 / size.window.Seconds() / n,
 		downBitPerSecNode:    float64(st1.BytesReceived-st0.BytesReceived) * 8 / size.window.Seconds() / n,
 		wanBytesPerMinNode:   float64(st1.BytesSent-st0.BytesSent+st1.BytesReceived-st0.BytesReceived) * perMin / n,
@@ -264,10 +275,36 @@ func measureRest(t *testing.T, size siteBenchSize, gossip bool, meter *gossipMet
 		digestsAccepted:      int(dig1 - dig0),
 		agentWrites:          st1.Writes - st0.Writes,
 	}
-	t.Logf("%s, %d nodes in %d sites, at rest over %v: %d store writes (%.1f/min for liveness, %d of the leader elections left out; %d by the agents' API requests), %d site digests accepted, hub CPU %.2fs/min, fleet CPU %.0f ms/min per node, WAN per node %.1f bit/s up, %.1f bit/s down, gossip %.0f B/min per node; load average %s",
+	t.Logf("%s, %d nodes in %d sites, at rest over %v: %d store writes (%.1f/min for liveness, %d of the leader elections left out; %d by the agents' API requests), %d site digests accepted, hub CPU %.2fs/min, fleet CPU %.0f ms/min per node (scheduling latency p99 %v), WAN per node %.1f bit/s up, %.1f bit/s down, gossip %.0f B/min per node; load average %s",
 		what, size.nodes, size.sites, size.window, rev1-rev0, r.storeWritesPerMin, electionWrites, r.agentWrites, r.digestsAccepted,
-		r.hubCPUSecPerMin, r.fleetCPUmsPerMinNode, r.uplinkBitPerSecNode, r.downBitPerSecNode, r.gossipBytesPerMin, loadAverage())
+		r.hubCPUSecPerMin, r.fleetCPUmsPerMinNode, r.fleetSchedP99, r.uplinkBitPerSecNode, r.downBitPerSecNode, r.gossipBytesPerMin, loadAverage())
 	return r
+}
+
+// logFleetEvery logs the fleet's counters and this process's scheduling
+// latency every period until the returned function is first called: the
+// trace of how the fleet came up, which a run that never settles is read
+// by.
+func logFleetEvery(t *testing.T, what string, period time.Duration, f *hollow.Fleet) (stop func()) {
+	sched := newSchedLatency()
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				w := sched.since()
+				t.Logf("%s: %s; scheduling latency p99 %v, p99.9 %v over the last %v; load average %s",
+					what, f.Stats(), w.quantile(0.99), w.quantile(0.999), period, loadAverage())
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-stopped }) }
 }
 
 // freeGossipPort returns a port free for TCP on 127.0.0.1; the nodes bind
