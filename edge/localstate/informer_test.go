@@ -446,3 +446,44 @@ func TestInformerWritesOnlyWhatChanged(t *testing.T) {
 		t.Errorf("watches from %q; want one from 11", rvs)
 	}
 }
+
+// TestInformerRelistWritesOnlyWhatChanged: a relist applies Spec.Changed
+// as the watch does.
+func TestInformerRelistWritesOnlyWhatChanged(t *testing.T) {
+	s := openState(t, Options{})
+	withData := func(name, rv, v string) *corev1.ConfigMap {
+		cm := configMap(name, rv)
+		cm.Data = map[string]string{"k": v}
+		return cm
+	}
+	seed(t, s, "configmaps", "configmaps", "7", withData("a", "5", "one"), withData("b", "6", "one"))
+	hub := newFakeHub()
+	hub.list = func() (runtime.Object, error) {
+		return &corev1.ConfigMapList{
+			ListMeta: metav1.ListMeta{ResourceVersion: "9"},
+			Items:    []corev1.ConfigMap{*withData("a", "8", "one"), *withData("b", "9", "two")},
+		}, nil
+	}
+	changed := func(old, cur runtime.Object) bool {
+		return old.(*corev1.ConfigMap).Data["k"] != cur.(*corev1.ConfigMap).Data["k"]
+	}
+	rec := &recorder{}
+	store, c := NewInformer(Spec{State: s, Kind: "configmaps", Watch: "configmaps", Changed: changed},
+		hub.listFunc, hub.watchFunc, &corev1.ConfigMap{}, rec.handler())
+	hub.watches <- hubWatch{err: apierrors.NewResourceExpired("too old resource version: 7 (8)")}
+	hub.events() // the watch after the list
+	run(t, c)
+	got := rec.waitFor(t, 4)
+	if changes := slices.Sorted(slices.Values(got[2:])); !slices.Equal(changes, []string{"update a", "update b"}) {
+		t.Fatalf("after the list the handler heard %v, want both updates", got[2:])
+	}
+	if o, _, _ := store.GetByKey("default/a"); o.(*corev1.ConfigMap).ResourceVersion != "8" {
+		t.Errorf("store holds a@%s, want the listed a@8", o.(*corev1.ConfigMap).ResourceVersion)
+	}
+	if got, want := stored(t, s, "configmaps"), []string{"a@5", "b@9"}; !slices.Equal(got, want) {
+		t.Errorf("local state holds %v, want %v: only b changed what counts", got, want)
+	}
+	if rv := watchRV(t, s, "configmaps"); rv != "9" {
+		t.Errorf("stored resourceVersion %q, want 9", rv)
+	}
+}
