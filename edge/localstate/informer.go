@@ -426,16 +426,14 @@ func (i *informer) apply(ev watch.Event) error {
 		old = o.(protoObject)
 	}
 	var ops []state.Op
+	// unwritten: an update that changed nothing that must outlive a
+	// restart; the local state keeps the older copy.
+	unwritten := false
 	switch ev.Type {
 	case watch.Added, watch.Modified:
 		if old != nil && old.GetUID() == obj.GetUID() && i.spec.Changed != nil && !i.spec.Changed(old, obj) {
-			// Nothing that must outlive a restart: the local state keeps
-			// the older copy, and only the version moves.
-			db.SetLazy(i.spec.Watch, rv)
-			i.rv.Store(&rv)
-			_ = i.store.Update(obj)
-			i.h.OnUpdate(old, obj)
-			return nil
+			unwritten = true
+			break
 		}
 		if old != nil && old.GetUID() != obj.GetUID() {
 			op, err := i.removeOp(old)
@@ -464,12 +462,17 @@ func (i *informer) apply(ev watch.Event) error {
 	default:
 		return fmt.Errorf("watch: unexpected event %q", ev.Type)
 	}
-	if err := db.Commit(ops, map[string]string{i.spec.Watch: rv}); err != nil {
-		// Not acted on: the watch resumes from the last version
-		// written, and the event comes again.
-		return err
+	if unwritten {
+		// Only the version moves.
+		db.SetLazy(i.spec.Watch, rv)
+	} else {
+		if err := db.Commit(ops, map[string]string{i.spec.Watch: rv}); err != nil {
+			// Not acted on: the watch resumes from the last version
+			// written, and the event comes again.
+			return err
+		}
+		i.spec.State.persisted(i.spec.Kind, ev.Type, obj)
 	}
-	i.spec.State.persisted(i.spec.Kind, ev.Type, obj)
 	i.rv.Store(&rv)
 	switch {
 	case ev.Type == watch.Deleted:
