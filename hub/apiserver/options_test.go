@@ -21,6 +21,7 @@ func TestDeleteOptions(t *testing.T) {
 	uid := "u1"
 	tests := []struct {
 		name, query, body string
+		yaml              bool
 		want              metav1.DeleteOptions
 		code              int32
 	}{
@@ -33,6 +34,11 @@ func TestDeleteOptions(t *testing.T) {
 			want: metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "meta.k8s.io/v1"}, Preconditions: &metav1.Preconditions{UID: (*types.UID)(&uid)}}},
 		{name: "other group body", body: `{"kind":"DeleteOptions","apiVersion":"apps/v1","gracePeriodSeconds":0}`,
 			want: metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "apps/v1"}, GracePeriodSeconds: &zero}},
+		{name: "custom resource group body", body: `{"kind":"DeleteOptions","apiVersion":"cert-manager.io/v1","propagationPolicy":"Background"}`,
+			want: metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "cert-manager.io/v1"}, PropagationPolicy: &bg}},
+		{name: "yaml body", yaml: true, body: "kind: DeleteOptions\napiVersion: example.com/v1\ngracePeriodSeconds: 0\n",
+			want: metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "example.com/v1"}, GracePeriodSeconds: &zero}},
+		{name: "other kind body", body: `{"kind":"ConfigMap","apiVersion":"v1"}`, code: 400},
 		{name: "bad dryRun", query: "?dryRun=Maybe", code: 422},
 		{name: "bad policy", body: `{"propagationPolicy":"Sideways"}`, code: 422},
 		{name: "malformed body", body: `{"propagationPolicy":`, code: 400},
@@ -42,6 +48,9 @@ func TestDeleteOptions(t *testing.T) {
 			r := httptest.NewRequest("DELETE", "/api/v1/namespaces/default/configmaps/a"+tc.query, strings.NewReader(tc.body))
 			if tc.body != "" {
 				r.Header.Set("Content-Type", "application/json")
+			}
+			if tc.yaml {
+				r.Header.Set("Content-Type", "application/yaml")
 			}
 			got, err := s.deleteOptions(r)
 			if tc.code != 0 {

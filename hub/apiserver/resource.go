@@ -549,16 +549,24 @@ func (s *Server) deleteOptions(r *http.Request) (*metav1.DeleteOptions, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The body is decoded with apimachinery's meta scheme, where
+		// DeleteOptions is known under every group version, as upstream
+		// decodes it: clientsets send it under their own group's version
+		// (cert-manager's under cert-manager.io/v1), kubectl under v1 or
+		// meta.k8s.io/v1.
+		meta, ok := runtime.SerializerInfoForMediaType(metainternalversionscheme.Codecs.SupportedMediaTypes(), info.MediaType)
+		if !ok {
+			return nil, unsupportedMedia(info.MediaType, s.acceptedTypes())
+		}
 		gvk := metav1.SchemeGroupVersion.WithKind("DeleteOptions")
-		obj, _, err := info.Serializer.Decode(body, &gvk, opts)
+		dec := metainternalversionscheme.Codecs.DecoderToVersion(meta.Serializer, metav1.SchemeGroupVersion)
+		obj, _, err := dec.Decode(body, &gvk, opts)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("decode DeleteOptions: %v", err))
 		}
-		o, ok := obj.(*metav1.DeleteOptions)
-		if !ok {
+		if obj != opts {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("expected DeleteOptions, got %T", obj))
 		}
-		opts = o
 	} else if err := metainternalversionscheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
