@@ -31,7 +31,7 @@ import (
 // image content among its nodes (the default), site "each" does not
 // (--image-share-port 0), so each of its nodes downloads the image.
 //
-// Short mode (CI): 3 nodes per site, a 2 MiB payload (3 MB with busybox), 1 Mbit/s uplinks.
+// Short mode (CI): 3 nodes per site, a 2 MiB payload (3 MB with busybox), 4 Mbit/s uplinks.
 // TETHER_IMAGES_FULL=1: 10 nodes per site, a 50 MiB payload, 10 Mbit/s.
 //
 // It checks that every node of both sites holds the image and the
@@ -43,7 +43,7 @@ import (
 func TestImageStaging(t *testing.T) {
 	requireContainerdNode(t)
 	full := os.Getenv("TETHER_IMAGES_FULL") != ""
-	nodes, payload, rate := 3, 2<<20, int64(1_000_000)
+	nodes, payload, rate := 3, 2<<20, int64(4_000_000)
 	if full {
 		nodes, payload, rate = 10, 50<<20, 10_000_000
 	}
