@@ -21,6 +21,7 @@ func (r *run) metricsRegistry() (*prometheus.Registry, error) {
 		r.leaders.collector(),
 	}
 	cs = append(cs, r.leases.Collectors()...)
+	cs = append(cs, r.beats.Collectors()...)
 	cs = append(cs, r.nudges.Collectors()...)
 	cs = append(cs, r.sites.Collectors()...)
 	if r.usage != nil {

@@ -101,6 +101,7 @@ type run struct {
 	// buildAPI
 	authz  *nodes.Authorizer
 	leases *nodes.Leases
+	beats  *nodes.Heartbeats
 	zones  *nodes.Zones
 	sites  *nodes.Sites
 	nudges *nodes.Nudges
@@ -241,6 +242,7 @@ func (r *run) buildAPI() error {
 	r.authz.Next = r.rbac // nodes are the node authorizer's, everyone else RBAC's
 	r.csrAdm.SetAuthorizer(r.authz)
 	r.leases = nodes.NewLeases(nodeCfg)
+	r.beats = nodes.NewHeartbeats()
 	r.zones = nodes.NewZones(nodeCfg)
 	r.authz.Zones = r.zones // a node reads its site's gossip keys
 	r.sites = nodes.NewSites(nodes.SitesConfig{
@@ -295,7 +297,7 @@ func (r *run) buildAPI() error {
 		Fleet:                fleetPage,
 		Releases:             releaseStore,
 		Audit:                auditLog,
-		Storage:              r.serveMetrics(r.leases.Serve(r.objs)),
+		Storage:              r.serveMetrics(r.beats.Serve(r.leases.Serve(r.objs))),
 		Registry:             r.reg,
 		Authorizer:           r.authz,
 		DialNode:             r.dialNode,

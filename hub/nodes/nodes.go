@@ -1,7 +1,7 @@
 // Package nodes is the hub's side of edge nodes: it joins them (bootstrap
 // tokens, node certificates, renewal and re-attestation), authorizes what a
 // node's credentials may do (the node authorizer), and keeps the Lease of
-// every node whose tunnel is up.
+// every node whose tunnel is up and the heartbeats of their status.
 //
 // # Node Leases
 //
@@ -54,6 +54,24 @@
 //     next one renews the Lease as written (if it still names the node as
 //     holder with its duration; else the hub writes those back, as a
 //     kubelet re-acquiring its Lease would).
+//
+// # Node status heartbeats
+//
+// An agent reports its Node's status when something in it changes and at
+// least every five minutes, as a kubelet does; a report with nothing new
+// moves only its conditions' lastHeartbeatTime. [Heartbeats.Serve] keeps
+// such reports in memory: a status patch whose result differs from the
+// stored Node only in heartbeats that are later than the stored ones
+// writes nothing. The reply, GET and LIST show the Node as stored with
+// the latest heartbeat of each condition held for it; the object keeps the
+// stored resourceVersion. Watches are not told of them: no store revision
+// carries them, and a Node's liveness is its Lease (above), not its
+// heartbeats. Every other write is stored as it comes, and a stored status
+// whose heartbeats have caught up ends the hold. Nothing held is persisted:
+// after a restart reads show the stored heartbeats until each agent's next
+// report, at most five minutes later, and another hub in front of the same
+// store shows its own. A fleet at rest so costs the store no write per
+// node every five minutes, and its sites' watchers of Nodes no event.
 package nodes
 
 import (
