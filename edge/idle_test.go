@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/tether-edge/tether/edge"
 	"github.com/tether-edge/tether/internal/benchfmt"
 )
@@ -19,7 +22,8 @@ var (
 // TestIdleUplink measures what an idle agent sends once settled: the
 // tunnel's heartbeats, plus one node status report per StatusInterval
 // (5 min), whose cost is measured on a second agent that reports every 10s.
-// The whole must stay at or below 0.1 kbit/s.
+// The whole must stay at or below 0.1 kbit/s. The hub stores none of the
+// second agent's reports: they move nothing but heartbeats.
 func TestIdleUplink(t *testing.T) {
 	e := startHub(t)
 	idle := startAgent(t, edge.Config{HubURL: e.url, Token: e.token, DataDir: t.TempDir(), NodeName: "idle",
@@ -41,8 +45,18 @@ func TestIdleUplink(t *testing.T) {
 	total := 0.0
 	for round := range 3 {
 		i0, c0 := idle.Stats(), chatty.Stats()
+		n0 := getNode(t, e, "chatty")
 		time.Sleep(*idleWindow)
 		i1, c1 := idle.Stats(), chatty.Stats()
+		n1 := getNode(t, e, "chatty")
+		// The hub holds reports that only move heartbeats in memory:
+		// the Node is not written, yet reads show the heartbeats.
+		if n1.ResourceVersion != n0.ResourceVersion {
+			t.Errorf("the chatty node's reports at rest were stored: resourceVersion %s → %s", n0.ResourceVersion, n1.ResourceVersion)
+		}
+		if b0, b1 := readyHeartbeat(n0), readyHeartbeat(n1); !b1.After(b0) {
+			t.Errorf("GET shows the chatty node's Ready heartbeat at %v after %v of reports, before at %v", b1, *idleWindow, b0)
+		}
 
 		secs := idleWindow.Seconds()
 		idleRate := float64(i1.TunnelBytesSent-i0.TunnelBytesSent) * 8 / secs
@@ -70,4 +84,22 @@ func TestIdleUplink(t *testing.T) {
 	if total > 100 {
 		t.Errorf("idle uplink %.1f bit/s exceeds 100 bit/s", total)
 	}
+}
+
+func getNode(t *testing.T, e *env, name string) *corev1.Node {
+	t.Helper()
+	n, err := e.client.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func readyHeartbeat(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
 }
