@@ -71,7 +71,10 @@
 // after a restart reads show the stored heartbeats until each agent's next
 // report, at most five minutes later, and another hub in front of the same
 // store shows its own. A fleet at rest so costs the store no write per
-// node every five minutes, and its sites' watchers of Nodes no event.
+// node every five minutes, and its sites' watchers of Nodes no event. The
+// price is paid by lists of Nodes: while any heartbeat is held they are
+// encoded object by object rather than served from the stored bytes
+// (about 25 ms for 1,000 Nodes instead of 1.4 ms).
 package nodes
 
 import (
