@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,29 +18,8 @@ import (
 	"github.com/tether-edge/tether/hub/apiserver"
 	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
-	"github.com/tether-edge/tether/store"
 	"github.com/tether-edge/tether/store/sqlite"
 )
-
-// nodeCountingStore counts the writes of Nodes that reach the store.
-type nodeCountingStore struct {
-	store.Store
-	nodeWrites atomic.Int64
-}
-
-func (c *nodeCountingStore) Create(ctx context.Context, obj store.Object) (int64, error) {
-	if obj.Key.Resource == "nodes" {
-		c.nodeWrites.Add(1)
-	}
-	return c.Store.Create(ctx, obj)
-}
-
-func (c *nodeCountingStore) Update(ctx context.Context, obj store.Object, expected int64) (int64, error) {
-	if obj.Key.Resource == "nodes" {
-		c.nodeWrites.Add(1)
-	}
-	return c.Store.Update(ctx, obj, expected)
-}
 
 // TestNodeStatusHeartbeatsFromMemory patches a Node's status the way an
 // agent reports it (a strategic merge patch of its conditions) through an
@@ -55,7 +33,7 @@ func TestNodeStatusHeartbeatsFromMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sq.Close() })
-	st := &nodeCountingStore{Store: sq}
+	st := &countingStore{Store: sq}
 	stg := newStorageOn(t, st, storage.Config{})
 	beats := NewHeartbeats()
 	api, err := apiserver.New(apiserver.Config{Storage: beats.Serve(stg), Kinds: registry.All(), Authenticator: admin{}, Logger: quiet})

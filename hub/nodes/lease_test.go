@@ -32,15 +32,20 @@ import (
 	"github.com/tether-edge/tether/store/sqlite"
 )
 
-// countingStore counts the writes of Leases that reach the store.
+// countingStore counts the writes of Leases and of Nodes that reach the
+// store.
 type countingStore struct {
 	store.Store
 	leaseWrites atomic.Int64
+	nodeWrites  atomic.Int64
 }
 
 func (c *countingStore) count(k store.Key) {
-	if k.Resource == "leases.coordination.k8s.io" {
+	switch k.Resource {
+	case "leases.coordination.k8s.io":
 		c.leaseWrites.Add(1)
+	case "nodes":
+		c.nodeWrites.Add(1)
 	}
 }
 
