@@ -194,6 +194,25 @@ func (a *heartbeatAPI) Delete(ctx context.Context, k *registry.Kind, namespace, 
 	return obj, deleted, err
 }
 
+// DeleteCollection implements storage.API: the deleted Nodes' heartbeats
+// are dropped.
+func (a *heartbeatAPI) DeleteCollection(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions, del *metav1.DeleteOptions, dryRun bool) (runtime.Object, error) {
+	obj, err := a.API.DeleteCollection(ctx, k, namespace, opts, del, dryRun)
+	if err != nil || dryRun || !isNodes(k) {
+		return obj, err
+	}
+	if list, ok := obj.(*corev1.NodeList); ok {
+		a.h.mu.Lock()
+		for _, n := range list.Items {
+			if n.DeletionTimestamp == nil || len(n.Finalizers) == 0 {
+				delete(a.h.beats, n.Name)
+			}
+		}
+		a.h.mu.Unlock()
+	}
+	return obj, err
+}
+
 // heartbeatOnly reports whether next differs from cur only in its
 // conditions' lastHeartbeatTime, each later than cur's, and returns the
 // new heartbeats by condition type.

@@ -166,6 +166,22 @@ func TestNodeStatusHeartbeatsFromMemory(t *testing.T) {
 	if left != 0 {
 		t.Errorf("%d nodes' heartbeats still held after the Node was deleted", left)
 	}
+
+	// So does deleting a collection of them.
+	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "shop-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	report(t0, "Running")
+	report(t1, "Running")
+	if err := client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	beats.mu.Lock()
+	left = len(beats.beats)
+	beats.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d nodes' heartbeats still held after their collection was deleted", left)
+	}
 }
 
 // drain returns the last of n events from w.
