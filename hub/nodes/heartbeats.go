@@ -67,10 +67,8 @@ func (a *heartbeatAPI) Get(ctx context.Context, k *registry.Kind, namespace, nam
 	}
 	a.h.mu.Lock()
 	defer a.h.mu.Unlock()
-	if out, ok := a.h.beatenLocked(n); ok {
-		return out, nil
-	}
-	return obj, nil
+	out, _ := a.h.beatenLocked(n)
+	return out, nil
 }
 
 // List implements storage.API.
@@ -103,26 +101,14 @@ func (h *Heartbeats) holding() bool {
 // ListJSON answers plain JSON lists from the store's bytes where the
 // wrapped storage can, except for lists of Nodes while heartbeats are held.
 func (a *heartbeatAPI) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.JSONList, bool, error) {
-	jl, ok := a.API.(interface {
-		ListJSON(context.Context, *registry.Kind, string, storage.ListOptions) (*storage.JSONList, bool, error)
-	})
-	if !ok || (isNodes(k) && a.h.holding()) {
-		return nil, false, nil
-	}
-	return jl.ListJSON(ctx, k, namespace, opts)
+	return storedJSON(ctx, a.API, !isNodes(k) || !a.h.holding(), k, namespace, opts)
 }
 
 // ListProtobuf answers plain protobuf lists from the wrapped storage's
 // item encodings where it can, except for lists of Nodes while heartbeats
 // are held.
 func (a *heartbeatAPI) ListProtobuf(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.ProtoList, bool, error) {
-	pl, ok := a.API.(interface {
-		ListProtobuf(context.Context, *registry.Kind, string, storage.ListOptions) (*storage.ProtoList, bool, error)
-	})
-	if !ok || (isNodes(k) && a.h.holding()) {
-		return nil, false, nil
-	}
-	return pl.ListProtobuf(ctx, k, namespace, opts)
+	return storedProtobuf(ctx, a.API, !isNodes(k) || !a.h.holding(), k, namespace, opts)
 }
 
 // GuaranteedUpdate implements storage.API. A patch of a Node's status

@@ -148,10 +148,7 @@ func TestNodeStatusHeartbeatsFromMemory(t *testing.T) {
 	if ev := drain(t, w, 1); !readyBeat(ev.Object.(*corev1.Node)).Equal(t2.Time) {
 		t.Errorf("the watch saw heartbeat %v, want %v", readyBeat(ev.Object.(*corev1.Node)), t2)
 	}
-	beats.mu.Lock()
-	left := len(beats.beats)
-	beats.mu.Unlock()
-	if left != 0 {
+	if left := heldNodes(beats); left != 0 {
 		t.Errorf("%d nodes' heartbeats still held after a stored report caught up", left)
 	}
 
@@ -160,10 +157,7 @@ func TestNodeStatusHeartbeatsFromMemory(t *testing.T) {
 	if err := client.CoreV1().Nodes().Delete(ctx, "shop-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	beats.mu.Lock()
-	left = len(beats.beats)
-	beats.mu.Unlock()
-	if left != 0 {
+	if left := heldNodes(beats); left != 0 {
 		t.Errorf("%d nodes' heartbeats still held after the Node was deleted", left)
 	}
 
@@ -176,10 +170,7 @@ func TestNodeStatusHeartbeatsFromMemory(t *testing.T) {
 	if err := client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	beats.mu.Lock()
-	left = len(beats.beats)
-	beats.mu.Unlock()
-	if left != 0 {
+	if left := heldNodes(beats); left != 0 {
 		t.Errorf("%d nodes' heartbeats still held after their collection was deleted", left)
 	}
 }
@@ -196,4 +187,11 @@ func drain(t *testing.T, w watch.Interface, n int) watch.Event {
 		}
 	}
 	return ev
+}
+
+// heldNodes returns how many Nodes have heartbeats held.
+func heldNodes(h *Heartbeats) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.beats)
 }

@@ -75,22 +75,34 @@ func (a *leaseAPI) List(ctx context.Context, k *registry.Kind, namespace string,
 // ListJSON answers plain JSON lists from the store's bytes where the
 // wrapped storage can, except for lists that may hold node Leases.
 func (a *leaseAPI) ListJSON(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.JSONList, bool, error) {
-	jl, ok := a.API.(interface {
-		ListJSON(context.Context, *registry.Kind, string, storage.ListOptions) (*storage.JSONList, bool, error)
-	})
-	if !ok || covers(k, namespace) {
-		return nil, false, nil
-	}
-	return jl.ListJSON(ctx, k, namespace, opts)
+	return storedJSON(ctx, a.API, !covers(k, namespace), k, namespace, opts)
 }
 
 // ListProtobuf answers plain protobuf lists from the wrapped storage's
 // item encodings where it can, except for lists that may hold node Leases.
 func (a *leaseAPI) ListProtobuf(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.ProtoList, bool, error) {
-	pl, ok := a.API.(interface {
+	return storedProtobuf(ctx, a.API, !covers(k, namespace), k, namespace, opts)
+}
+
+// storedJSON passes a plain JSON list on to api's stored-bytes answer
+// when may is set and api has one; a wrapper that changes what List
+// returns clears may for the lists it changes.
+func storedJSON(ctx context.Context, api storage.API, may bool, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.JSONList, bool, error) {
+	jl, ok := api.(interface {
+		ListJSON(context.Context, *registry.Kind, string, storage.ListOptions) (*storage.JSONList, bool, error)
+	})
+	if !ok || !may {
+		return nil, false, nil
+	}
+	return jl.ListJSON(ctx, k, namespace, opts)
+}
+
+// storedProtobuf is storedJSON for plain protobuf lists.
+func storedProtobuf(ctx context.Context, api storage.API, may bool, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.ProtoList, bool, error) {
+	pl, ok := api.(interface {
 		ListProtobuf(context.Context, *registry.Kind, string, storage.ListOptions) (*storage.ProtoList, bool, error)
 	})
-	if !ok || covers(k, namespace) {
+	if !ok || !may {
 		return nil, false, nil
 	}
 	return pl.ListProtobuf(ctx, k, namespace, opts)
