@@ -80,6 +80,10 @@ type Config struct {
 	// HorizontalPodAutoscaler is synced, as
 	// --horizontal-pod-autoscaler-sync-period; 0 means 15 seconds.
 	HorizontalPodAutoscalerSyncPeriod time.Duration
+	// NodeMonitorGracePeriod is how long a node's Lease may go unrenewed
+	// before the node lifecycle controller takes it as unreachable, as
+	// --node-monitor-grace-period; 0 means 40 seconds.
+	NodeMonitorGracePeriod time.Duration
 	// Controllers selects the controllers to run, as
 	// kube-controller-manager's --controllers ("*", "name", "-name"); nil
 	// runs them all.

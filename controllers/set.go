@@ -73,7 +73,8 @@ var builtins = []builtin{
 		return endpoints.NewMirroring(endpoints.MirrorConfig{Client: k, Informers: inf, Workers: w, Logger: l})
 	}},
 	{"nodelifecycle", func(k kubernetes.Interface, inf informers.SharedInformerFactory, w int, l *slog.Logger, c *Config) (runner, error) {
-		return nodelifecycle.New(nodelifecycle.Config{Client: k, Informers: inf, Workers: w, Logger: l, Peers: c.SitePeers, SiteHeard: c.SiteHeard, DeadGrace: c.SiteDeadGrace})
+		return nodelifecycle.New(nodelifecycle.Config{Client: k, Informers: inf, Workers: w, Logger: l, Peers: c.SitePeers, SiteHeard: c.SiteHeard, DeadGrace: c.SiteDeadGrace,
+			GracePeriod: c.NodeMonitorGracePeriod})
 	}},
 	// Pods of deleted nodes, unscheduled terminating pods and finished
 	// pods beyond the threshold.

@@ -35,6 +35,11 @@ import (
 // at /version; kubectl warns when its own minor version is more than one away.
 const KubernetesVersion = "v1.37.2"
 
+// MinNodeMonitorGracePeriod is the shortest Config.NodeMonitorGracePeriod:
+// about twice the interval (7s) at which the hub renews a connected
+// node's Lease, so that one late renewal does not mark a healthy node.
+const MinNodeMonitorGracePeriod = 15 * time.Second
+
 // Config configures a Hub. Only DataDir is required.
 type Config struct {
 	// DataDir holds the store (state.db), the PKI (pki/), an optional
@@ -110,6 +115,12 @@ type Config struct {
 	// HorizontalPodAutoscalerSyncPeriod is how often each
 	// HorizontalPodAutoscaler is synced; zero means 15s.
 	HorizontalPodAutoscalerSyncPeriod time.Duration
+	// NodeMonitorGracePeriod is how long a node's Lease may go unrenewed
+	// before the node is taken as unreachable (Ready=Unknown, the
+	// unreachable taints), as kube-controller-manager's
+	// --node-monitor-grace-period. Zero means 40s; less than
+	// MinNodeMonitorGracePeriod is refused.
+	NodeMonitorGracePeriod time.Duration
 	// SiteKeyRotation is how often each site's gossip keys are rotated;
 	// zero means a day.
 	SiteKeyRotation time.Duration
@@ -154,6 +165,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.Datastore != "" && cfg.SecretKeyFile == "" {
 		return nil, errors.New("create hub: " + noSecretKey)
+	}
+	if g := cfg.NodeMonitorGracePeriod; g != 0 && g < MinNodeMonitorGracePeriod {
+		return nil, fmt.Errorf("create hub: node monitor grace period %v is shorter than %v: the hub renews a connected node's Lease every 7s, so a healthy node would be taken as unreachable between renewals", g, MinNodeMonitorGracePeriod)
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "0.0.0.0:6443"

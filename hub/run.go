@@ -501,6 +501,7 @@ func (r *run) startControllerManager(ctx context.Context) (func(), error) {
 		// HorizontalPodAutoscalers: upstream's
 		// --horizontal-pod-autoscaler-sync-period.
 		HorizontalPodAutoscalerSyncPeriod: r.cfg.HorizontalPodAutoscalerSyncPeriod,
+		NodeMonitorGracePeriod:            r.cfg.NodeMonitorGracePeriod,
 	})
 	if err != nil {
 		return nil, err

@@ -73,6 +73,7 @@ func newHubCmd() *cobra.Command {
 	f.DurationVar(&cfg.DrainWindow, "drain-window", 10*time.Second, "on shutdown, the window over which edges are told to spread their reconnects")
 	f.StringSliceVar(&cfg.Controllers, "controllers", []string{"*"}, "controllers to run: '*' for all, 'name' to enable, '-name' to disable (names: "+strings.Join(controllers.Names(), ", ")+")")
 	f.DurationVar(&cfg.HorizontalPodAutoscalerSyncPeriod, "horizontal-pod-autoscaler-sync-period", 15*time.Second, "how often each HorizontalPodAutoscaler is synced")
+	f.DurationVar(&cfg.NodeMonitorGracePeriod, "node-monitor-grace-period", 40*time.Second, "how long a node's Lease may go unrenewed before the node is marked unreachable (Ready=Unknown and the unreachable taints); at least 15s")
 	f.DurationVar(&cfg.SiteKeyRotation, "site-key-rotation", 24*time.Hour, "how often each site's gossip keys are rotated (the two previous keys stay valid)")
 	f.StringVar(&cfg.LocalPathRoot, "local-path-root", "/var/lib/tether/storage", "directory of the nodes under which the local-path provisioner makes volumes (agents' --local-path-root must match)")
 	f.BoolVar(&cfg.DisableScheduler, "disable-scheduler", false, "do not run the built-in scheduler")
