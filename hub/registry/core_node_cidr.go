@@ -53,11 +53,24 @@ func (n ClusterNetwork) withDefaults() (ClusterNetwork, error) {
 // podCIDRAllocator gives every node without one a pod CIDR when it is
 // created, which upstream's node IPAM controller does just after. Doing it
 // at admission means an agent sees its range in the object it registered.
-// The taken ranges are read from the store once and then kept here.
+//
+// With claims (every write but a dry run) the store decides: each range
+// handed out is claimed there, so that two hubs never give out the same
+// one. owners is what this hub knows of the taken ranges: read from the
+// store once (the claims, and the stored nodes' ranges, claimed where no
+// claim holds them yet), then kept up to date with what this hub hands
+// out and frees, and with the claims of other hubs it runs into. It is
+// read again when every range seems taken, since other hubs free ranges
+// this one never hears of. So a create claims one range, usually the
+// first it tries, and reads no other node: reading them all at every
+// create made registering a fleet quadratic in its size.
+//
+// Without claims (dry runs, and tests) the ranges are kept here only.
 type podCIDRAllocator struct {
 	mu     sync.Mutex
 	net    ClusterNetwork
-	seeded bool
+	seeded bool                    // owners holds the stored nodes' ranges
+	synced bool                    // owners holds the store's claims as well
 	owners map[netip.Prefix]string // range -> node name
 	next   int64                   // where the search for a free range starts
 }
@@ -79,14 +92,69 @@ func (a *podCIDRAllocator) seed(ctx context.Context, l Lister) error {
 		if !ok {
 			continue
 		}
-		for _, c := range n.Spec.PodCIDRs {
-			if p, err := netip.ParsePrefix(c); err == nil {
-				a.owners[p.Masked()] = n.Name
-			}
+		for _, p := range podCIDRs(n) {
+			a.owners[p] = n.Name
 		}
 	}
 	a.seeded = true
 	return nil
+}
+
+// syncLocked reads the taken ranges from the store into owners, unless
+// it holds them already: the claims, and the ranges of stored nodes, each
+// claimed for its node where no claim holds it (nodes stored before the
+// hub claimed ranges, or that brought their own).
+func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Claims) error {
+	if a.synced {
+		return nil
+	}
+	held, err := claims.ListClaims(ctx, podCIDRPool)
+	if err != nil {
+		return err
+	}
+	objs, err := l.List(ctx, "nodes", "")
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	owners := make(map[netip.Prefix]string, max(len(held), len(objs)))
+	for c, h := range held {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			owners[p.Masked()] = h.Object
+		}
+	}
+	for _, o := range objs {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		for _, p := range podCIDRs(n) {
+			if _, ok := owners[p]; !ok && a.allocatable(p) {
+				if _, _, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, nil); err != nil {
+					return err
+				}
+			}
+			owners[p] = n.Name
+		}
+	}
+	a.owners, a.seeded, a.synced = owners, true, true
+	return nil
+}
+
+// podCIDRs returns n's pod CIDRs, masked; unparsable ones are left out.
+func podCIDRs(n *corev1.Node) []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range n.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// allocatable reports whether p is one of the ranges the allocator hands
+// out.
+func (a *podCIDRAllocator) allocatable(p netip.Prefix) bool {
+	return p.Bits() == a.net.NodeMaskSize && a.net.CIDR.Contains(p.Addr())
 }
 
 func (a *podCIDRAllocator) count() int64 {
@@ -99,13 +167,33 @@ func (a *podCIDRAllocator) nth(i int64) netip.Prefix {
 	return netip.PrefixFrom(nthAddr(a.net.CIDR, off), a.net.NodeMaskSize)
 }
 
-// admitNode gives a new node without a pod CIDR the next free range.
+// reserveLocked records the next range owners does not hold as node's
+// and returns it; false when owners holds them all.
+func (a *podCIDRAllocator) reserveLocked(node string) (netip.Prefix, bool) {
+	total := a.count()
+	for i := int64(0); i < total; i++ {
+		p := a.nth((a.next + i) % total)
+		if _, used := a.owners[p]; used {
+			continue
+		}
+		a.owners[p] = node
+		a.next = (a.next + i + 1) % total
+		return p, true
+	}
+	return netip.Prefix{}, false
+}
+
+// admitNode gives a new node without a pod CIDR the next free range, and
+// records the range of a node that brings its own.
 func (a *podCIDRAllocator) admitNode(ctx context.Context, l Lister, obj, old runtime.Object) error {
 	n := obj.(*corev1.Node)
-	if old != nil || n.Spec.PodCIDR != "" || len(n.Spec.PodCIDRs) > 0 {
-		if old == nil {
-			a.take(n)
+	if n.Spec.PodCIDR != "" || len(n.Spec.PodCIDRs) > 0 {
+		if old == nil || len(old.(*corev1.Node).Spec.PodCIDRs) == 0 {
+			return a.take(ctx, l, n)
 		}
+		return nil
+	}
+	if old != nil {
 		return nil
 	}
 	if claims, ok := l.(Claims); ok {
@@ -116,88 +204,84 @@ func (a *podCIDRAllocator) admitNode(ctx context.Context, l Lister, obj, old run
 	if err := a.seed(ctx, l); err != nil {
 		return err
 	}
-	total := a.count()
-	for i := int64(0); i < total; i++ {
-		p := a.nth((a.next + i) % total)
-		if _, used := a.owners[p]; used {
-			continue
-		}
-		a.owners[p] = n.Name
-		a.next = (a.next + i + 1) % total
+	if p, ok := a.reserveLocked(n.Name); ok {
 		n.Spec.PodCIDR = p.String()
 		n.Spec.PodCIDRs = []string{p.String()}
-		return nil
 	}
-	// Upstream leaves the node without a range and reports an event; a
-	// node without pod CIDR cannot run pods with their own IPs, but it
-	// may still register.
+	// Upstream leaves a node for which no range is left without one and
+	// reports an event; a node without pod CIDR cannot run pods with
+	// their own IPs, but it may still register.
 	return nil
 }
 
-// admitClaimed gives n the next range that neither a stored node nor a
-// claim in the store holds, and claims it. Both are read afresh: other
-// hubs hand out and free ranges this one never hears of.
+// admitClaimed gives n the next range that no claim in the store holds,
+// and claims it (see podCIDRAllocator).
 func (a *podCIDRAllocator) admitClaimed(ctx context.Context, l Lister, claims Claims, n *corev1.Node) error {
-	held, err := claims.ListClaims(ctx, podCIDRPool)
-	if err != nil {
-		return fmt.Errorf("allocate a pod CIDR: %w", err)
-	}
-	used := map[netip.Prefix]bool{}
-	for c := range held {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			used[p.Masked()] = true
+	// Twice at most: when every range seems taken, the store is read again.
+	for pass := range 2 {
+		a.mu.Lock()
+		if pass > 0 {
+			a.synced = false
 		}
-	}
-	objs, err := l.List(ctx, "nodes", "")
-	if err != nil {
-		return fmt.Errorf("list nodes: %w", err)
-	}
-	for _, o := range objs {
-		if on, ok := o.(*corev1.Node); ok {
-			for _, c := range on.Spec.PodCIDRs {
-				if p, err := netip.ParsePrefix(c); err == nil {
-					used[p.Masked()] = true
-				}
-			}
-		}
-	}
-	a.mu.Lock()
-	start := a.next
-	a.mu.Unlock()
-	total := a.count()
-	for i := int64(0); i < total; i++ {
-		p := a.nth((start + i) % total)
-		if used[p] {
-			continue
-		}
-		// Another hub may hand the range out at the same time: the
-		// claim in the store decides.
-		_, ok, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, a.staleClaim(ctx, l, p))
+		err := a.syncLocked(ctx, l, claims)
+		a.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("allocate a pod CIDR: %w", err)
 		}
-		if !ok {
-			continue
+		for {
+			a.mu.Lock()
+			p, ok := a.reserveLocked(n.Name)
+			a.mu.Unlock()
+			if !ok {
+				break
+			}
+			// Another hub may hand the range out at the same time: the
+			// claim in the store decides.
+			held, ok, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, a.staleClaim(ctx, l, p))
+			a.mu.Lock()
+			switch {
+			case err != nil && a.owners[p] == n.Name:
+				delete(a.owners, p)
+			case err == nil && !ok:
+				a.owners[p] = held.Object
+			}
+			a.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("allocate a pod CIDR: %w", err)
+			}
+			if ok {
+				n.Spec.PodCIDR = p.String()
+				n.Spec.PodCIDRs = []string{p.String()}
+				return nil
+			}
 		}
-		a.mu.Lock()
-		a.next = (start + i + 1) % total
-		a.mu.Unlock()
-		n.Spec.PodCIDR = p.String()
-		n.Spec.PodCIDRs = []string{p.String()}
-		return nil
 	}
 	return nil
 }
 
-// take records a range a node brought itself.
-func (a *podCIDRAllocator) take(n *corev1.Node) {
+// take records the ranges a node brought itself and, with claims, claims
+// those the allocator could hand out, so that no other node gets them. A
+// range another node holds already stays the new node's too, as upstream
+// lets it.
+func (a *podCIDRAllocator) take(ctx context.Context, l Lister, n *corev1.Node) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, c := range n.Spec.PodCIDRs {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			a.owners[p.Masked()] = n.Name
+	for _, p := range podCIDRs(n) {
+		a.owners[p] = n.Name
+	}
+	a.mu.Unlock()
+	claims, ok := l.(Claims)
+	if !ok {
+		return nil
+	}
+	for _, p := range podCIDRs(n) {
+		if !a.allocatable(p) {
+			continue
+		}
+		if _, _, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, nil); err != nil {
+			return fmt.Errorf("claim pod CIDR %s: %w", p, err)
 		}
 	}
+	return nil
 }
 
 // releaseNode frees the range of a deleted node, here and, when l records
@@ -205,18 +289,16 @@ func (a *podCIDRAllocator) take(n *corev1.Node) {
 func (a *podCIDRAllocator) releaseNode(ctx context.Context, l Lister, obj runtime.Object) {
 	n := obj.(*corev1.Node)
 	a.mu.Lock()
-	for _, c := range n.Spec.PodCIDRs {
-		if p, err := netip.ParsePrefix(c); err == nil && a.owners[p.Masked()] == n.Name {
-			delete(a.owners, p.Masked())
+	for _, p := range podCIDRs(n) {
+		if a.owners[p] == n.Name {
+			delete(a.owners, p)
 		}
 	}
 	a.mu.Unlock()
 	// The claims name their owner's UID: only this node's go.
 	if claims, ok := l.(Claims); ok {
-		for _, c := range n.Spec.PodCIDRs {
-			if p, err := netip.ParsePrefix(c); err == nil {
-				_ = claims.Unclaim(ctx, podCIDRPool, p.Masked().String(), string(n.UID))
-			}
+		for _, p := range podCIDRs(n) {
+			_ = claims.Unclaim(ctx, podCIDRPool, p.String(), string(n.UID))
 		}
 	}
 }
