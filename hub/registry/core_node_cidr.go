@@ -101,9 +101,10 @@ func (a *podCIDRAllocator) seed(ctx context.Context, l Lister) error {
 }
 
 // syncLocked reads the taken ranges from the store into owners, unless
-// it holds them already: the claims, and the ranges of stored nodes, each
-// claimed for its node where no claim holds it (nodes stored before the
-// hub claimed ranges, or that brought their own).
+// it holds them already: the ranges of stored nodes, each claimed for its
+// node where no claim holds it (nodes stored before the hub claimed
+// ranges, or that brought their own), and the claims, but for stale ones
+// (see staleClaim), which an allocation may then take over.
 func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Claims) error {
 	if a.synced {
 		return nil
@@ -117,9 +118,10 @@ func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Clai
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	owners := make(map[netip.Prefix]string, max(len(held), len(objs)))
-	for c, h := range held {
+	claimed := make(map[netip.Prefix]bool, len(held))
+	for c := range held {
 		if p, err := netip.ParsePrefix(c); err == nil {
-			owners[p.Masked()] = h.Object
+			claimed[p.Masked()] = true
 		}
 	}
 	for _, o := range objs {
@@ -128,12 +130,21 @@ func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Clai
 			continue
 		}
 		for _, p := range podCIDRs(n) {
-			if _, ok := owners[p]; !ok && a.allocatable(p) {
+			if !claimed[p] && a.allocatable(p) {
 				if _, _, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, nil); err != nil {
 					return err
 				}
 			}
 			owners[p] = n.Name
+		}
+	}
+	for c, h := range held {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			continue
+		}
+		if _, ok := owners[p.Masked()]; !ok && time.Since(h.Time) < staleClaimAge {
+			owners[p.Masked()] = h.Object
 		}
 	}
 	a.owners, a.seeded, a.synced = owners, true, true

@@ -92,9 +92,20 @@ func (s *claimStore) List(_ context.Context, resource, _ string) ([]runtime.Obje
 
 func (s *claimStore) Claim(_ context.Context, _, name string, c Claim, reclaim func(Claim) bool) (Claim, bool, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if held, ok := s.claims[name]; ok && held.Owner != c.Owner && (reclaim == nil || !reclaim(held)) {
+	held, ok := s.claims[name]
+	s.mu.Unlock()
+	// reclaim lists nodes: it runs without the lock, as with the store,
+	// and the takeover is at the claim read.
+	if ok && held.Owner != c.Owner && (reclaim == nil || !reclaim(held)) {
 		return held, false, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now, still := s.claims[name]; still != ok || now != held {
+		return now, false, nil
+	}
+	if c.Time.IsZero() {
+		c.Time = time.Now()
 	}
 	s.claims[name] = c
 	return c, true, nil
@@ -124,8 +135,8 @@ func (s *claimStore) counts() (claims, nodeLists int) {
 // TestNodePodCIDRClaims: with claims, the allocator reads the store once
 // (claiming the ranges of stored nodes that no claim holds), then claims
 // one range per node without reading other nodes, steps over ranges other
-// hubs claimed, and reads the store again only when every range seems
-// taken.
+// hubs claimed, takes over a stale claim, and reads the store again only
+// when every range seems taken.
 func TestNodePodCIDRClaims(t *testing.T) {
 	net, err := ClusterNetwork{CIDR: netip.MustParsePrefix("10.9.0.0/21")}.withDefaults()
 	if err != nil {
@@ -140,7 +151,10 @@ func TestNodePodCIDRClaims(t *testing.T) {
 	old, own := node("old"), node("own")
 	old.Spec.PodCIDR, old.Spec.PodCIDRs = "10.9.0.0/24", []string{"10.9.0.0/24"}
 	own.Spec.PodCIDR, own.Spec.PodCIDRs = "10.99.0.0/24", []string{"10.99.0.0/24"}
-	st := &claimStore{nodes: []*corev1.Node{old, own}, claims: map[string]Claim{}}
+	// And a claim whose hub died before it stored its node.
+	st := &claimStore{nodes: []*corev1.Node{old, own}, claims: map[string]Claim{
+		"10.9.4.0/24": {Owner: "uid-dead", Object: "dead", Time: time.Now().Add(-staleClaimAge - time.Second)},
+	}}
 	a := newPodCIDRAllocator(net)
 	admit := func(name string) string {
 		t.Helper()
@@ -179,11 +193,16 @@ func TestNodePodCIDRClaims(t *testing.T) {
 	if c := st.claims["10.9.7.0/24"]; c.Owner != "uid-brings" {
 		t.Errorf("a brought range is claimed by %+v, want the node's UID", c)
 	}
-	for _, name := range []string{"c", "d", "e"} {
+	st.nodes = append(st.nodes, brings)
+	// The stale claim is taken over, after a second look at the nodes.
+	if got := admit("c"); got != "10.9.4.0/24" || st.claims[got].Owner != "uid-c" {
+		t.Fatalf("third node got %q (claim %+v), want the stale claim's 10.9.4.0/24", got, st.claims[got])
+	}
+	for _, name := range []string{"d", "e"} {
 		admit(name)
 	}
-	if claims, lists := st.counts(); claims != 8 || lists != 1 {
-		t.Fatalf("after filling the cluster CIDR: %d claims, %d lists of nodes; want 8 and 1", claims, lists)
+	if claims, lists := st.counts(); claims != 8 || lists != 2 {
+		t.Fatalf("after filling the cluster CIDR: %d claims, %d lists of nodes; want 8 and 2", claims, lists)
 	}
 	if got := admit("full"); got != "" {
 		t.Fatalf("a node beyond the eight ranges got %q", got)
