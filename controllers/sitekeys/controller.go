@@ -134,9 +134,20 @@ func New(cfg Config) (*Controller, error) {
 			}
 		}
 	}
+	// A Node's site matters when the Node comes, goes or moves; its
+	// other updates (status reports, most of all) leave the keys as they
+	// are, and each sync looks at the site's Nodes.
 	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    site,
-		UpdateFunc: func(old, cur any) { site(old); site(cur) },
+		AddFunc: site,
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := cur.(*corev1.Node)
+			if ok1 && ok2 && o.Labels[corev1.LabelTopologyZone] == n.Labels[corev1.LabelTopologyZone] {
+				return
+			}
+			site(old)
+			site(cur)
+		},
 		DeleteFunc: site,
 	}
 	if _, err := nodeInf.Informer().AddEventHandler(h); err != nil {

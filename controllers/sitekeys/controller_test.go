@@ -109,10 +109,10 @@ func node(name, zone string) *corev1.Node {
 
 func count(n int) func([]byte) bool { return func(k []byte) bool { return len(k) == n*KeySize } }
 
-// TestSiteKeys: every site gets a Secret with one key; keys rotate every
-// Rotation, the new one first and the previous two kept; a restarted
-// controller rotates neither early nor late; a deleted or damaged Secret
-// comes back.
+// TestSiteKeys: every site gets a Secret with one key, a site a node
+// moves to as well; keys rotate every Rotation, the new one first and the
+// previous two kept; a restarted controller rotates neither early nor
+// late; a deleted or damaged Secret comes back.
 func TestSiteKeys(t *testing.T) {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	e := &env{t: t, clock: testingclock.NewFakeClock(start),
@@ -158,6 +158,11 @@ func TestSiteKeys(t *testing.T) {
 	e.restart()
 	e.kube.CoreV1().Nodes().Create(context.Background(), node("d1", "site-d"), metav1.CreateOptions{})
 	e.waitKeys("new site's keys", "site-d", count(1))
+	// A node that moves to a new site brings that site its keys.
+	if _, err := e.kube.CoreV1().Nodes().Update(context.Background(), node("c1", "site-e"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitKeys("keys of the site a node moved to", "site-e", count(1))
 	settle()
 	if !bytes.Equal(e.keys("site-a"), a3) {
 		t.Fatal("restarted controller rotated early")
