@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -130,16 +131,22 @@ func (c *Controller) Run(ctx context.Context) error {
 // sync writes the ingress of every Service whose ingress is not what it
 // should be, and reports new conflicts.
 func (c *Controller) sync(ctx context.Context) error {
-	nodes, err := c.nodes.List(labels.Everything())
-	if err != nil {
-		return fmt.Errorf("list nodes: %w", err)
-	}
 	svcs, err := c.services.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list services: %w", err)
 	}
-	addrs := Addresses(Eligible(nodes))
-	owned := allAddresses(nodes)
+	// The nodes matter only to Services served here or showing an
+	// ingress: a fleet without such Services costs no pass over its
+	// nodes at each node change.
+	var addrs []string
+	var owned sets.Set[string]
+	if slices.ContainsFunc(svcs, func(s *corev1.Service) bool { return Served(s) || len(s.Status.LoadBalancer.Ingress) > 0 }) {
+		nodes, err := c.nodes.List(labels.Everything())
+		if err != nil {
+			return fmt.Errorf("list nodes: %w", err)
+		}
+		addrs, owned = Addresses(Eligible(nodes)), allAddresses(nodes)
+	}
 	conflicts := Conflicts(svcs)
 	var errs []error
 	seen := map[string]bool{}
