@@ -146,7 +146,7 @@ func TestHubScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := time.Now()
-	cpuProfile := profileCPU(t, client, 30*time.Second)
+	cpuProfile := profileCPU(t, client, "hub-cpu.pb.gz", 30*time.Second)
 	deployments := createWorkloads(t, client, size)
 	t.Logf("%d workloads created in %v", len(deployments)+1, time.Since(created).Round(time.Millisecond))
 	w.progress("pods running", "every pod Running", 5*time.Minute, time.Minute, func() (int, int, string) {
@@ -177,7 +177,10 @@ func TestHubScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-cpuProfile
+	churnProfile := profileCPU(t, client, "hub-cpu-churn.pb.gz", size.churn)
 	churn := runChurn(t, client, deployments, size)
+	<-churnProfile
 	after, err := readLatencies(ctx, client)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +208,6 @@ func TestHubScale(t *testing.T) {
 	rest := atRest(t, h, client, f, size.idle)
 	podsMem := measureHubMemory(t, h, client)
 	saveProfiles(t, client)
-	<-cpuProfile
 	t.Logf("hub with %d nodes and %d pods at rest: RSS %.1f MiB, heap %.1f MiB (%.1f MiB live); %s", n, size.pods, mib(podsMem.rss), mib(podsMem.heap), mib(podsMem.live), rest)
 
 	perNode := func(a, b int64) float64 { return float64(b-a) / float64(n) / 1e3 }
@@ -314,10 +316,10 @@ func saveProfiles(t *testing.T, client kubernetes.Interface) {
 	}
 }
 
-// profileCPU records the hub's CPU profile for d into
-// $TETHER_SCALE_PROFILES/hub-cpu.pb.gz when that is set; the returned
-// channel is closed when it is written (or at once when it is not set).
-func profileCPU(t *testing.T, client kubernetes.Interface, d time.Duration) <-chan struct{} {
+// profileCPU records the hub's CPU profile for d into the file name in
+// $TETHER_SCALE_PROFILES when that is set; the returned channel is closed
+// when it is written (or at once when it is not set).
+func profileCPU(t *testing.T, client kubernetes.Interface, name string, d time.Duration) <-chan struct{} {
 	done := make(chan struct{})
 	dir := os.Getenv("TETHER_SCALE_PROFILES")
 	if dir == "" {
@@ -333,7 +335,7 @@ func profileCPU(t *testing.T, client kubernetes.Interface, d time.Duration) <-ch
 			t.Errorf("read hub CPU profile: %v", err)
 			return
 		}
-		if err := os.WriteFile(filepath.Join(dir, "hub-cpu.pb.gz"), raw, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), raw, 0o644); err != nil {
 			t.Error(err)
 		}
 	}()
