@@ -59,11 +59,12 @@ func (n ClusterNetwork) withDefaults() (ClusterNetwork, error) {
 // one. owners is what this hub knows of the taken ranges: read from the
 // store once (the claims, and the stored nodes' ranges, claimed where no
 // claim holds them yet), then kept up to date with what this hub hands
-// out and frees, and with the claims of other hubs it runs into. It is
-// read again when every range seems taken, since other hubs free ranges
-// this one never hears of. So a create claims one range, usually the
-// first it tries, and reads no other node: reading them all at every
-// create made registering a fleet quadratic in its size.
+// out and frees, and with the claims of other hubs it runs into. The
+// claims alone are read again when every range seems taken, since other
+// hubs free ranges this one never hears of. So a create claims one
+// range, usually the first it tries, and reads no other node: reading
+// them all at every create made registering a fleet quadratic in its
+// size, and still would once the cluster CIDR is used up.
 //
 // Without claims (dry runs, and tests) the ranges are kept here only.
 type podCIDRAllocator struct {
@@ -151,6 +152,23 @@ func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Clai
 	return nil
 }
 
+// rereadLocked replaces owners with the store's claims, stale ones too:
+// after the first read every node's range has a claim.
+func (a *podCIDRAllocator) rereadLocked(ctx context.Context, claims Claims) error {
+	held, err := claims.ListClaims(ctx, podCIDRPool)
+	if err != nil {
+		return err
+	}
+	owners := make(map[netip.Prefix]string, len(held))
+	for c, h := range held {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			owners[p.Masked()] = h.Object
+		}
+	}
+	a.owners = owners
+	return nil
+}
+
 // podCIDRs returns n's pod CIDRs, masked; unparsable ones are left out.
 func podCIDRs(n *corev1.Node) []netip.Prefix {
 	var out []netip.Prefix
@@ -228,13 +246,16 @@ func (a *podCIDRAllocator) admitNode(ctx context.Context, l Lister, obj, old run
 // admitClaimed gives n the next range that no claim in the store holds,
 // and claims it (see podCIDRAllocator).
 func (a *podCIDRAllocator) admitClaimed(ctx context.Context, l Lister, claims Claims, n *corev1.Node) error {
-	// Twice at most: when every range seems taken, the store is read again.
+	// Twice at most: when every range seems taken, the claims are read
+	// again.
 	for pass := range 2 {
 		a.mu.Lock()
-		if pass > 0 {
-			a.synced = false
+		var err error
+		if pass == 0 {
+			err = a.syncLocked(ctx, l, claims)
+		} else {
+			err = a.rereadLocked(ctx, claims)
 		}
-		err := a.syncLocked(ctx, l, claims)
 		a.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("allocate a pod CIDR: %w", err)

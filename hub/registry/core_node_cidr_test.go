@@ -135,8 +135,8 @@ func (s *claimStore) counts() (claims, nodeLists int) {
 // TestNodePodCIDRClaims: with claims, the allocator reads the store once
 // (claiming the ranges of stored nodes that no claim holds), then claims
 // one range per node without reading other nodes, steps over ranges other
-// hubs claimed, takes over a stale claim, and reads the store again only
-// when every range seems taken.
+// hubs claimed, takes over a stale claim, and reads the claims again
+// (not the nodes) only when every range seems taken.
 func TestNodePodCIDRClaims(t *testing.T) {
 	net, err := ClusterNetwork{CIDR: netip.MustParsePrefix("10.9.0.0/21")}.withDefaults()
 	if err != nil {
@@ -213,6 +213,9 @@ func TestNodePodCIDRClaims(t *testing.T) {
 	st.mu.Unlock()
 	if got := admit("g"); got != "10.9.2.0/24" {
 		t.Fatalf("after another hub freed 10.9.2.0/24: got %q", got)
+	}
+	if _, lists := st.counts(); lists != 2 {
+		t.Errorf("reading the claims again when full read the nodes too (%d lists)", lists)
 	}
 	// A node deleted here frees its range, here and in the store, and
 	// taking it again reads no nodes.
