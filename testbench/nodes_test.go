@@ -1,6 +1,7 @@
 package testbench
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -23,7 +24,9 @@ func TestNodeLostOnSimEdges(t *testing.T) {
 	h := hubtest.Start(t, "--node-monitor-grace-period", grace.String())
 	// A grace period shorter than the hub's Lease renewals allow is
 	// refused before anything starts.
-	out, err := exec.Command(h.Bin, "hub", "--data-dir", t.TempDir(), "--node-monitor-grace-period", "5s").CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, h.Bin, "hub", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--node-monitor-grace-period", "5s").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "node monitor grace period 5s is shorter than 15s") {
 		t.Errorf("hub with a 5s grace period: %v\n%s", err, out)
 	}
