@@ -110,7 +110,7 @@ func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Clai
 	if a.synced {
 		return nil
 	}
-	held, err := claims.ListClaims(ctx, podCIDRPool)
+	held, err := claimedRanges(ctx, claims)
 	if err != nil {
 		return err
 	}
@@ -119,33 +119,23 @@ func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Clai
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	owners := make(map[netip.Prefix]string, max(len(held), len(objs)))
-	claimed := make(map[netip.Prefix]bool, len(held))
-	for c := range held {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			claimed[p.Masked()] = true
-		}
-	}
 	for _, o := range objs {
 		n, ok := o.(*corev1.Node)
 		if !ok {
 			continue
 		}
 		for _, p := range podCIDRs(n) {
-			if !claimed[p] && a.allocatable(p) {
-				if _, _, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, nil); err != nil {
+			if _, ok := held[p]; !ok && a.allocatable(p) {
+				if _, _, err := claims.Claim(ctx, podCIDRPool, p.String(), claimOf(n), nil); err != nil {
 					return err
 				}
 			}
 			owners[p] = n.Name
 		}
 	}
-	for c, h := range held {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			continue
-		}
-		if _, ok := owners[p.Masked()]; !ok && time.Since(h.Time) < staleClaimAge {
-			owners[p.Masked()] = h.Object
+	for p, h := range held {
+		if _, ok := owners[p]; !ok && time.Since(h.Time) < staleClaimAge {
+			owners[p] = h.Object
 		}
 	}
 	a.owners, a.seeded, a.synced = owners, true, true
@@ -155,19 +145,34 @@ func (a *podCIDRAllocator) syncLocked(ctx context.Context, l Lister, claims Clai
 // rereadLocked replaces owners with the store's claims, stale ones too:
 // after the first read every node's range has a claim.
 func (a *podCIDRAllocator) rereadLocked(ctx context.Context, claims Claims) error {
-	held, err := claims.ListClaims(ctx, podCIDRPool)
+	held, err := claimedRanges(ctx, claims)
 	if err != nil {
 		return err
 	}
-	owners := make(map[netip.Prefix]string, len(held))
-	for c, h := range held {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			owners[p.Masked()] = h.Object
-		}
+	a.owners = make(map[netip.Prefix]string, len(held))
+	for p, h := range held {
+		a.owners[p] = h.Object
 	}
-	a.owners = owners
 	return nil
 }
+
+// claimedRanges returns the store's claims on pod CIDRs by range.
+func claimedRanges(ctx context.Context, claims Claims) (map[netip.Prefix]Claim, error) {
+	held, err := claims.ListClaims(ctx, podCIDRPool)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Prefix]Claim, len(held))
+	for c, h := range held {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out[p.Masked()] = h
+		}
+	}
+	return out, nil
+}
+
+// claimOf is the claim n makes on a range.
+func claimOf(n *corev1.Node) Claim { return Claim{Owner: string(n.UID), Object: n.Name} }
 
 // podCIDRs returns n's pod CIDRs, masked; unparsable ones are left out.
 func podCIDRs(n *corev1.Node) []netip.Prefix {
@@ -269,7 +274,7 @@ func (a *podCIDRAllocator) admitClaimed(ctx context.Context, l Lister, claims Cl
 			}
 			// Another hub may hand the range out at the same time: the
 			// claim in the store decides.
-			held, ok, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, a.staleClaim(ctx, l, p))
+			held, ok, err := claims.Claim(ctx, podCIDRPool, p.String(), claimOf(n), a.staleClaim(ctx, l, p))
 			a.mu.Lock()
 			switch {
 			case err != nil && a.owners[p] == n.Name:
@@ -309,7 +314,7 @@ func (a *podCIDRAllocator) take(ctx context.Context, l Lister, n *corev1.Node) e
 		if !a.allocatable(p) {
 			continue
 		}
-		if _, _, err := claims.Claim(ctx, podCIDRPool, p.String(), Claim{Owner: string(n.UID), Object: n.Name}, nil); err != nil {
+		if _, _, err := claims.Claim(ctx, podCIDRPool, p.String(), claimOf(n), nil); err != nil {
 			return fmt.Errorf("claim pod CIDR %s: %w", p, err)
 		}
 	}
