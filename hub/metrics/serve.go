@@ -151,6 +151,18 @@ func (a *metricsAPI) ListJSON(ctx context.Context, k *registry.Kind, namespace s
 	return jl.ListJSON(ctx, k, namespace, opts)
 }
 
+// ProtoItem passes a watch event's protobuf item on to the wrapped
+// storage (storage.Storage.ProtoItem), except for the metrics kinds.
+func (a *metricsAPI) ProtoItem(k *registry.Kind, obj runtime.Object) ([]byte, bool) {
+	pi, ok := a.API.(interface {
+		ProtoItem(*registry.Kind, runtime.Object) ([]byte, bool)
+	})
+	if !ok || isNodeMetrics(k) || isPodMetrics(k) {
+		return nil, false
+	}
+	return pi.ProtoItem(k, obj)
+}
+
 // ListProtobuf answers plain protobuf lists from the wrapped storage's
 // item encodings where it can, except for the metrics kinds.
 func (a *metricsAPI) ListProtobuf(ctx context.Context, k *registry.Kind, namespace string, opts storage.ListOptions) (*storage.ProtoList, bool, error) {

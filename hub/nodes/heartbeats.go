@@ -111,6 +111,12 @@ func (a *heartbeatAPI) ListProtobuf(ctx context.Context, k *registry.Kind, names
 	return storedProtobuf(ctx, a.API, !isNodes(k) || !a.h.holding(), k, namespace, opts)
 }
 
+// ProtoItem passes a watch event's protobuf item on to the wrapped
+// storage (storage.Storage.ProtoItem), except for Nodes.
+func (a *heartbeatAPI) ProtoItem(k *registry.Kind, obj runtime.Object) ([]byte, bool) {
+	return storedItem(a.API, !isNodes(k), k, obj)
+}
+
 // GuaranteedUpdate implements storage.API. A patch of a Node's status
 // whose result differs from the stored Node only in conditions'
 // lastHeartbeatTime, each moved forward, is not stored: its heartbeats

@@ -84,6 +84,26 @@ func (a *leaseAPI) ListProtobuf(ctx context.Context, k *registry.Kind, namespace
 	return storedProtobuf(ctx, a.API, !covers(k, namespace), k, namespace, opts)
 }
 
+// ProtoItem passes a watch event's protobuf item on to the wrapped
+// storage (storage.Storage.ProtoItem), except for Leases, whose watch
+// events may carry renewals held in memory.
+func (a *leaseAPI) ProtoItem(k *registry.Kind, obj runtime.Object) ([]byte, bool) {
+	return storedItem(a.API, !covers(k, ""), k, obj)
+}
+
+// storedItem passes a watch event's object on to api's protobuf item
+// cache when may is set and api has one; a wrapper whose watch events are
+// not the stored objects clears may for them.
+func storedItem(api storage.API, may bool, k *registry.Kind, obj runtime.Object) ([]byte, bool) {
+	pi, ok := api.(interface {
+		ProtoItem(*registry.Kind, runtime.Object) ([]byte, bool)
+	})
+	if !ok || !may {
+		return nil, false
+	}
+	return pi.ProtoItem(k, obj)
+}
+
 // storedJSON passes a plain JSON list on to api's stored-bytes answer
 // when may is set and api has one; a wrapper that changes what List
 // returns clears may for the lists it changes.

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"io"
 	"reflect"
+	"strconv"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -29,7 +31,10 @@ import (
 // costs about five times encoding it; so the encoding of each item a list
 // sent is kept (protoItems) and the next list of an unchanged item sends
 // it again without decoding. Under churn most items of a list are those
-// the previous list sent.
+// the previous list sent, and most of the others reached the hub's
+// protobuf watches (the controllers' informers, the agents') since: their
+// events take the item from ProtoItem, so a changed item is encoded once
+// for the watches and the list, and not decoded again for the list.
 //
 // ok is false, with no error, for kinds whose objects have no protobuf
 // encoding (custom resources) or whose list type is not laid out as
@@ -50,6 +55,7 @@ func (s *Storage) ListProtobuf(ctx context.Context, k *registry.Kind, namespace 
 	if !ok {
 		return nil, false, nil
 	}
+	s.protos.listed()
 	gvk := list.GetObjectKind().GroupVersionKind()
 	b := &ProtoList{
 		unk:   runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}},
@@ -92,6 +98,44 @@ func (s *Storage) protoItem(k *registry.Kind, o store.Object) ([]byte, bool, err
 	}
 	s.protos.put(key, o.Revision, b)
 	return b, true, nil
+}
+
+// ProtoItem returns the protobuf encoding of obj, an object of kind k
+// that a watch of k carries in an Added or Modified event (the stored
+// object at its resourceVersion), as ListProtobuf sends it in a list. A
+// watch that encodes its events in protobuf and a list that follows so
+// encode each revision of an object once between them: the item comes
+// from protoItems when a list or another watch encoded it, and an item
+// encoded here is kept there while clients list the kind in protobuf
+// (see protoItems.offer). ok is false for objects ListProtobuf does not
+// encode itself; the caller then encodes the object as usual.
+func (s *Storage) ProtoItem(k *registry.Kind, obj runtime.Object) (item []byte, ok bool) {
+	k, err := s.served(k)
+	if err != nil || k.New != nil || k.NoProtobuf {
+		return nil, false
+	}
+	m, ok := obj.(interface{ Marshal() ([]byte, error) })
+	if !ok {
+		return nil, false
+	}
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, false
+	}
+	rev, err := strconv.ParseInt(acc.GetResourceVersion(), 10, 64)
+	if err != nil || rev <= 0 {
+		return nil, false
+	}
+	key := pendingKey{kind: k, key: s.key(k, acc.GetNamespace(), acc.GetName())}
+	if b := s.protos.get(key, rev); b != nil {
+		return b, true
+	}
+	b, err := m.Marshal()
+	if err != nil {
+		return nil, false
+	}
+	s.protos.offer(key, rev, b)
+	return b, true
 }
 
 // protoListMeta returns the ListMeta of a typed list whose type is laid
@@ -216,6 +260,8 @@ type protoItems struct {
 	cur, old map[pendingKey]protoItemEntry
 	size     int // bytes held by both generations
 	turn     *time.Timer
+	// lastList is when a protobuf list last used the cache.
+	lastList time.Time
 }
 
 // protoEntryOverhead approximates what an entry costs beside its bytes:
@@ -240,9 +286,33 @@ func (c *protoItems) get(key pendingKey, rev int64) []byte {
 	return e.b
 }
 
+// listed records that a protobuf list is being answered.
+func (c *protoItems) listed() {
+	c.mu.Lock()
+	c.lastList = time.Now()
+	c.mu.Unlock()
+}
+
+// offer keeps an item a watch encoded, if a protobuf list was answered
+// within protoItemsAge: a hub whose clients do not list in protobuf holds
+// nothing for them.
+func (c *protoItems) offer(key pendingKey, rev int64, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastList.IsZero() || time.Since(c.lastList) > protoItemsAge {
+		return
+	}
+	c.putLocked(key, rev, b)
+}
+
 func (c *protoItems) put(key pendingKey, rev int64, b []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.putLocked(key, rev, b)
+}
+
+// putLocked keeps b as key's item at rev; c.mu is held.
+func (c *protoItems) putLocked(key pendingKey, rev int64, b []byte) {
 	if c.budget <= 0 {
 		return
 	}

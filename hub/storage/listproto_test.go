@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,5 +167,85 @@ func TestProtoItemsBudgetAndAge(t *testing.T) {
 	checkListProtobuf(t, f.s, cms, "default", ListOptions{})
 	if n, _ := held(); n != 0 {
 		t.Fatalf("%d encodings held without a budget", n)
+	}
+}
+
+// TestProtoItemSharedWithLists: a watch event's object encoded through
+// ProtoItem is the item a protobuf list sends for its revision, kept for
+// that list while clients list in protobuf, and not kept otherwise.
+func TestProtoItemSharedWithLists(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pods := kind(t, "", "v1", "pods")
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w", Labels: map[string]string{"app": "x"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+	created, err := f.s.Create(ctx, pods, "default", p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	itemKey := func(obj runtime.Object) (pendingKey, int64) {
+		acc, err := meta.Accessor(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, err := strconv.ParseInt(acc.GetResourceVersion(), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := f.s.served(pods)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pendingKey{kind: k, key: f.s.key(k, acc.GetNamespace(), acc.GetName())}, rev
+	}
+
+	// No protobuf list yet: the encoding is returned, not kept.
+	item, ok := f.s.ProtoItem(pods, created)
+	want, err := created.(*corev1.Pod).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok || !bytes.Equal(item, want) {
+		t.Fatalf("item of the created pod: ok %v, equal %v", ok, bytes.Equal(item, want))
+	}
+	if key, rev := itemKey(created); f.s.protos.get(key, rev) != nil {
+		t.Error("an item was kept though nobody lists in protobuf")
+	}
+
+	// After a protobuf list, the item of a change a watch encodes is
+	// kept, and the next list sends those very bytes.
+	checkListProtobuf(t, f.s, pods, "default", ListOptions{})
+	cur, err := f.s.Get(ctx, pods, "default", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.(*corev1.Pod).Labels["app"] = "y"
+	updated, err := f.s.Update(ctx, pods, "default", "w", cur, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	item, ok = f.s.ProtoItem(pods, updated)
+	if want, _ := updated.(*corev1.Pod).Marshal(); !ok || !bytes.Equal(item, want) {
+		t.Fatalf("item of the updated pod: ok %v", ok)
+	}
+	key, rev := itemKey(updated)
+	if kept := f.s.protos.get(key, rev); len(kept) == 0 || &kept[0] != &item[0] {
+		t.Fatal("the watch's item is not kept for the next list")
+	}
+	items := checkListProtobuf(t, f.s, pods, "default", ListOptions{})
+	if len(items) != 1 || items[0].(*corev1.Pod).Labels["app"] != "y" {
+		t.Fatalf("after the update the list holds %v", items)
+	}
+	body, _, err := f.s.ListProtobuf(ctx, pods, "default", ListOptions{})
+	if err != nil || len(body.items) != 1 || &body.items[0][0] != &item[0] {
+		t.Error("the list did not send the watch's item")
+	}
+
+	// Objects without a stored revision, and kinds without a protobuf
+	// encoding, are left to the caller.
+	bare := updated.DeepCopyObject()
+	bare.(*corev1.Pod).ResourceVersion = ""
+	if _, ok := f.s.ProtoItem(pods, bare); ok {
+		t.Error("an object without a resourceVersion got an item")
 	}
 }
