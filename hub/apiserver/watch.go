@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/tether-edge/tether/hub/registry"
 	"github.com/tether-edge/tether/hub/storage"
 )
 
@@ -121,7 +122,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, t target) {
 			}
 			obuf, ebuf := &bufs.object, &bufs.event
 			obuf.Reset()
-			if err := s.encode(out, obj, ogv, obuf); err != nil {
+			if err := s.encodeEventObject(t, out, ev.Type, obj, ogv, obuf); err != nil {
 				return nil, err
 			}
 			we := &metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: obuf.Bytes()}}
@@ -188,6 +189,48 @@ type streamer interface {
 // eventBuffers are what a watch encodes one event in: the object, then
 // the watch event that wraps it.
 type eventBuffers struct{ object, event bytes.Buffer }
+
+// protoItemer is implemented by storage that keeps the protobuf encoding
+// of the objects its protobuf lists send (*storage.Storage does): a watch
+// event's object, encoded as the list item of its revision, is then
+// encoded once for the watches and the lists that follow.
+type protoItemer interface {
+	ProtoItem(k *registry.Kind, obj runtime.Object) ([]byte, bool)
+}
+
+// encodeEventObject writes the object of a watch event of t's kind as out
+// encodes it in gv. A protobuf event that adds or modifies an object in
+// t's own version takes the object's encoding from the storage's list
+// items (protoItemer), in Kubernetes' protobuf envelope: the same bytes as
+// the protobuf serializer writes.
+func (s *Server) encodeEventObject(t target, out output, typ watch.EventType, obj runtime.Object, gv schema.GroupVersion, w *bytes.Buffer) error {
+	pi, ok := s.cfg.Storage.(protoItemer)
+	if !ok || out.as != "" || out.info.MediaType != mediaProtobuf || gv != t.kind.GVK.GroupVersion() ||
+		typ != watch.Added && typ != watch.Modified {
+		return s.encode(out, obj, gv, w)
+	}
+	gvk, err := s.kindOf(obj, gv)
+	if err != nil {
+		return err
+	}
+	item, ok := pi.ProtoItem(t.kind, obj)
+	if !ok {
+		return s.encode(out, obj, gv, w)
+	}
+	unk := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}, Raw: item}
+	n := unk.Size()
+	w.Grow(len(protoMagic) + n)
+	w.WriteString(protoMagic)
+	b := w.AvailableBuffer()[:n]
+	if _, err := unk.MarshalToSizedBuffer(b); err != nil {
+		return err
+	}
+	w.Write(b)
+	return nil
+}
+
+// protoMagic starts every body of Kubernetes' protobuf encoding.
+const protoMagic = "k8s\x00"
 
 // maxPooledEventBuffer is the largest buffer kept for the next event: a
 // rare large object's buffers are let go rather than held by the pool.
