@@ -209,18 +209,18 @@ func (s *Server) encodeEventObject(t target, out output, typ watch.EventType, ob
 		typ != watch.Added && typ != watch.Modified {
 		return s.encode(out, obj, gv, w)
 	}
-	gvk, err := s.kindOf(obj, gv)
-	if err != nil {
-		return err
-	}
 	item, ok := pi.ProtoItem(t.kind, obj)
 	if !ok {
 		return s.encode(out, obj, gv, w)
 	}
+	gvk, err := s.kindOf(obj, gv)
+	if err != nil {
+		return err
+	}
 	unk := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}, Raw: item}
 	n := unk.Size()
-	w.Grow(len(protoMagic) + n)
-	w.WriteString(protoMagic)
+	w.Grow(len(storage.ProtoPrefix) + n)
+	w.WriteString(storage.ProtoPrefix)
 	b := w.AvailableBuffer()[:n]
 	if _, err := unk.MarshalToSizedBuffer(b); err != nil {
 		return err
@@ -228,9 +228,6 @@ func (s *Server) encodeEventObject(t target, out output, typ watch.EventType, ob
 	w.Write(b)
 	return nil
 }
-
-// protoMagic starts every body of Kubernetes' protobuf encoding.
-const protoMagic = "k8s\x00"
 
 // maxPooledEventBuffer is the largest buffer kept for the next event: a
 // rare large object's buffers are let go rather than held by the pool.

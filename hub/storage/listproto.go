@@ -157,8 +157,8 @@ func protoListMeta(list runtime.Object) (metav1.ListMeta, bool) {
 	return v.Field(1).Interface().(metav1.ListMeta), true
 }
 
-// protoPrefix starts every body of Kubernetes' protobuf encoding.
-var protoPrefix = [4]byte{'k', '8', 's', 0}
+// ProtoPrefix starts every body of Kubernetes' protobuf encoding.
+const ProtoPrefix = "k8s\x00"
 
 // Field tags of the list message (ListMeta 1, Items 2), each a
 // length-delimited field.
@@ -185,12 +185,12 @@ type ProtoList struct {
 
 // Len returns the body's length in bytes.
 func (b *ProtoList) Len() int {
-	return len(protoPrefix) + b.unk.Size() + fieldSize(b.raw)
+	return len(ProtoPrefix) + b.unk.Size() + fieldSize(b.raw)
 }
 
 // WriteTo writes the body to w.
 func (b *ProtoList) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(protoPrefix[:])
+	n, err := io.WriteString(w, ProtoPrefix)
 	if err != nil {
 		return int64(n), err
 	}
