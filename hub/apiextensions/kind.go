@@ -76,7 +76,13 @@ func Kinds() []*registry.Kind {
 		},
 		PrepareForCreate: func(obj runtime.Object) {
 			crd := obj.(*apiextensionsv1.CustomResourceDefinition)
-			crd.Status = apiextensionsv1.CustomResourceDefinitionStatus{}
+			// Conditions start as an empty list, not null: `kubectl wait
+			// --for=condition=Established` right after an apply reads a
+			// null list as an error and gives up, where an empty one has
+			// it wait for the controller's conditions.
+			crd.Status = apiextensionsv1.CustomResourceDefinitionStatus{
+				Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{},
+			}
 			addStoredVersion(crd)
 		},
 		PrepareForUpdate: func(obj, old runtime.Object) {

@@ -2,6 +2,7 @@ package apiextensions
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -51,6 +52,10 @@ func TestKindAcceptsAStructuralDefinition(t *testing.T) {
 	}
 	if !hasFinalizer(crd) {
 		t.Errorf("finalizers = %v, want the cleanup finalizer", crd.Finalizers)
+	}
+	// kubectl wait --for=condition=... fails on a null list.
+	if b, err := json.Marshal(crd.Status); err != nil || !strings.Contains(string(b), `"conditions":[]`) {
+		t.Errorf("status of a new definition = %s (%v), want an empty conditions list", b, err)
 	}
 	if crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy != apiextensionsv1.NoneConverter {
 		t.Errorf("conversion not defaulted to None: %+v", crd.Spec.Conversion)
