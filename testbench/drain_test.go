@@ -15,6 +15,7 @@ import (
 // pods/eviction, waits whenever the budget allows no disruption, and ends
 // with every pod on the other node and never fewer than 3 ready.
 func TestDrainHonoursDisruptionBudget(t *testing.T) {
+	t.Parallel() // sim edges on loopback: beside the other sim tests
 	h := hubtest.Start(t)
 	token := joinToken(t, h)
 	startSimEdge(t, h, token, "node-a")

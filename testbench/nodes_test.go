@@ -20,6 +20,7 @@ import (
 // a pod with the default disconnect policy (replace=false: it tolerates
 // the unreachable taint for ever) stays.
 func TestNodeLostOnSimEdges(t *testing.T) {
+	t.Parallel() // sim edges on loopback: beside the other sim tests
 	const grace = 15 * time.Second
 	h := hubtest.Start(t, "--node-monitor-grace-period", grace.String())
 	// A grace period shorter than the hub's Lease renewals allow is

@@ -17,6 +17,7 @@ import (
 // a pod that fits nowhere shows FailedScheduling in `kubectl describe`, and
 // is placed as soon as a node that fits it joins.
 func TestSchedulingOnSimEdges(t *testing.T) {
+	t.Parallel() // sim edges on loopback: beside the other sim tests
 	h := hubtest.Start(t)
 	token := joinToken(t, h)
 	startEdge := func(name, cpu string) { startSimEdge(t, h, token, name, "--sim-cpu", cpu) }

@@ -26,6 +26,7 @@ import (
 // slice follows within a second of the status the agent reported; 250 pods
 // behind one Service land in slices of at most 100 each.
 func TestEndpointSlicesOnSimEdges(t *testing.T) {
+	t.Parallel() // sim edges on loopback: beside the other sim tests
 	h := hubtest.Start(t)
 	token := joinToken(t, h)
 	startSimEdge(t, h, token, "shop-1", "--zone", "shop", "--sim-pods", "300", "--sim-backoff-base", "2s")

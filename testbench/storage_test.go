@@ -14,6 +14,7 @@ import (
 // node; claims outlive scale-down; deleting a claim deletes its volume. A
 // claim of a class without provisioner binds to a matching static volume.
 func TestVolumesOnSimEdges(t *testing.T) {
+	t.Parallel() // sim edges on loopback: beside the other sim tests
 	h := hubtest.Start(t)
 	token := joinToken(t, h)
 	startSimEdge(t, h, token, "node-a")
