@@ -202,7 +202,21 @@ func TestNodeLifecycleAgainstHub(t *testing.T) {
 	}
 
 	// The partitioned node: Unknown, NoSchedule only, pods kept and ready.
-	time.Sleep(2 * time.Second)
+	// The hub renewed its Lease up to a renewal period after the silent
+	// node's, so it goes stale up to that much later: wait for it, then
+	// outlast its pod's 2s toleration.
+	kittest.WaitFor(t, "partitioned node Unknown", grace+20*time.Second, func() (bool, error) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, node("part"), metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		r := readyCondition(n)
+		if r == nil {
+			return false, fmt.Errorf("no Ready condition")
+		}
+		return r.Status == corev1.ConditionUnknown && r.Message == MessagePartitioned, fmt.Errorf("ready %+v", r)
+	})
+	time.Sleep(3 * time.Second)
 	tn := taintsOf(node("part"))
 	if !tn[TaintUnreachable+":NoSchedule"] || tn[TaintUnreachable+":NoExecute"] {
 		t.Errorf("partitioned node taints %v, want unreachable NoSchedule only", tn)
