@@ -95,10 +95,10 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary str
 	if err != nil {
 		return fmt.Errorf("read the agent's process (%d): %w", pid, err)
 	}
-	if a, err := recs.Announced(); err != nil {
+	if err := awaitAnnouncement(ctx, recs, start, agentStarting); err != nil {
 		return err
-	} else if a == nil || a.Start != start {
-		return fmt.Errorf("the agent on %s (process %d) does not take upgrades up: it is starting (try again), or it predates in-place upgrades (install the new version with `tether install edge`)", dataDir, pid)
+	} else if a, _ := recs.Announced(); a == nil || a.Start != start {
+		return fmt.Errorf("the agent on %s (process %d) does not take upgrades up after %v: it is still starting (try again), or it predates in-place upgrades (install the new version with `tether install edge`)", dataDir, pid, agentStarting)
 	}
 	installed, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
@@ -165,6 +165,38 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary str
 			return fmt.Errorf("stopped waiting; the upgrade goes on: see %s/upgrade/outcome.json", dataDir)
 		case <-give:
 			return fmt.Errorf("no outcome within %v: see the agent's log", timeout+time.Minute)
+		case <-tick.C:
+		}
+	}
+}
+
+// agentStarting bounds how long an upgrade waits for an agent that holds
+// its data directory but has not yet said it takes upgrades: one started
+// a moment ago (`systemctl restart` returns before the agent is up).
+const agentStarting = 30 * time.Second
+
+// awaitAnnouncement waits until the agent whose process started at start
+// announced itself in recs, for at most wait. It returns nil when the
+// wait ends either way, and an error only when the records cannot be read
+// or ctx ends.
+func awaitAnnouncement(ctx context.Context, recs *upgrade.Records, start uint64, wait time.Duration) error {
+	give := time.NewTimer(wait)
+	defer give.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		a, err := recs.Announced()
+		if err != nil {
+			return err
+		}
+		if a != nil && a.Start == start {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-give.C:
+			return nil
 		case <-tick.C:
 		}
 	}
