@@ -28,8 +28,9 @@
 // member it has forgotten after declaring it dead) with its state and
 // incarnation: memberlist's, behind the member's generation (its count of
 // starts, Config.Generation), so that it grows across restarts. Each member gossips in its node meta whether its tunnel to
-// the hub is up (SetConnected); the alive connected member with the lowest
-// name is the site's Sender, the one that reports the view to the hub.
+// the hub is up (SetConnected); the connected member with the lowest name
+// that is not dead or gone is the site's Sender, the one that reports the
+// view to the hub.
 //
 // Packets and streams travel over the site's own memberlist Transport
 // (transport.go) rather than memberlist's NetTransport, which allocates
@@ -433,13 +434,18 @@ func (s *Site) SetConnected(up bool) {
 }
 
 // Sender reports whether this member sends the site's view to the hub:
-// it is the alive member with the lowest name among those whose tunnel
-// is up.
+// it is the member with the lowest name among those whose tunnel is up
+// and that the site has not declared dead or seen leave. A suspect member
+// keeps the role: on a loaded or lossy LAN suspicions come and go within
+// seconds, and each change of sender would cost the uplink a report of
+// the whole view from a member that sends it for a moment. A sender that
+// really died hands the role on once the site declares it dead, which is
+// also the first moment its death can be reported.
 func (s *Site) Sender() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range s.view.Members {
-		if m.State == sitedigest.Alive && s.metas[m.Node].connected {
+		if (m.State == sitedigest.Alive || m.State == sitedigest.Suspect) && s.metas[m.Node].connected {
 			return m.Node == s.cfg.Node
 		}
 	}

@@ -414,3 +414,37 @@ func TestLeaveIsLeft(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "node-1 left", func() bool { st, _ := state(a, "node-1"); return st == sitedigest.Left })
 }
+
+// TestSuspectSenderKeepsTheRole: the sender is the first connected member
+// the site has not declared dead or seen leave; a suspicion does not hand
+// the role on, a death or a lost tunnel does.
+func TestSuspectSenderKeepsTheRole(t *testing.T) {
+	s, err := New(Config{Site: "shop-1", Node: "node-1", Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(first sitedigest.State, connected bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.view = sitedigest.Digest{Site: "shop-1", Members: []sitedigest.Member{
+			{Node: "node-0", State: first, Incarnation: 1}, {Node: "node-1", State: sitedigest.Alive, Incarnation: 1},
+		}}
+		s.metas = map[string]meta{"node-0": {connected: connected}, "node-1": {connected: true}}
+	}
+	for _, c := range []struct {
+		first     sitedigest.State
+		connected bool
+		sends     bool
+	}{
+		{sitedigest.Alive, true, false},
+		{sitedigest.Suspect, true, false},
+		{sitedigest.Dead, true, true},
+		{sitedigest.Left, true, true},
+		{sitedigest.Alive, false, true},
+	} {
+		set(c.first, c.connected)
+		if got := s.Sender(); got != c.sends {
+			t.Errorf("node-0 %v, connected %v: node-1 sends %v, want %v", c.first, c.connected, got, c.sends)
+		}
+	}
+}
