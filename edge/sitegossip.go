@@ -357,11 +357,16 @@ func (a *Agent) nextGeneration() uint16 {
 // each flip would cost the uplink a digest each time for nothing. So a
 // suspect member keeps the state and incarnation last reported for it,
 // and a member whose state is the one last reported keeps that report's
-// incarnation. Reported incarnations still only grow, so the hub's merge
-// (sitedigest.Newer) stays right.
+// incarnation, and a suspect member with no report yet (a member that
+// just became the sender, or a site still forming) is left out: the hub
+// keeps what it knew of it. Were it reported, the hub would hold it
+// suspect, and take no word of the site for it, until its incarnation
+// grew: suspect outranks alive at the same incarnation, and the sender
+// reports a member alive again at the incarnation it reported. Reported incarnations still
+// only grow, so the hub's merge (sitedigest.Newer) stays right.
 func steadyView(last, cur sitedigest.Digest) sitedigest.Digest {
 	if last.Site != cur.Site {
-		return cur
+		last = sitedigest.Digest{}
 	}
 	prev := make(map[string]sitedigest.Member, len(last.Members))
 	for _, m := range last.Members {
@@ -369,8 +374,12 @@ func steadyView(last, cur sitedigest.Digest) sitedigest.Digest {
 	}
 	out := sitedigest.Digest{Site: cur.Site, Members: make([]sitedigest.Member, 0, len(cur.Members))}
 	for _, m := range cur.Members {
-		if p, ok := prev[m.Node]; ok && (m.State == sitedigest.Suspect || m.State == p.State) && m.Incarnation >= p.Incarnation {
+		p, ok := prev[m.Node]
+		switch {
+		case ok && (m.State == sitedigest.Suspect || m.State == p.State) && m.Incarnation >= p.Incarnation:
 			m = p
+		case !ok && m.State == sitedigest.Suspect:
+			continue
 		}
 		out.Members = append(out.Members, m)
 	}

@@ -28,6 +28,18 @@ func TestSteadyView(t *testing.T) {
 	if got := steadyView(got, back); !slices.Equal(got.Members, back.Members) {
 		t.Fatalf("steady view %+v, want %+v", got.Members, back.Members)
 	}
+	// A sender's first report leaves suspect members out: the hub keeps
+	// what it knew of them rather than hold them suspect.
+	fresh := steadyView(sitedigest.Digest{}, sitedigest.Digest{Site: "s", Members: []sitedigest.Member{m("a", sitedigest.Suspect, 1), m("b", sitedigest.Alive, 2)}})
+	if want := []sitedigest.Member{m("b", sitedigest.Alive, 2)}; !slices.Equal(fresh.Members, want) {
+		t.Fatalf("first report %+v, want %+v", fresh.Members, want)
+	}
+	// Another site's report is no reference.
+	other := steadyView(sitedigest.Digest{Site: "t", Members: []sitedigest.Member{m("a", sitedigest.Alive, 1)}},
+		sitedigest.Digest{Site: "s", Members: []sitedigest.Member{m("a", sitedigest.Suspect, 1)}})
+	if other.Site != "s" || len(other.Members) != 0 {
+		t.Fatalf("report after a change of site %+v, want site s and no member", other)
+	}
 	// Nothing but flapping since the last report: the same bytes.
 	again := steadyView(last, sitedigest.Digest{Site: "s", Members: []sitedigest.Member{m("a", sitedigest.Alive, 5), m("b", sitedigest.Suspect, 2), m("c", sitedigest.Alive, 3)}})
 	if !again.Equal(last) {
