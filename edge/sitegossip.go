@@ -362,8 +362,9 @@ func (a *Agent) nextGeneration() uint16 {
 // keeps what it knew of it. Were it reported, the hub would hold it
 // suspect, and take no word of the site for it, until its incarnation
 // grew: suspect outranks alive at the same incarnation, and the sender
-// reports a member alive again at the incarnation it reported. Reported incarnations still
-// only grow, so the hub's merge (sitedigest.Newer) stays right.
+// reports a member alive again at the incarnation it reported. Reported
+// incarnations still only grow, so the hub's merge (sitedigest.Newer)
+// stays right.
 func steadyView(last, cur sitedigest.Digest) sitedigest.Digest {
 	if last.Site != cur.Site {
 		last = sitedigest.Digest{}

@@ -27,10 +27,11 @@
 // View is this member's view: every member memberlist knows (and every
 // member it has forgotten after declaring it dead) with its state and
 // incarnation: memberlist's, behind the member's generation (its count of
-// starts, Config.Generation), so that it grows across restarts. Each member gossips in its node meta whether its tunnel to
-// the hub is up (SetConnected); the connected member with the lowest name
-// that is not dead or gone is the site's Sender, the one that reports the
-// view to the hub.
+// starts, Config.Generation), so that it grows across restarts. Each
+// member gossips in its node meta whether its tunnel to the hub is up
+// (SetConnected); the connected member with the lowest name that is not
+// dead or gone is the site's Sender, the one that reports the view to the
+// hub.
 //
 // Packets and streams travel over the site's own memberlist Transport
 // (transport.go) rather than memberlist's NetTransport, which allocates
