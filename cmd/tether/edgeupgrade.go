@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tether-edge/tether/deploy"
 	"github.com/tether-edge/tether/edge"
@@ -95,9 +96,9 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary str
 	if err != nil {
 		return fmt.Errorf("read the agent's process (%d): %w", pid, err)
 	}
-	if err := awaitAnnouncement(ctx, recs, start, agentStarting); err != nil {
+	if announced, err := awaitAnnouncement(ctx, recs, start, agentStarting); err != nil {
 		return err
-	} else if a, _ := recs.Announced(); a == nil || a.Start != start {
+	} else if !announced {
 		return fmt.Errorf("the agent on %s (process %d) does not take upgrades up after %v: it is still starting (try again), or it predates in-place upgrades (install the new version with `tether install edge`)", dataDir, pid, agentStarting)
 	}
 	installed, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
@@ -175,31 +176,23 @@ func requestUpgrade(ctx context.Context, cmd *cobra.Command, dataDir, binary str
 // a moment ago (`systemctl restart` returns before the agent is up).
 const agentStarting = 30 * time.Second
 
-// awaitAnnouncement waits until the agent whose process started at start
-// announced itself in recs, for at most wait. It returns nil when the
-// wait ends either way, and an error only when the records cannot be read
-// or ctx ends.
-func awaitAnnouncement(ctx context.Context, recs *upgrade.Records, start uint64, wait time.Duration) error {
-	give := time.NewTimer(wait)
-	defer give.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
+// awaitAnnouncement waits, for at most timeout, until the agent whose
+// process started at start announced itself in recs, and says whether it
+// did. It fails only when the records cannot be read or ctx ends.
+func awaitAnnouncement(ctx context.Context, recs *upgrade.Records, start uint64, timeout time.Duration) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		a, err := recs.Announced()
-		if err != nil {
-			return err
-		}
-		if a != nil && a.Start == start {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-give.C:
-			return nil
-		case <-tick.C:
-		}
+		return a != nil && a.Start == start, err
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case wait.Interrupted(err):
+		return false, nil
 	}
+	return false, err
 }
 
 // releaseFromBundle extracts from the bundle at path the executable for

@@ -26,8 +26,8 @@ func TestAwaitAnnouncement(t *testing.T) {
 		}
 	}()
 	began := time.Now()
-	if err := awaitAnnouncement(context.Background(), recs, 200, 10*time.Second); err != nil {
-		t.Fatal(err)
+	if ok, err := awaitAnnouncement(context.Background(), recs, 200, 10*time.Second); err != nil || !ok {
+		t.Fatalf("announced %v, err %v", ok, err)
 	}
 	if a, _ := recs.Announced(); a == nil || a.Start != 200 {
 		t.Fatalf("returned before the announcement: %+v", a)
@@ -39,8 +39,8 @@ func TestAwaitAnnouncement(t *testing.T) {
 	// Another process's announcement: the wait ends at its bound, and
 	// the caller refuses.
 	began = time.Now()
-	if err := awaitAnnouncement(context.Background(), recs, 300, 600*time.Millisecond); err != nil {
-		t.Fatal(err)
+	if ok, err := awaitAnnouncement(context.Background(), recs, 300, 600*time.Millisecond); err != nil || ok {
+		t.Fatalf("announced %v, err %v", ok, err)
 	}
 	if took := time.Since(began); took < 600*time.Millisecond {
 		t.Errorf("gave up after %v, before the 600ms bound", took)
@@ -48,7 +48,7 @@ func TestAwaitAnnouncement(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := awaitAnnouncement(ctx, recs, 300, time.Minute); err == nil {
+	if _, err := awaitAnnouncement(ctx, recs, 300, time.Minute); err == nil {
 		t.Error("a cancelled wait returned no error")
 	}
 }
