@@ -9,8 +9,9 @@
 //     changes only by one rename, after a new executable proved healthy.
 //   - A staged executable is a new one copied beside the installed one
 //     (so that the final rename stays within one file system) under a
-//     name carrying its digest, and run once with `version` to show it
-//     runs on this machine.
+//     name carrying its digest, dropped from the page cache once synced
+//     (Uncache: the agent then keeps only the code it runs resident), and
+//     run once with `version` to show it runs on this machine.
 //   - A request, written by `tether edge upgrade` into the data
 //     directory, asks the running agent (with SIGUSR2, as nginx takes a
 //     new binary) to try a staged executable.

@@ -85,6 +85,7 @@ func Stage(ctx context.Context, src, installed, want string) (Staged, error) {
 	if err := tmp.Sync(); err != nil {
 		return Staged{}, err
 	}
+	_ = Uncache(tmp) // advice: see Uncache
 	if err := tmp.Close(); err != nil {
 		return Staged{}, err
 	}
