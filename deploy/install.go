@@ -227,6 +227,11 @@ func writeFile(path string, data []byte, mode fs.FileMode) (changed bool, err er
 		if err == nil {
 			err = tmp.Sync()
 		}
+		if err == nil && mode&0o111 != 0 {
+			// The executable runs from the disk's copy, not from the
+			// large folios this write cached (upgrade.Uncache says why).
+			_ = upgrade.Uncache(tmp)
+		}
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
