@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tether-edge/tether/edge/upgrade"
 	"github.com/tether-edge/tether/hub/hubtest"
 	"github.com/tether-edge/tether/testbench/images"
 )
@@ -45,8 +46,11 @@ var (
 //     a garbage collection ran in it (a collection reads the whole live
 //     heap), in the short run for 10 s more at most. Idle over the idle
 //     window, and with the pods running. Of it, the executable's pages,
-//     and how much of the executable the page cache maps in 2 MiB folios
-//     (FilePmdMapped): a single access marks such a folio referenced;
+//     and how much of the resident executable sits in large folios,
+//     which the kernel keeps, and may count referenced, as a whole (the
+//     executable is written as `tether install` and upgrades write it:
+//     synced and dropped from the page cache, see upgrade.Uncache, so its
+//     pages come back through the agent's page faults, as after a boot);
 //   - its PSS, RSS and major page faults, and the PSS of containerd and the
 //     shims, alongside;
 //   - the kernel memory of the eBPF maps the agent holds: the sum of
@@ -315,7 +319,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	win := func(u usage) string {
-		return fmt.Sprintf("executable=%.1f executable_pmd_mapped=%.1f window=%v gcs=%d", mb(u.exeReferenced), mb(u.exePMDMapped), u.window, u.gcs)
+		return fmt.Sprintf("executable=%.1f executable_large_folios=%.1f window=%v gcs=%d", mb(u.exeReferenced), mb(u.exeLargeFolios), u.window, u.gcs)
 	}
 	wsIdle := mb(idle.referenced)
 	t.Logf("idle: %s", idle)
@@ -570,7 +574,7 @@ func nodeReady(n *corev1.Node) bool {
 type usage struct {
 	referenced      int64 // the agent's working set: Referenced over the window
 	exeReferenced   int64 // of it, pages of the executable
-	exePMDMapped    int64 // the executable's pages mapped 2 MiB at a time
+	exeLargeFolios  int64 // the executable's resident pages in large folios (-1: unknown)
 	window          time.Duration
 	gcs             int   // garbage collections in the window
 	pss             int64 // the agent's
@@ -585,8 +589,8 @@ type usage struct {
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("agent working set %s (executable %s; %s of the executable mapped in 2 MiB folios) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
-		mib(u.referenced), mib(u.exeReferenced), mib(u.exePMDMapped), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
+	return fmt.Sprintf("agent working set %s (executable %s; %s of the resident executable in large folios) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
+		mib(u.referenced), mib(u.exeReferenced), mib(u.exeLargeFolios), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
 		u.maps, mib(u.memlock), mib(u.containerdPSS), u.shims, mib(u.shimPSS))
 }
 
@@ -598,7 +602,12 @@ func footprint(agentPID int, dir string) usage {
 	var u usage
 	rollup := fmt.Sprintf("/proc/%d/smaps_rollup", agentPID)
 	u.referenced, u.pss = kbField(rollup, "Referenced:"), kbField(rollup, "Pss:")
-	u.exeReferenced, u.exePMDMapped = exeMemory(agentPID, filepath.Join(dir, "tether"))
+	exe := filepath.Join(dir, "tether")
+	u.exeReferenced = exeReferenced(agentPID, exe)
+	var err error
+	if u.exeLargeFolios, err = exeLargeFolios(agentPID, exe); err != nil {
+		u.exeLargeFolios = -1
+	}
 	u.rss, u.anon, u.file = statusKB(agentPID, "VmRSS:"), statusKB(agentPID, "RssAnon:"), statusKB(agentPID, "RssFile:")
 	u.cpu, u.majorFaults = cpuAndFaults(agentPID)
 	if b, err := os.ReadFile(filepath.Join(dir, "containerd", "containerd.pid")); err == nil {
@@ -622,15 +631,12 @@ func footprint(agentPID int, dir string) usage {
 	return u
 }
 
-// exeMemory sums Referenced and FilePmdMapped over a process's mappings
-// of the executable exe, from /proc/PID/smaps. A page cache that keeps
-// the executable in huge folios maps them whole (FilePmdMapped), and one
-// access marks all 2 MiB of such a mapping referenced: the kernel keeps
-// the folio as a unit.
-func exeMemory(pid int, exe string) (referenced, pmdMapped int64) {
+// exeReferenced sums Referenced over a process's mappings of the
+// executable exe, from /proc/PID/smaps.
+func exeReferenced(pid int, exe string) (referenced int64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
-		return 0, 0
+		return 0
 	}
 	inExe := false
 	for _, line := range strings.Split(string(b), "\n") {
@@ -638,16 +644,12 @@ func exeMemory(pid int, exe string) (referenced, pmdMapped int64) {
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
 			inExe = len(f) >= 6 && f[5] == exe
-		case len(f) >= 2 && inExe && (f[0] == "Referenced:" || f[0] == "FilePmdMapped:"):
+		case len(f) >= 2 && inExe && f[0] == "Referenced:":
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			if f[0] == "Referenced:" {
-				referenced += kb << 10
-			} else {
-				pmdMapped += kb << 10
-			}
+			referenced += kb << 10
 		}
 	}
-	return referenced, pmdMapped
+	return referenced
 }
 
 // mapsMemlock sums the kernel memory (memlock, in bytes) of the eBPF maps
@@ -744,8 +746,10 @@ func pctile(ds []time.Duration, q float64) time.Duration {
 	return s[min(max(i-1, 0), len(s)-1)]
 }
 
-// copyFile copies the executable src to dst and writes it out, so that it
-// runs from its own clean pages like an installed binary.
+// copyFile copies the executable src to dst as `tether install` and
+// upgrades write an executable: synced, then dropped from the page cache
+// (upgrade.Uncache), so that it runs from its own pages, read back by
+// its page faults as after a boot.
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -763,6 +767,10 @@ func copyFile(src, dst string) error {
 	if err := out.Sync(); err != nil {
 		out.Close()
 		return fmt.Errorf("sync %s: %w", dst, err)
+	}
+	if err := upgrade.Uncache(out); err != nil {
+		out.Close()
+		return err
 	}
 	return out.Close()
 }
