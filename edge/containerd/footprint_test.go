@@ -319,7 +319,7 @@ func TestAgentFootprintAndPodStartup(t *testing.T) {
 	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	win := func(u usage) string {
-		return fmt.Sprintf("executable=%.1f executable_large_folios=%.1f window=%v gcs=%d", mb(u.exeReferenced), mb(u.exeLargeFolios), u.window, u.gcs)
+		return fmt.Sprintf("executable=%.1f executable_large_folios=%s window=%v gcs=%d", mb(u.exeReferenced), u.largeFolios(""), u.window, u.gcs)
 	}
 	wsIdle := mb(idle.referenced)
 	t.Logf("idle: %s", idle)
@@ -590,8 +590,17 @@ type usage struct {
 
 func (u usage) String() string {
 	return fmt.Sprintf("agent working set %s (executable %s; %s of the resident executable in large folios) over %v (%d collections), PSS %s, RSS %s (anonymous %s, file %s), CPU %v and %d major faults so far; %d eBPF maps, %s kernel memory; containerd PSS %s; %d shims PSS %s",
-		mib(u.referenced), mib(u.exeReferenced), mib(u.exeLargeFolios), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
+		mib(u.referenced), mib(u.exeReferenced), u.largeFolios(" MiB"), u.window, u.gcs, mib(u.pss), mib(u.rss), mib(u.anon), mib(u.file), u.cpu, u.majorFaults,
 		u.maps, mib(u.memlock), mib(u.containerdPSS), u.shims, mib(u.shimPSS))
+}
+
+// largeFolios formats exeLargeFolios in MiB followed by unit, or
+// "unknown" where it could not be read.
+func (u usage) largeFolios(unit string) string {
+	if u.exeLargeFolios < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f%s", float64(u.exeLargeFolios)/(1<<20), unit)
 }
 
 // footprint reads the memory of the agent, of the containerd it started
